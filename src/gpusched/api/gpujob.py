@@ -1,0 +1,208 @@
+"""GpuJob: a gang of identical GPU pods that is admitted, placed and preempted as one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+from pydantic import Field, model_validator
+
+from gpusched.api import keys
+from gpusched.api.base import ApiModel, LenientApiModel
+from gpusched.api.meta import Condition, ObjectMeta
+
+#: Marks the ``template`` field for the CRD generator, which embeds the upstream schema there.
+POD_TEMPLATE_SCHEMA: Final = "io.k8s.api.core.v1.PodTemplateSpec"
+
+MAX_GPUS_PER_REPLICA: Final = 64
+MAX_REPLICAS: Final = 4096
+
+
+class TopologyScope(StrEnum):
+    """How tightly one replica's GPUs must be wired together, tightest first."""
+
+    NVLINK = "nvlink"
+    """All GPUs of the replica in one NVLink island (NVSwitch board or bridged group)."""
+    PCIE_SWITCH = "pcie-switch"
+    """All GPUs under one PCIe switch tree (PIX/PXB), or NVLinked."""
+    NUMA = "numa"
+    """All GPUs attached to one NUMA node (no SYS hop)."""
+    NODE = "node"
+    """Any GPUs of one node."""
+
+
+class TopologyMode(StrEnum):
+    """Whether a topology scope is a hard constraint or a preference."""
+
+    REQUIRED = "required"
+    """Never place outside the scope; wait instead."""
+    PREFERRED = "preferred"
+    """Place inside the scope when possible, otherwise on the best set available."""
+
+
+class ReplicaTopology(ApiModel):
+    """Where the replicas of a multi-node gang go relative to each other."""
+
+    node_label: str = Field(min_length=1, max_length=316)
+    """Node label whose value names a network domain (rack, block, NVLink clique), e.g.
+    ``topology.kubernetes.io/rack`` or ``nvidia.com/gpu.clique``. All replicas are placed on nodes
+    sharing one value of this label."""
+    mode: TopologyMode = TopologyMode.PREFERRED
+    """``required``: wait until one domain can host the whole gang; ``preferred``: use the fewest
+    domains possible."""
+
+
+class TopologyPolicy(ApiModel):
+    """Topology constraints of a job: inside each replica, and across replicas."""
+
+    scope: TopologyScope = TopologyScope.NODE
+    """How tightly the GPUs of one replica must be connected: ``nvlink``, ``pcie-switch``,
+    ``numa`` or ``node``. The placement engine always picks the best-connected set it can; the scope
+    says what counts as good enough."""
+    mode: TopologyMode = TopologyMode.PREFERRED
+    """``required`` keeps the job pending with reason ``TopologyUnsatisfiable`` rather than place a
+    replica outside ``scope``; ``preferred`` places it anyway and reports the achieved class."""
+    across_replicas: ReplicaTopology | None = None
+    """Placement of replicas relative to each other, for multi-node gangs. Unset: any nodes."""
+
+
+class GpuJobSpec(ApiModel):
+    """What the job needs. Tenant and quota come from the namespace, never from this spec."""
+
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+    """Number of pods in the gang. All are admitted together or none is."""
+    gpus_per_replica: int = Field(ge=1, le=MAX_GPUS_PER_REPLICA)
+    """GPUs for each pod, all on one node. The operator sets the ``nvidia.com/gpu`` limit of the
+    pod's first container to this value."""
+    gpu_model: str | None = Field(None, min_length=1, max_length=63)
+    """Restrict placement to nodes whose GPUs are this model, as in the ``nvidia.com/gpu.product``
+    label (e.g. ``NVIDIA-H100-80GB-HBM3``). Unset: any model."""
+    topology: TopologyPolicy = Field(default_factory=TopologyPolicy)
+    """Topology constraints for each replica's GPU set and for the gang as a whole."""
+    priority_class_name: str | None = Field(None, min_length=1, max_length=253)
+    """A PriorityClass whose value orders this job against others of its tenant and decides who
+    may preempt whom. Unset: the cluster's global default PriorityClass, else 0."""
+    preemptible: bool = True
+    """Whether higher-priority jobs of the tenant, or a tenant reclaiming its guarantee, may
+    evict this job. ``false`` jobs are never victims (and may not run on borrowed capacity)."""
+    min_runtime_seconds: int = Field(0, ge=0, le=7 * 24 * 3600)
+    """The job cannot be preempted until it has run this long since it last started."""
+    checkpoint_grace_period_seconds: int = Field(30, ge=0, le=24 * 3600)
+    """Seconds between the preemption notice (SIGTERM) and the kill, for the job to checkpoint."""
+    suspend: bool = False
+    """A suspended job is not admitted; suspending a running job releases its pods and GPUs."""
+    template: dict[str, Any] = Field(json_schema_extra={"x-gpusched-embed": POD_TEMPLATE_SCHEMA})
+    """The pod template of every replica (a standard PodTemplateSpec). ``schedulerName`` and the
+    GPU resource limit are set by the operator."""
+
+    @model_validator(mode="after")
+    def _template_has_containers(self) -> GpuJobSpec:
+        spec = self.template.get("spec")
+        if not isinstance(spec, dict) or not spec.get("containers"):
+            raise ValueError("spec.template.spec.containers: at least one container is required")
+        return self
+
+
+class JobPhase(StrEnum):
+    """Where a job is in its life."""
+
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PREEMPTED = "Preempted"
+    SUSPENDED = "Suspended"
+
+
+TERMINAL_PHASES: Final = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+
+
+class ReplicaPlacement(ApiModel):
+    """Where one replica runs and how well its GPUs are connected."""
+
+    replica: int = Field(ge=0)
+    """Replica index, 0-based."""
+    node: str
+    """Node name."""
+    gpu_indices: list[int] = Field(default_factory=list)
+    """GPU indices on the node (``nvidia-smi`` numbering)."""
+    gpu_uuids: list[str] = Field(default_factory=list)
+    """GPU UUIDs, once bound."""
+    topology_class: str | None = None
+    """Achieved topology class of the set: ``nvlink``, ``pcie-switch``, ``numa`` or ``node``."""
+    score: float | None = None
+    """Placement score of the set (higher is better), comparable across nodes of one model."""
+
+
+class PreemptionRecord(ApiModel):
+    """One time this job was preempted."""
+
+    time: datetime
+    """When the eviction was issued."""
+    preemptor: str
+    """``namespace/name`` of the job that needed the GPUs."""
+    reason: str
+    """Machine reason, e.g. ``ReclaimGuarantee`` or ``HigherPriority``."""
+    message: str = ""
+    """Sentence for humans."""
+
+
+class GpuJobStatus(ApiModel):
+    """What happened to the job and why; written only by the operator."""
+
+    phase: JobPhase | None = None
+    """Queued, Admitted, Running, Succeeded, Failed, Preempted or Suspended."""
+    tenant: str | None = None
+    """The TenantQuota that owns the job's namespace."""
+    reason: str | None = None
+    """Machine reason for the current phase (e.g. ``QuotaExceeded``, ``WaitingForCapacity``)."""
+    message: str | None = None
+    """Why the job is where it is, in one sentence."""
+    queue_position: int | None = Field(None, ge=1)
+    """1-based position among the tenant's pending jobs, while queued."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """QuotaReserved, Admitted, PodsReady, Preempted and Finished, each with reason and message."""
+    placement: list[ReplicaPlacement] = Field(default_factory=list)
+    """Planned or actual node and GPU set per replica."""
+    placement_quality: str | None = None
+    """Worst achieved topology class over the replicas (printer column)."""
+    gpus: int | None = Field(None, ge=0)
+    """Total GPUs of the job, replicas x gpusPerReplica (printer column)."""
+    admission: int = Field(0, ge=0)
+    """How many times the job has been admitted; names the current gang's pods."""
+    submitted_at: datetime | None = None
+    """When the operator first queued the job."""
+    admitted_at: datetime | None = None
+    """When the current admission happened."""
+    started_at: datetime | None = None
+    """When all replicas of the current admission were running."""
+    finished_at: datetime | None = None
+    """When the job succeeded or failed."""
+    gpu_seconds: float = Field(0.0, ge=0)
+    """GPU-seconds consumed by the job so far (metered)."""
+    preemptions: list[PreemptionRecord] = Field(default_factory=list, max_length=20)
+    """The most recent preemptions of this job, newest last."""
+    preemption_count: int = Field(0, ge=0)
+    """How many times the job has been preempted in total."""
+    observed_generation: int | None = None
+    """The spec generation this status was computed from."""
+
+
+class GpuJob(LenientApiModel):
+    """A GPU job: ``replicas`` pods of ``gpusPerReplica`` GPUs each, scheduled as one gang."""
+
+    api_version: Literal["gpusched.io/v1alpha1"] = keys.API_VERSION
+    kind: Literal["GpuJob"] = "GpuJob"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: GpuJobSpec
+    status: GpuJobStatus = Field(default_factory=GpuJobStatus)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the whole gang holds when running."""
+        return self.spec.replicas * self.spec.gpus_per_replica

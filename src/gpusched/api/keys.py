@@ -1,0 +1,86 @@
+"""Every label, annotation, finalizer and resource name gpusched reads or writes.
+
+One module so that the probe, the extender, the operator, the CLI and the docs agree on a single
+spelling; nothing else in the code base may spell these strings.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "gpusched.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+PREFIX: Final = f"{GROUP}/"
+
+#: The extended resource the NVIDIA device plugin advertises and GPU pods request.
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+#: The kube-scheduler profile (and pod ``schedulerName``) served with the extender.
+SCHEDULER_NAME: Final = "gpusched"
+#: Field manager used for every server-side apply by gpusched components.
+FIELD_MANAGER_PROBE: Final = "gpusched-device-probe"
+FIELD_MANAGER_OPERATOR: Final = "gpusched-operator"
+FIELD_MANAGER_SCHEDULER: Final = "gpusched-scheduler"
+
+# --- Node labels written by the device probe (our own prefix) -------------------------------
+LABEL_GPU_COUNT: Final = f"{PREFIX}gpu.count"
+LABEL_GPU_HEALTHY: Final = f"{PREFIX}gpu.healthy"
+LABEL_GPU_MODEL: Final = f"{PREFIX}gpu.model"
+LABEL_NVLINK_ISLANDS: Final = f"{PREFIX}nvlink.islands"
+LABEL_NVLINK_LARGEST_ISLAND: Final = f"{PREFIX}nvlink.largest-island"
+LABEL_NVSWITCH: Final = f"{PREFIX}nvswitch"
+LABEL_NUMA_NODES: Final = f"{PREFIX}numa.nodes"
+LABEL_TOPOLOGY_HASH: Final = f"{PREFIX}topology.hash"
+#: Marks a node the probe has published at least once; selectors for GPU nodes key on it.
+LABEL_PROBED: Final = f"{PREFIX}probed"
+
+# --- GPU Feature Discovery compatible labels (written only where GFD is absent) --------------
+GFD_PREFIX: Final = "nvidia.com/"
+GFD_PRODUCT: Final = "nvidia.com/gpu.product"
+GFD_COUNT: Final = "nvidia.com/gpu.count"
+GFD_MEMORY: Final = "nvidia.com/gpu.memory"
+GFD_FAMILY: Final = "nvidia.com/gpu.family"
+GFD_COMPUTE_MAJOR: Final = "nvidia.com/gpu.compute.major"
+GFD_COMPUTE_MINOR: Final = "nvidia.com/gpu.compute.minor"
+GFD_DRIVER_MAJOR: Final = "nvidia.com/cuda.driver-version.major"
+GFD_DRIVER_MINOR: Final = "nvidia.com/cuda.driver-version.minor"
+GFD_DRIVER_REV: Final = "nvidia.com/cuda.driver-version.revision"
+GFD_DRIVER_FULL: Final = "nvidia.com/cuda.driver-version.full"
+GFD_RUNTIME_MAJOR: Final = "nvidia.com/cuda.runtime-version.major"
+GFD_RUNTIME_MINOR: Final = "nvidia.com/cuda.runtime-version.minor"
+GFD_RUNTIME_FULL: Final = "nvidia.com/cuda.runtime-version.full"
+GFD_MIG_CAPABLE: Final = "nvidia.com/mig.capable"
+GFD_CLIQUE: Final = "nvidia.com/gpu.clique"
+#: GFD stamps this on every node it labels; its presence means GFD owns the ``nvidia.com/`` keys.
+GFD_TIMESTAMP: Final = "nvidia.com/gfd.timestamp"
+
+#: Taint the probe may put on a node whose GPUs are all unhealthy.
+TAINT_NO_HEALTHY_GPU: Final = f"{PREFIX}no-healthy-gpu"
+
+# --- Pod labels and annotations --------------------------------------------------------------
+#: Comma-separated GPU UUIDs the extender bound the pod to (the single source of truth).
+ANNOTATION_GPUS: Final = f"{PREFIX}gpus"
+#: Comma-separated GPU indices on the node, matching ``ANNOTATION_GPUS`` one to one.
+ANNOTATION_GPU_INDICES: Final = f"{PREFIX}gpu-indices"
+#: Achieved topology class of the bound set (``nvlink``, ``pcie-switch``, ``numa``, ``node``).
+ANNOTATION_TOPOLOGY_CLASS: Final = f"{PREFIX}topology-class"
+#: Requested scope and mode; the operator sets them from the GpuJob, users may set them directly.
+ANNOTATION_TOPOLOGY_SCOPE: Final = f"{PREFIX}topology-scope"
+ANNOTATION_TOPOLOGY_MODE: Final = f"{PREFIX}topology-mode"
+#: Node the admission cycle planned for this replica (the extender prefers it).
+ANNOTATION_PLANNED_NODE: Final = f"{PREFIX}planned-node"
+#: Why a pod was evicted by the operator (preemption), human readable.
+ANNOTATION_PREEMPTED_BY: Final = f"{PREFIX}preempted-by"
+
+LABEL_JOB_NAME: Final = f"{PREFIX}job-name"
+LABEL_JOB_UID: Final = f"{PREFIX}job-uid"
+LABEL_TENANT: Final = f"{PREFIX}tenant"
+LABEL_REPLICA_INDEX: Final = f"{PREFIX}replica-index"
+#: Admission generation of the gang the pod belongs to; a requeued job gets a new one.
+LABEL_ADMISSION: Final = f"{PREFIX}admission"
+
+FINALIZER_JOB: Final = f"{PREFIX}gpujob"
+
+# --- kwok, used by the local cluster and tests ------------------------------------------------
+KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
+KWOK_NODE_ANNOTATION_VALUE: Final = "fake"

@@ -1,0 +1,1 @@
+"""Subcommands of the ``gpusched`` CLI, one module each."""

@@ -1,0 +1,10 @@
+"""``gpusched bench``: benchmarks whose figures are recorded in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+def bench() -> None:
+    """Run a benchmark and print its figures (``--json`` for machines)."""
