@@ -6,6 +6,7 @@ import click
 
 from gpusched import __version__
 from gpusched.commands.bench import bench
+from gpusched.commands.crds import crds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,3 +16,4 @@ def main() -> None:
 
 
 main.add_command(bench)
+main.add_command(crds)

@@ -67,18 +67,56 @@ class TopologyPolicy(ApiModel):
     """Placement of replicas relative to each other, for multi-node gangs. Unset: any nodes."""
 
 
+def _immutable(what: str) -> dict[str, Any]:
+    """CEL transition rule refusing changes to a field once the job exists."""
+    return {
+        "x-kubernetes-validations": [
+            {
+                "rule": "self == oldSelf",
+                "message": f"{what} is immutable; delete and recreate the GpuJob to change it",
+                "reason": "FieldValueForbidden",
+            }
+        ]
+    }
+
+
+_TEMPLATE_RULES: Final = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "!has(self.spec) || !has(self.spec.nodeName)",
+            "message": "nodeName is chosen by gpusched; leave it empty",
+            "fieldPath": ".spec.nodeName",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.spec) || !has(self.spec.schedulerName) "
+            "|| self.spec.schedulerName == 'gpusched'",
+            "message": "schedulerName is set to gpusched by the operator; leave it empty",
+            "fieldPath": ".spec.schedulerName",
+            "reason": "FieldValueForbidden",
+        },
+    ]
+}
+
+
 class GpuJobSpec(ApiModel):
     """What the job needs. Tenant and quota come from the namespace, never from this spec."""
 
-    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, json_schema_extra=_immutable("replicas"))
     """Number of pods in the gang. All are admitted together or none is."""
-    gpus_per_replica: int = Field(ge=1, le=MAX_GPUS_PER_REPLICA)
+    gpus_per_replica: int = Field(
+        ge=1, le=MAX_GPUS_PER_REPLICA, json_schema_extra=_immutable("gpusPerReplica")
+    )
     """GPUs for each pod, all on one node. The operator sets the ``nvidia.com/gpu`` limit of the
     pod's first container to this value."""
-    gpu_model: str | None = Field(None, min_length=1, max_length=63)
+    gpu_model: str | None = Field(
+        None, min_length=1, max_length=63, json_schema_extra=_immutable("gpuModel")
+    )
     """Restrict placement to nodes whose GPUs are this model, as in the ``nvidia.com/gpu.product``
     label (e.g. ``NVIDIA-H100-80GB-HBM3``). Unset: any model."""
-    topology: TopologyPolicy = Field(default_factory=TopologyPolicy)
+    topology: TopologyPolicy = Field(
+        default_factory=TopologyPolicy, json_schema_extra=_immutable("topology")
+    )
     """Topology constraints for each replica's GPU set and for the gang as a whole."""
     priority_class_name: str | None = Field(None, min_length=1, max_length=253)
     """A PriorityClass whose value orders this job against others of its tenant and decides who
@@ -92,15 +130,21 @@ class GpuJobSpec(ApiModel):
     """Seconds between the preemption notice (SIGTERM) and the kill, for the job to checkpoint."""
     suspend: bool = False
     """A suspended job is not admitted; suspending a running job releases its pods and GPUs."""
-    template: dict[str, Any] = Field(json_schema_extra={"x-gpusched-embed": POD_TEMPLATE_SCHEMA})
+    template: dict[str, Any] = Field(
+        json_schema_extra={"x-gpusched-embed": POD_TEMPLATE_SCHEMA, **_TEMPLATE_RULES}
+    )
     """The pod template of every replica (a standard PodTemplateSpec). ``schedulerName`` and the
     GPU resource limit are set by the operator."""
 
     @model_validator(mode="after")
-    def _template_has_containers(self) -> GpuJobSpec:
+    def _template_is_schedulable(self) -> GpuJobSpec:
         spec = self.template.get("spec")
         if not isinstance(spec, dict) or not spec.get("containers"):
             raise ValueError("spec.template.spec.containers: at least one container is required")
+        if spec.get("nodeName"):
+            raise ValueError("spec.template.spec.nodeName is chosen by gpusched; leave it empty")
+        if spec.get("schedulerName") not in (None, keys.SCHEDULER_NAME):
+            raise ValueError("spec.template.spec.schedulerName is set by the operator")
         return self
 
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from gpusched.api import keys
 from gpusched.api.base import ApiModel, LenientApiModel
@@ -67,6 +67,14 @@ class GpuInfo(ApiModel):
 
 class GpuLink(ApiModel):
     """How two GPUs reach each other (one entry per unordered pair, ``a < b``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.a < self.b", "message": "a must be less than b", "fieldPath": ".a"}
+            ]
+        }
+    )
 
     a: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
     """Lower GPU index."""

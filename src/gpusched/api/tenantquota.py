@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from gpusched.api import keys
 from gpusched.api.base import ApiModel, LenientApiModel
@@ -45,10 +45,36 @@ class PreemptionPolicy(ApiModel):
     """Reclaiming guaranteed GPUs lent to other tenants."""
 
 
+DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+GpuCount = Annotated[int, Field(ge=0, le=1_000_000)]
+
+
 class TenantQuotaSpec(ApiModel):
     """The tenant's namespaces and GPU entitlements."""
 
-    namespaces: list[str] = Field(
+    # The same rules as _limits_are_consistent, for the API server (CEL).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.borrowingLimit) || self.borrowingLimit >= self.guaranteedGpus",
+                    "message": "borrowingLimit must be at least guaranteedGpus",
+                    "fieldPath": ".borrowingLimit",
+                    "reason": "FieldValueInvalid",
+                },
+                {
+                    "rule": "!has(self.guaranteedGpusByModel) || "
+                    "self.guaranteedGpusByModel.map(m, self.guaranteedGpusByModel[m]).sum()"
+                    " <= self.guaranteedGpus",
+                    "message": "guaranteedGpusByModel must not add up to more than guaranteedGpus",
+                    "fieldPath": ".guaranteedGpusByModel",
+                    "reason": "FieldValueInvalid",
+                },
+            ]
+        }
+    )
+
+    namespaces: list[DnsLabel] = Field(
         min_length=1,
         max_length=MAX_NAMESPACES,
         json_schema_extra={"x-kubernetes-list-type": "set"},
@@ -57,7 +83,7 @@ class TenantQuotaSpec(ApiModel):
     when two TenantQuotas name it, the older one keeps it."""
     guaranteed_gpus: int = Field(0, ge=0, le=1_000_000)
     """GPUs the tenant can always get back, preempting borrowers if needed."""
-    guaranteed_gpus_by_model: dict[str, int] = Field(
+    guaranteed_gpus_by_model: dict[str, GpuCount] = Field(
         default_factory=dict,
         max_length=MAX_MODELS,
     )
@@ -75,9 +101,6 @@ class TenantQuotaSpec(ApiModel):
     def _limits_are_consistent(self) -> TenantQuotaSpec:
         if self.borrowing_limit is not None and self.borrowing_limit < self.guaranteed_gpus:
             raise ValueError("spec.borrowingLimit must be at least spec.guaranteedGpus")
-        for model, gpus in self.guaranteed_gpus_by_model.items():
-            if gpus < 0:
-                raise ValueError(f"spec.guaranteedGpusByModel[{model}] must be at least 0")
         if sum(self.guaranteed_gpus_by_model.values()) > self.guaranteed_gpus:
             raise ValueError(
                 "spec.guaranteedGpusByModel must not add up to more than spec.guaranteedGpus"

@@ -1,0 +1,44 @@
+"""``gpusched crds``: write or check the generated CustomResourceDefinitions."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gpusched.api import crdgen
+
+
+@click.group()
+def crds() -> None:
+    """Generate the CRDs in crds/ from the API types."""
+
+
+@crds.command()
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("crds"),
+              show_default=True, help="Directory to write into.")
+def generate(out: Path) -> None:
+    """Write one YAML file per kind."""
+    for path in crdgen.generate(out):
+        click.echo(f"wrote {path}")
+
+
+@crds.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("crds"), show_default=True, help="Directory holding the CRDs.")
+def check(directory: Path) -> None:
+    """Exit 1 when the committed CRDs differ from what the API types generate."""
+    outdated = crdgen.stale(directory)
+    if outdated:
+        click.echo(f"stale CRDs (run `gpusched crds generate`): {', '.join(outdated)}", err=True)
+        sys.exit(1)
+    click.echo("CRDs are up to date")
+
+
+@crds.command()
+@click.argument("kind", type=click.Choice([c.plural for c in crdgen.CRDS]))
+def show(kind: str) -> None:
+    """Print one CRD to stdout (for `kubectl apply -f -`)."""
+    crd = next(c for c in crdgen.CRDS if c.plural == kind)
+    click.echo(crdgen.render(crd), nl=False)

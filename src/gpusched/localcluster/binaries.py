@@ -1,0 +1,225 @@
+"""Build and cache the control-plane binaries from the pinned Go modules in ``e2e/tools``.
+
+Each tool module (kubernetes, etcd, kwok) pins its version in ``go.mod``/``go.sum``. Binaries are
+built with ``go build`` (the way ``go install`` builds Go tools) into
+``~/.cache/gpusched/bin/<tool>-<version>/``, keyed by version plus a digest of the module files and
+the Go version, so that CI and every later run on the machine reuse them. A build shows progress
+(packages compiled out of the total) because the first one takes minutes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+Progress = Callable[[str], None]
+
+
+def default_progress(message: str) -> None:
+    """Progress lines go to stderr so ``--json`` output on stdout stays clean."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class GoTool:
+    """One Go module in ``e2e/tools`` and the binaries built from it."""
+
+    name: str
+    module: str
+    packages: tuple[str, ...]
+    ldflags: str = "-s -w"
+
+    def version(self, tools_dir: Path) -> str:
+        """The pinned version of ``module``, read from the tool's go.mod."""
+        text = (tools_dir / self.name / "go.mod").read_text(encoding="utf-8")
+        match = re.search(rf"^\s*(?:require\s+)?{re.escape(self.module)}\s+(v\S+)", text, re.M)
+        if not match:
+            raise RuntimeError(f"{self.module} is not required in {tools_dir / self.name / 'go.mod'}")
+        return match.group(1)
+
+    def binaries(self) -> tuple[str, ...]:
+        """Names of the executables, the last element of each package path."""
+        return tuple(_binary_name(package) for package in self.packages)
+
+
+#: Executables whose name differs from what ``go build`` calls them.
+_RENAMES = {"go.etcd.io/etcd/server/v3": "etcd"}
+
+
+def _go_output_name(package: str) -> str:
+    """The file ``go build -o dir/`` writes: the last path element, skipping a ``/vN`` suffix."""
+    parts = package.rstrip("/").split("/")
+    return parts[-2] if re.fullmatch(r"v\d+", parts[-1]) else parts[-1]
+
+
+def _binary_name(package: str) -> str:
+    return _RENAMES.get(package, _go_output_name(package))
+
+
+def _kubernetes_ldflags(version: str) -> str:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {package}.gitVersion={version}",
+            f"-X {package}.gitMajor={major}",
+            f"-X {package}.gitMinor={minor}",
+            f"-X {package}.gitTreeState=clean",
+        ]
+    return " ".join(flags)
+
+
+KUBERNETES = GoTool(
+    name="kubernetes",
+    module="k8s.io/kubernetes",
+    packages=(
+        "k8s.io/kubernetes/cmd/kube-apiserver",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-scheduler",
+        "k8s.io/kubernetes/cmd/kubectl",
+    ),
+)
+ETCD = GoTool(name="etcd", module="go.etcd.io/etcd/server/v3", packages=("go.etcd.io/etcd/server/v3",))
+KWOK = GoTool(name="kwok", module="sigs.k8s.io/kwok", packages=("sigs.k8s.io/kwok/cmd/kwok",))
+TOOLS = (ETCD, KWOK, KUBERNETES)
+
+
+def repo_root() -> Path:
+    """The source checkout this package runs from (the local cluster is a development tool)."""
+    override = os.environ.get("GPUSCHED_REPO")
+    root = Path(override) if override else Path(__file__).resolve().parents[3]
+    if not (root / "e2e" / "tools").is_dir():
+        raise RuntimeError(
+            f"{root} has no e2e/tools: the local cluster runs from a gpusched source checkout "
+            "(set GPUSCHED_REPO to point at one)"
+        )
+    return root
+
+
+def cache_dir() -> Path:
+    """Root of gpusched's cache, outside any clone so every clone and CI run shares it."""
+    override = os.environ.get("GPUSCHED_CACHE")
+    return Path(override) if override else Path.home() / ".cache" / "gpusched"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Paths of every control-plane binary, once built."""
+
+    directory: dict[str, Path]
+
+    def path(self, binary: str) -> Path:
+        """Absolute path of one executable, e.g. ``kube-apiserver``."""
+        return self.directory[binary] / binary
+
+
+def _go_version() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError("the local cluster is built from Go modules, but `go` is not on PATH")
+    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _stamp(tool: GoTool, tools_dir: Path, go_version: str) -> str:
+    digest = hashlib.sha256(go_version.encode())
+    for name in ("go.mod", "go.sum"):
+        digest.update((tools_dir / tool.name / name).read_bytes())
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_toolchain(progress: Progress = default_progress) -> Toolchain:
+    """Build whatever is missing or outdated and return where every binary is."""
+    tools_dir = repo_root() / "e2e" / "tools"
+    go_version = _go_version()
+    directories: dict[str, Path] = {}
+    for tool in TOOLS:
+        version = tool.version(tools_dir)
+        target = cache_dir() / "bin" / f"{tool.name}-{version}"
+        stamp = _stamp(tool, tools_dir, go_version)
+        with _locked(cache_dir() / "bin" / f".{tool.name}.lock"):
+            if _stamp_matches(target, stamp, tool):
+                progress(f"[toolchain] {tool.name} {version}: cached in {target}")
+            else:
+                _build(tool, version, tools_dir, target, stamp, progress)
+        for binary in tool.binaries():
+            directories[binary] = target
+    return Toolchain(directories)
+
+
+def _stamp_matches(target: Path, stamp: str, tool: GoTool) -> bool:
+    stamp_file = target / ".stamp"
+    if not stamp_file.exists() or stamp_file.read_text().strip() != stamp:
+        return False
+    return all((target / binary).exists() for binary in tool.binaries())
+
+
+def _build(
+    tool: GoTool, version: str, tools_dir: Path, target: Path, stamp: str, progress: Progress
+) -> None:
+    module_dir = tools_dir / tool.name
+    env = {**os.environ, "GOFLAGS": "-mod=readonly"}
+    progress(f"[toolchain] {tool.name} {version}: downloading modules")
+    subprocess.run(["go", "mod", "download"], cwd=module_dir, env=env, check=True)
+    total = _count_packages(tool, module_dir, env)
+    ldflags = _kubernetes_ldflags(version) if tool is KUBERNETES else tool.ldflags
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{tool.name}-", dir=target.parent))
+    command = ["go", "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", f"{staging}/", *tool.packages]
+    progress(f"[toolchain] {tool.name} {version}: compiling {total} packages (first build takes minutes)")
+    started = time.monotonic()
+    with subprocess.Popen(command, cwd=module_dir, env=env, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None
+        built, errors, last_report = 0, [], 0.0
+        for line in proc.stderr:
+            line = line.rstrip()
+            if line and not line.startswith(("#", " ", "\t")) and " " not in line:
+                built += 1
+            else:
+                errors.append(line)
+            now = time.monotonic()
+            if now - last_report >= 15:
+                last_report = now
+                progress(
+                    f"[toolchain] {tool.name}: {built}/{total} packages compiled, "
+                    f"{now - started:.0f}s elapsed"
+                )
+    if proc.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RuntimeError(f"building {tool.name} {version} failed:\n" + "\n".join(errors[-40:]))
+    for package in tool.packages:
+        (staging / _go_output_name(package)).rename(staging / _binary_name(package))
+    (staging / ".stamp").write_text(stamp + "\n")
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    progress(f"[toolchain] {tool.name} {version}: built in {time.monotonic() - started:.0f}s -> {target}")
+
+
+def _count_packages(tool: GoTool, module_dir: Path, env: dict[str, str]) -> int:
+    listing = subprocess.run(
+        ["go", "list", "-deps", *tool.packages], cwd=module_dir, env=env, check=True,
+        capture_output=True, text=True,
+    ).stdout
+    return sum(1 for line in listing.splitlines() if line.strip())
