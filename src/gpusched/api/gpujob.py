@@ -83,6 +83,12 @@ def _immutable(what: str) -> dict[str, Any]:
 _TEMPLATE_RULES: Final = {
     "x-kubernetes-validations": [
         {
+            "rule": "has(self.spec) && has(self.spec.containers) && size(self.spec.containers) > 0",
+            "message": "at least one container is required",
+            "fieldPath": ".spec.containers",
+            "reason": "FieldValueRequired",
+        },
+        {
             "rule": "!has(self.spec) || !has(self.spec.nodeName)",
             "message": "nodeName is chosen by gpusched; leave it empty",
             "fieldPath": ".spec.nodeName",

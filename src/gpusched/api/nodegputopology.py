@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from gpusched.api import keys
 from gpusched.api.base import ApiModel, LenientApiModel
@@ -86,6 +86,12 @@ class GpuLink(ApiModel):
     """Bonded NVLinks when ``type`` is ``NV``; 0 otherwise."""
     pcie: LinkType | None = None
     """The PCIe path as well, when known (it exists even for NVLinked pairs)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GpuLink:
+        if self.a >= self.b:
+            raise ValueError("spec.links[].a must be less than b (one entry per unordered pair)")
+        return self
 
 
 class NicInfo(ApiModel):

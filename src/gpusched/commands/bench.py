@@ -7,4 +7,4 @@ import click
 
 @click.group()
 def bench() -> None:
-    """Run a benchmark and print its figures (``--json`` for machines)."""
+    """Run a benchmark and print its figures (--json for machines)."""

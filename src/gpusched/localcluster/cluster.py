@@ -236,6 +236,36 @@ class LocalCluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
+    def install_crds(self, directory: Path, timeout: float = 60) -> None:
+        """Apply the CRDs in ``directory`` and wait until the API server serves them.
+
+        Server-side apply, because the GpuJob CRD is too large for the client-side
+        last-applied annotation.
+        """
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(directory))
+        names = [
+            doc["metadata"]["name"]
+            for path in sorted(directory.glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text())
+            if doc and doc.get("kind") == "CustomResourceDefinition"
+        ]
+        deadline = time.monotonic() + timeout
+        for name in names:
+            while True:
+                code, body = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                conditions = json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
+                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"CRD {name} not established after {timeout:.0f}s")
+                time.sleep(0.1)
+
+    def api_client(self) -> Any:
+        """A ``kubernetes`` client configured as admin (imported lazily: optional dependency)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
     def ssl_context(self) -> ssl.SSLContext:
         """TLS context that trusts the cluster CA and presents the admin certificate."""
         context = ssl.create_default_context(cafile=str(self.ca_cert))

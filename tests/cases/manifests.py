@@ -1,0 +1,150 @@
+"""Valid and invalid GpuJob / TenantQuota manifests shared by the unit and integration tests.
+
+Each invalid case names the field a good error message must mention. ``upstream`` marks cases
+only the API server can catch, because they concern the embedded PodTemplateSpec schema that the
+Python models pass through as a plain mapping.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+
+def gpujob(name: str = "job", **spec: Any) -> dict[str, Any]:
+    """A valid GpuJob with ``spec`` fields overridden (None deletes a field)."""
+    body: dict[str, Any] = {
+        "gpusPerReplica": 4,
+        "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
+    }
+    for key, value in spec.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return {
+        "apiVersion": "gpusched.io/v1alpha1",
+        "kind": "GpuJob",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def tenantquota(name: str = "tenant", **spec: Any) -> dict[str, Any]:
+    """A valid TenantQuota with ``spec`` fields overridden (None deletes a field)."""
+    body: dict[str, Any] = {"namespaces": ["team"], "guaranteedGpus": 8}
+    for key, value in spec.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return {
+        "apiVersion": "gpusched.io/v1alpha1",
+        "kind": "TenantQuota",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def _template(**pod_spec: Any) -> dict[str, Any]:
+    return {"spec": pod_spec}
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A manifest the API server must refuse, and the field its message must name."""
+
+    id: str
+    manifest: dict[str, Any]
+    field: str
+    upstream: bool = False
+
+    def named(self, name: str) -> dict[str, Any]:
+        """The manifest with a unique object name."""
+        manifest = copy.deepcopy(self.manifest)
+        manifest["metadata"]["name"] = name
+        return manifest
+
+
+INVALID: tuple[Invalid, ...] = (
+    Invalid("gpujob-zero-gpus", gpujob(gpusPerReplica=0), "spec.gpusPerReplica"),
+    Invalid("gpujob-negative-gpus", gpujob(gpusPerReplica=-2), "spec.gpusPerReplica"),
+    Invalid("gpujob-too-many-gpus", gpujob(gpusPerReplica=65), "spec.gpusPerReplica"),
+    Invalid("gpujob-gpus-missing", gpujob(gpusPerReplica=None), "spec.gpusPerReplica"),
+    Invalid("gpujob-gpus-wrong-type", gpujob(gpusPerReplica="four"), "spec.gpusPerReplica"),
+    Invalid("gpujob-zero-replicas", gpujob(replicas=0), "spec.replicas"),
+    Invalid("gpujob-unknown-scope", gpujob(topology={"scope": "rack"}), "spec.topology.scope"),
+    Invalid("gpujob-unknown-mode", gpujob(topology={"mode": "maybe"}), "spec.topology.mode"),
+    Invalid(
+        "gpujob-across-replicas-without-label",
+        gpujob(topology={"acrossReplicas": {"mode": "required"}}),
+        "spec.topology.acrossReplicas.nodeLabel",
+    ),
+    Invalid("gpujob-negative-min-runtime", gpujob(minRuntimeSeconds=-1), "spec.minRuntimeSeconds"),
+    Invalid(
+        "gpujob-negative-grace", gpujob(checkpointGracePeriodSeconds=-5),
+        "spec.checkpointGracePeriodSeconds",
+    ),
+    Invalid("gpujob-unknown-field", gpujob(gpus=4), "spec.gpus"),
+    Invalid("gpujob-template-missing", gpujob(template=None), "spec.template"),
+    Invalid(
+        "gpujob-containers-missing", gpujob(template=_template(restartPolicy="Never")),
+        "spec.template.spec.containers",
+    ),
+    Invalid("gpujob-containers-empty", gpujob(template=_template(containers=[])),
+            "spec.template.spec.containers"),
+    Invalid(
+        "gpujob-node-name-set",
+        gpujob(template=_template(nodeName="n1", containers=[{"name": "c", "image": "i"}])),
+        "spec.template.spec.nodeName",
+    ),
+    Invalid(
+        "gpujob-container-without-name",
+        gpujob(template=_template(containers=[{"image": "busybox"}])),
+        "spec.template.spec.containers[0].name",
+        upstream=True,
+    ),
+    Invalid(
+        "gpujob-container-bad-quantity",
+        gpujob(template=_template(containers=[
+            {"name": "c", "image": "i", "resources": {"limits": {"cpu": "lots"}}}
+        ])),
+        "spec.template.spec.containers[0].resources.limits",
+        upstream=True,
+    ),
+    Invalid(
+        "gpujob-container-port-wrong-type",
+        gpujob(template=_template(containers=[
+            {"name": "c", "image": "i", "ports": [{"containerPort": "http"}]}
+        ])),
+        "spec.template.spec.containers[0].ports[0].containerPort",
+        upstream=True,
+    ),
+    Invalid("tenantquota-borrowing-below-guarantee", tenantquota(borrowingLimit=4),
+            "spec.borrowingLimit"),
+    Invalid("tenantquota-zero-weight", tenantquota(weight=0), "spec.weight"),
+    Invalid("tenantquota-negative-weight", tenantquota(weight=-1.5), "spec.weight"),
+    Invalid("tenantquota-negative-guarantee", tenantquota(guaranteedGpus=-1), "spec.guaranteedGpus"),
+    Invalid("tenantquota-guarantee-wrong-type", tenantquota(guaranteedGpus="eight"),
+            "spec.guaranteedGpus"),
+    Invalid("tenantquota-no-namespaces", tenantquota(namespaces=[]), "spec.namespaces"),
+    Invalid("tenantquota-namespaces-missing", tenantquota(namespaces=None), "spec.namespaces"),
+    Invalid("tenantquota-bad-namespace", tenantquota(namespaces=["Team_A"]), "spec.namespaces[0]"),
+    Invalid(
+        "tenantquota-models-exceed-guarantee",
+        tenantquota(guaranteedGpusByModel={"NVIDIA-H100-80GB-HBM3": 6, "NVIDIA-A100-SXM4-80GB": 4}),
+        "spec.guaranteedGpusByModel",
+    ),
+    Invalid(
+        "tenantquota-negative-model-guarantee",
+        tenantquota(guaranteedGpusByModel={"NVIDIA-H100-80GB-HBM3": -1}),
+        "spec.guaranteedGpusByModel",
+    ),
+    Invalid(
+        "tenantquota-unknown-reclaim-policy",
+        tenantquota(preemption={"reclaimBorrowed": "Sometimes"}),
+        "spec.preemption.reclaimBorrowed",
+    ),
+    Invalid("tenantquota-unknown-field", tenantquota(maxGpus=4), "spec.maxGpus"),
+)

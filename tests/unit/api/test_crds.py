@@ -1,0 +1,58 @@
+"""The committed CRDs are exactly what the API types generate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gpusched.api import crdgen
+
+CRD_DIR = Path(__file__).parents[3] / "crds"
+
+
+def test_committed_crds_match_the_generator() -> None:
+    assert crdgen.stale(CRD_DIR) == [], "run `gpusched crds generate` and commit crds/"
+
+
+def test_stale_reports_a_hand_edited_crd(tmp_path: Path) -> None:
+    crdgen.generate(tmp_path)
+    path = tmp_path / crdgen.CRDS[0].filename
+    path.write_text(path.read_text().replace("gpusPerReplica", "gpus"))
+    assert crdgen.stale(tmp_path) == [crdgen.CRDS[0].filename]
+
+
+def test_every_schema_field_is_documented() -> None:
+    undocumented: list[str] = []
+
+    def walk(node: dict, path: str, upstream: bool) -> None:
+        for name, sub in node.get("properties", {}).items():
+            here = f"{path}.{name}"
+            if not upstream and not sub.get("description") and name not in ("apiVersion", "metadata"):
+                undocumented.append(here)
+            walk(sub, here, upstream or here.endswith("spec.template"))
+        if "items" in node:
+            walk(node["items"], path + "[]", upstream)
+
+    for crd in crdgen.CRDS:
+        schema = crdgen.crd_manifest(crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        walk(schema, crd.kind, upstream=False)
+    assert undocumented == []
+
+
+def test_gpujob_template_embeds_the_upstream_pod_schema() -> None:
+    manifest = yaml.safe_load(crdgen.render(crdgen.CRDS[0]).split("\n", 1)[1])
+    schema = manifest["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    template = schema["properties"]["spec"]["properties"]["template"]
+    containers = template["properties"]["spec"]["properties"]["containers"]
+    assert containers["x-kubernetes-list-type"] == "map"
+    assert "name" in containers["items"]["required"]
+    assert containers["items"]["properties"]["ports"]["items"]["properties"]["protocol"]["default"] == "TCP"
+
+
+def test_names_short_names_and_category_are_set() -> None:
+    for crd in crdgen.CRDS:
+        names = crdgen.crd_manifest(crd)["spec"]["names"]
+        assert names["categories"] == ["gpusched"]
+        assert names["shortNames"]
+        assert crdgen.crd_manifest(crd)["spec"]["versions"][0]["subresources"] == {"status": {}}
