@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "bench": "gpusched.commands.bench:bench",
     "cluster": "gpusched.commands.cluster:cluster",
     "crds": "gpusched.commands.crds:crds",
+    "demo": "gpusched.commands.demo:demo",
 }
 
 
@@ -41,7 +42,9 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-@click.group(cls=LazyGroup, lazy=SUBCOMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, lazy=SUBCOMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="gpusched")
 def main() -> None:
     """gpusched: GPU scheduling for Kubernetes that follows the hardware's wiring."""

@@ -83,17 +83,22 @@ INVALID: tuple[Invalid, ...] = (
     ),
     Invalid("gpujob-negative-min-runtime", gpujob(minRuntimeSeconds=-1), "spec.minRuntimeSeconds"),
     Invalid(
-        "gpujob-negative-grace", gpujob(checkpointGracePeriodSeconds=-5),
+        "gpujob-negative-grace",
+        gpujob(checkpointGracePeriodSeconds=-5),
         "spec.checkpointGracePeriodSeconds",
     ),
     Invalid("gpujob-unknown-field", gpujob(gpus=4), "spec.gpus"),
     Invalid("gpujob-template-missing", gpujob(template=None), "spec.template"),
     Invalid(
-        "gpujob-containers-missing", gpujob(template=_template(restartPolicy="Never")),
+        "gpujob-containers-missing",
+        gpujob(template=_template(restartPolicy="Never")),
         "spec.template.spec.containers",
     ),
-    Invalid("gpujob-containers-empty", gpujob(template=_template(containers=[])),
-            "spec.template.spec.containers"),
+    Invalid(
+        "gpujob-containers-empty",
+        gpujob(template=_template(containers=[])),
+        "spec.template.spec.containers",
+    ),
     Invalid(
         "gpujob-node-name-set",
         gpujob(template=_template(nodeName="n1", containers=[{"name": "c", "image": "i"}])),
@@ -107,27 +112,39 @@ INVALID: tuple[Invalid, ...] = (
     ),
     Invalid(
         "gpujob-container-bad-quantity",
-        gpujob(template=_template(containers=[
-            {"name": "c", "image": "i", "resources": {"limits": {"cpu": "lots"}}}
-        ])),
+        gpujob(
+            template=_template(
+                containers=[{"name": "c", "image": "i", "resources": {"limits": {"cpu": "lots"}}}]
+            )
+        ),
         "spec.template.spec.containers[0].resources.limits",
         upstream=True,
     ),
     Invalid(
         "gpujob-container-port-wrong-type",
-        gpujob(template=_template(containers=[
-            {"name": "c", "image": "i", "ports": [{"containerPort": "http"}]}
-        ])),
+        gpujob(
+            template=_template(
+                containers=[{"name": "c", "image": "i", "ports": [{"containerPort": "http"}]}]
+            )
+        ),
         "spec.template.spec.containers[0].ports[0].containerPort",
         upstream=True,
     ),
-    Invalid("tenantquota-borrowing-below-guarantee", tenantquota(borrowingLimit=4),
-            "spec.borrowingLimit"),
+    Invalid(
+        "tenantquota-borrowing-below-guarantee",
+        tenantquota(borrowingLimit=4),
+        "spec.borrowingLimit",
+    ),
     Invalid("tenantquota-zero-weight", tenantquota(weight=0), "spec.weight"),
     Invalid("tenantquota-negative-weight", tenantquota(weight=-1.5), "spec.weight"),
-    Invalid("tenantquota-negative-guarantee", tenantquota(guaranteedGpus=-1), "spec.guaranteedGpus"),
-    Invalid("tenantquota-guarantee-wrong-type", tenantquota(guaranteedGpus="eight"),
-            "spec.guaranteedGpus"),
+    Invalid(
+        "tenantquota-negative-guarantee", tenantquota(guaranteedGpus=-1), "spec.guaranteedGpus"
+    ),
+    Invalid(
+        "tenantquota-guarantee-wrong-type",
+        tenantquota(guaranteedGpus="eight"),
+        "spec.guaranteedGpus",
+    ),
     Invalid("tenantquota-no-namespaces", tenantquota(namespaces=[]), "spec.namespaces"),
     Invalid("tenantquota-namespaces-missing", tenantquota(namespaces=None), "spec.namespaces"),
     Invalid("tenantquota-bad-namespace", tenantquota(namespaces=["Team_A"]), "spec.namespaces[0]"),

@@ -71,12 +71,18 @@ def test_gpujob_create_get_patch_status_delete(kube: Any) -> None:
 def test_tenantquota_create_get_patch_status_delete(kube: Any) -> None:
     api = client.CustomObjectsApi(kube)
     api.create_cluster_custom_object(G, V, "tenantquotas", tenantquota("crud-tenant"))
-    quota = TenantQuota.model_validate(api.get_cluster_custom_object(G, V, "tenantquotas", "crud-tenant"))
+    quota = TenantQuota.model_validate(
+        api.get_cluster_custom_object(G, V, "tenantquotas", "crud-tenant")
+    )
     assert quota.spec.weight == 1.0
     assert quota.spec.preemption.reclaim_borrowed == "Any"
     status = quota.status.model_copy(update={"used_gpus": 6, "borrowed_gpus": 0, "running_jobs": 2})
-    api.patch_cluster_custom_object_status(G, V, "tenantquotas", "crud-tenant", {"status": status.to_k8s()})
-    again = TenantQuota.model_validate(api.get_cluster_custom_object(G, V, "tenantquotas", "crud-tenant"))
+    api.patch_cluster_custom_object_status(
+        G, V, "tenantquotas", "crud-tenant", {"status": status.to_k8s()}
+    )
+    again = TenantQuota.model_validate(
+        api.get_cluster_custom_object(G, V, "tenantquotas", "crud-tenant")
+    )
     assert again.status.used_gpus == 6
     assert again.status.running_jobs == 2
     api.delete_cluster_custom_object(G, V, "tenantquotas", "crud-tenant")
@@ -90,29 +96,38 @@ def test_nodegputopology_status_patch_and_garbage_collection_with_its_node(
 ) -> None:
     (name,) = gpu_nodes(1, gpus=2, topology=_two_gpu_topology())
     api = client.CustomObjectsApi(kube)
-    stored = NodeGpuTopology.model_validate(api.get_cluster_custom_object(G, V, "nodegputopologies", name))
+    stored = NodeGpuTopology.model_validate(
+        api.get_cluster_custom_object(G, V, "nodegputopologies", name)
+    )
     assert stored.spec.node_name == name
     assert stored.metadata.owner_references[0]["kind"] == "Node"
     status = NodeGpuTopologyStatus(
         gpus=[
             GpuHealth(index=0, uuid="GPU-0"),
-            GpuHealth(index=1, uuid="GPU-1", state=GpuHealthState.UNHEALTHY, reason="Xid79",
-                      message="GPU has fallen off the bus"),
+            GpuHealth(
+                index=1,
+                uuid="GPU-1",
+                state=GpuHealthState.UNHEALTHY,
+                reason="Xid79",
+                message="GPU has fallen off the bus",
+            ),
         ],
         healthy_gpus=1,
     )
-    api.patch_cluster_custom_object_status(G, V, "nodegputopologies", name, {"status": status.to_k8s()})
-    patched = NodeGpuTopology.model_validate(api.get_cluster_custom_object(G, V, "nodegputopologies", name))
+    api.patch_cluster_custom_object_status(
+        G, V, "nodegputopologies", name, {"status": status.to_k8s()}
+    )
+    patched = NodeGpuTopology.model_validate(
+        api.get_cluster_custom_object(G, V, "nodegputopologies", name)
+    )
     assert patched.status.gpus[1].state is GpuHealthState.UNHEALTHY
     assert patched.status.healthy_gpus == 1
 
     client.CoreV1Api(kube).delete_node(name)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        try:
-            api.get_cluster_custom_object(G, V, "nodegputopologies", name)
-        except ApiException as err:
-            assert err.status == 404
+        remaining = api.list_cluster_custom_object(G, V, "nodegputopologies")["items"]
+        if name not in {item["metadata"]["name"] for item in remaining}:
             return
         time.sleep(0.2)
     pytest.fail("NodeGpuTopology outlived its Node: garbage collection did not remove it")

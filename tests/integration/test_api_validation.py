@@ -40,7 +40,9 @@ def test_documented_examples_are_accepted(local_cluster: LocalCluster) -> None:
         local_cluster.kubectl("apply", "-f", str(path))
     jobs = json.loads(local_cluster.kubectl("get", "gpujobs", "-A", "-o", "json").stdout)["items"]
     examples = [
-        doc for path in files for doc in yaml.safe_load_all(path.read_text())
+        doc
+        for path in files
+        for doc in yaml.safe_load_all(path.read_text())
         if doc and doc["kind"] == "GpuJob"
     ]
     assert {j["metadata"]["name"] for j in jobs} >= {e["metadata"]["name"] for e in examples}
@@ -64,14 +66,27 @@ def test_sizing_fields_are_immutable_once_the_job_exists(local_cluster: LocalClu
     name = f"immutable-{next(_serial)}"
     local_cluster.kubectl("apply", "-n", "default", "-f", "-", input=json.dumps(gpujob(name)))
     result = local_cluster.kubectl(
-        "patch", "gpujob", name, "-n", "default", "--type=merge",
-        "-p", json.dumps({"spec": {"gpusPerReplica": 8}}), check=False,
+        "patch",
+        "gpujob",
+        name,
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"gpusPerReplica": 8}}),
+        check=False,
     )
     assert result.returncode != 0
     assert "spec.gpusPerReplica" in result.stderr
     assert "immutable" in result.stderr
     suspended = local_cluster.kubectl(
-        "patch", "gpujob", name, "-n", "default", "--type=merge",
-        "-p", json.dumps({"spec": {"suspend": True}}),
+        "patch",
+        "gpujob",
+        name,
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"suspend": True}}),
     )
     assert "patched" in suspended.stdout

@@ -30,14 +30,23 @@ CATEGORY: Final = "gpusched"
 _DROPPED_KEYS: Final = frozenset({"title", "additionalProperties", "$defs", "discriminator"})
 #: Extensions of upstream schemas that CRD schemas do not accept.
 _UPSTREAM_DROPPED: Final = frozenset(
-    {"x-kubernetes-patch-merge-key", "x-kubernetes-patch-strategy", "x-kubernetes-unions",
-     "x-kubernetes-group-version-kind", "x-kubernetes-embedded-resource", "default"}
+    {
+        "x-kubernetes-patch-merge-key",
+        "x-kubernetes-patch-strategy",
+        "x-kubernetes-unions",
+        "x-kubernetes-group-version-kind",
+        "x-kubernetes-embedded-resource",
+        "default",
+    }
 )
 #: Upstream types whose schema is replaced wholesale (the API server handles them specially).
 _UPSTREAM_SPECIAL: Final[dict[str, dict[str, Any]]] = {
     "io.k8s.apimachinery.pkg.api.resource.Quantity": {
         "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        "pattern": (
+            r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+            r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+        ),
         "x-kubernetes-int-or-string": True,
     },
     "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {
@@ -92,8 +101,15 @@ class CrdSpec:
         return f"{keys.GROUP}_{self.plural}.yaml"
 
 
-def _column(name: str, type_: str, path: str, description: str, priority: int = 0) -> dict[str, Any]:
-    column: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path, "description": description}
+def _column(
+    name: str, type_: str, path: str, description: str, priority: int = 0
+) -> dict[str, Any]:
+    column: dict[str, Any] = {
+        "name": name,
+        "type": type_,
+        "jsonPath": path,
+        "description": description,
+    }
     if priority:
         column["priority"] = priority
     return column
@@ -113,10 +129,16 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
             _column("Replicas", "integer", ".spec.replicas", "Pods in the gang."),
             _column("GPUs", "integer", ".status.gpus", "GPUs of the whole job."),
             _column("Phase", "string", ".status.phase", "Queued, Admitted, Running, ..."),
-            _column("Placement", "string", ".status.placementQuality",
-                    "Worst achieved topology class over the replicas."),
+            _column(
+                "Placement",
+                "string",
+                ".status.placementQuality",
+                "Worst achieved topology class over the replicas.",
+            ),
             _column("Reason", "string", ".status.reason", "Why the job is in this phase."),
-            _column("Message", "string", ".status.message", "The reason in a sentence.", priority=1),
+            _column(
+                "Message", "string", ".status.message", "The reason in a sentence.", priority=1
+            ),
             _AGE,
         ),
     ),
@@ -266,7 +288,11 @@ def _embed_upstream(root: str) -> dict[str, Any]:
     def walk(node: dict[str, Any], depth: int) -> dict[str, Any]:
         if "allOf" in node and len(node["allOf"]) == 1:
             inner = node["allOf"][0]
-            base = convert(inner["$ref"].rsplit("/", 1)[-1], depth) if "$ref" in inner else walk(inner, depth)
+            base = (
+                convert(inner["$ref"].rsplit("/", 1)[-1], depth)
+                if "$ref" in inner
+                else walk(inner, depth)
+            )
             if "description" in node and depth <= _UPSTREAM_DESCRIPTION_DEPTH:
                 base["description"] = node["description"]
             return base
@@ -287,7 +313,11 @@ def _embed_upstream(root: str) -> dict[str, Any]:
             _keep_list_map_key_defaults(node, out)
         if isinstance(node.get("additionalProperties"), dict):
             out["additionalProperties"] = walk(node["additionalProperties"], depth + 1)
-        if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        if (
+            out.get("type") == "object"
+            and "properties" not in out
+            and "additionalProperties" not in out
+        ):
             out["x-kubernetes-preserve-unknown-fields"] = True
         return out
 

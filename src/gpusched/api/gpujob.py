@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 
 from gpusched.api import keys
 from gpusched.api.base import ApiModel, LenientApiModel
@@ -67,7 +67,7 @@ class TopologyPolicy(ApiModel):
     """Placement of replicas relative to each other, for multi-node gangs. Unset: any nodes."""
 
 
-def _immutable(what: str) -> dict[str, Any]:
+def _immutable(what: str) -> dict[str, JsonValue]:
     """CEL transition rule refusing changes to a field once the job exists."""
     return {
         "x-kubernetes-validations": [
@@ -80,7 +80,7 @@ def _immutable(what: str) -> dict[str, Any]:
     }
 
 
-_TEMPLATE_RULES: Final = {
+_TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
     "x-kubernetes-validations": [
         {
             "rule": "has(self.spec) && has(self.spec.containers) && size(self.spec.containers) > 0",

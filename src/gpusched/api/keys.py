@@ -10,7 +10,7 @@ from typing import Final
 
 GROUP: Final = "gpusched.io"
 VERSION: Final = "v1alpha1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
+API_VERSION: Final = "gpusched.io/v1alpha1"
 PREFIX: Final = f"{GROUP}/"
 
 #: The extended resource the NVIDIA device plugin advertises and GPU pods request.

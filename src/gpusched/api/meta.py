@@ -49,11 +49,16 @@ class ConditionStatus(StrEnum):
 class Condition(ApiModel):
     """A standard Kubernetes condition (the shape of ``metav1.Condition``)."""
 
-    type: str = Field(max_length=316, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    )
     """Condition type in CamelCase, e.g. ``Admitted``."""
     status: ConditionStatus
     """``True``, ``False`` or ``Unknown``."""
-    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    reason: str = Field(
+        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+    )
     """Machine-readable CamelCase reason for the last transition, e.g. ``QuotaExceeded``."""
     message: str = Field("", max_length=32768)
     """A sentence for humans saying what happened and what would change it."""

@@ -45,7 +45,9 @@ class PreemptionPolicy(ApiModel):
     """Reclaiming guaranteed GPUs lent to other tenants."""
 
 
-DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+DnsLabel = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
 GpuCount = Annotated[int, Field(ge=0, le=1_000_000)]
 
 
@@ -57,7 +59,8 @@ class TenantQuotaSpec(ApiModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "!has(self.borrowingLimit) || self.borrowingLimit >= self.guaranteedGpus",
+                    "rule": "!has(self.borrowingLimit) "
+                    "|| self.borrowingLimit >= self.guaranteedGpus",
                     "message": "borrowingLimit must be at least guaranteedGpus",
                     "fieldPath": ".borrowingLimit",
                     "reason": "FieldValueInvalid",

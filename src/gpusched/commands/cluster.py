@@ -9,10 +9,13 @@ import click
 
 from gpusched.localcluster import ClusterError, LocalCluster, default_state_dir, ensure_toolchain
 from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
 
-_name = click.option("--name", default="dev", show_default=True,
-                     help="Cluster name; its files live in ~/.cache/gpusched/clusters/NAME.")
+_name = click.option(
+    "--name",
+    default="dev",
+    show_default=True,
+    help="Cluster name; its files live in ~/.cache/gpusched/clusters/NAME.",
+)
 
 
 @click.group()
@@ -22,10 +25,20 @@ def cluster() -> None:
 
 
 @cluster.command()
+def build() -> None:
+    """Build (or find cached) the control-plane binaries and print where they are."""
+    toolchain = ensure_toolchain()
+    for binary in sorted(toolchain.directory):
+        click.echo(f"{binary}: {toolchain.path(binary)}")
+
+
+@cluster.command()
 @_name
 @click.option("--nodes", default=0, show_default=True, help="Simulated GPU nodes to add.")
 @click.option("--gpus", default=8, show_default=True, help="GPUs per simulated node.")
-@click.option("--crds/--no-crds", default=True, show_default=True, help="Install the gpusched CRDs.")
+@click.option(
+    "--crds/--no-crds", default=True, show_default=True, help="Install the gpusched CRDs."
+)
 def up(name: str, nodes: int, gpus: int, crds: bool) -> None:
     """Start the cluster (replacing one of the same name) and leave it running."""
     try:
@@ -33,6 +46,8 @@ def up(name: str, nodes: int, gpus: int, crds: bool) -> None:
         if crds:
             local.install_crds(repo_root() / "crds")
         if nodes:
+            from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+
             api = local.api_client()
             names = add_gpu_nodes(api, [f"gpu-node-{i}" for i in range(nodes)], gpus)
             wait_nodes_ready(api, names)
@@ -60,10 +75,12 @@ def status(name: str) -> None:
     except ClusterError as err:
         raise click.ClickException(str(err)) from err
     running = local.status()
-    click.echo(json.dumps(
-        {"kubeconfig": str(local.kubeconfig), "ports": local.ports(), "processes": running},
-        indent=2,
-    ))
+    click.echo(
+        json.dumps(
+            {"kubeconfig": str(local.kubeconfig), "ports": local.ports(), "processes": running},
+            indent=2,
+        )
+    )
     if not running or not all(running.values()):
         sys.exit(1)
 

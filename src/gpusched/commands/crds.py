@@ -16,8 +16,14 @@ def crds() -> None:
 
 
 @crds.command()
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("crds"),
-              show_default=True, help="Directory to write into.")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("crds"),
+    show_default=True,
+    help="Directory to write into.",
+)
 def generate(out: Path) -> None:
     """Write one YAML file per kind."""
     for path in crdgen.generate(out):
@@ -25,8 +31,14 @@ def generate(out: Path) -> None:
 
 
 @crds.command()
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("crds"), show_default=True, help="Directory holding the CRDs.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("crds"),
+    show_default=True,
+    help="Directory holding the CRDs.",
+)
 def check(directory: Path) -> None:
     """Exit 1 when the committed CRDs differ from what the API types generate."""
     outdated = crdgen.stale(directory)

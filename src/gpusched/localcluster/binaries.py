@@ -45,7 +45,9 @@ class GoTool:
         text = (tools_dir / self.name / "go.mod").read_text(encoding="utf-8")
         match = re.search(rf"^\s*(?:require\s+)?{re.escape(self.module)}\s+(v\S+)", text, re.M)
         if not match:
-            raise RuntimeError(f"{self.module} is not required in {tools_dir / self.name / 'go.mod'}")
+            raise RuntimeError(
+                f"{self.module} is not required in {tools_dir / self.name / 'go.mod'}"
+            )
         return match.group(1)
 
     def binaries(self) -> tuple[str, ...]:
@@ -90,7 +92,9 @@ KUBERNETES = GoTool(
         "k8s.io/kubernetes/cmd/kubectl",
     ),
 )
-ETCD = GoTool(name="etcd", module="go.etcd.io/etcd/server/v3", packages=("go.etcd.io/etcd/server/v3",))
+ETCD = GoTool(
+    name="etcd", module="go.etcd.io/etcd/server/v3", packages=("go.etcd.io/etcd/server/v3",)
+)
 KWOK = GoTool(name="kwok", module="sigs.k8s.io/kwok", packages=("sigs.k8s.io/kwok/cmd/kwok",))
 TOOLS = (ETCD, KWOK, KUBERNETES)
 
@@ -128,7 +132,9 @@ def _go_version() -> str:
     go = shutil.which("go")
     if go is None:
         raise RuntimeError("the local cluster is built from Go modules, but `go` is not on PATH")
-    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        [go, "env", "GOVERSION"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _stamp(tool: GoTool, tools_dir: Path, go_version: str) -> str:
@@ -162,7 +168,7 @@ def ensure_toolchain(progress: Progress = default_progress) -> Toolchain:
             if _stamp_matches(target, stamp, tool):
                 progress(f"[toolchain] {tool.name} {version}: cached in {target}")
             else:
-                _build(tool, version, tools_dir, target, stamp, progress)
+                _build(tool, version, tools_dir, target, stamp=stamp, progress=progress)
         for binary in tool.binaries():
             directories[binary] = target
     return Toolchain(directories)
@@ -176,7 +182,7 @@ def _stamp_matches(target: Path, stamp: str, tool: GoTool) -> bool:
 
 
 def _build(
-    tool: GoTool, version: str, tools_dir: Path, target: Path, stamp: str, progress: Progress
+    tool: GoTool, version: str, tools_dir: Path, target: Path, *, stamp: str, progress: Progress
 ) -> None:
     module_dir = tools_dir / tool.name
     env = {**os.environ, "GOFLAGS": "-mod=readonly"}
@@ -186,14 +192,28 @@ def _build(
     ldflags = _kubernetes_ldflags(version) if tool is KUBERNETES else tool.ldflags
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{tool.name}-", dir=target.parent))
-    command = ["go", "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", f"{staging}/", *tool.packages]
-    progress(f"[toolchain] {tool.name} {version}: compiling {total} packages (first build takes minutes)")
+    command = [
+        "go",
+        "build",
+        "-v",
+        "-trimpath",
+        "-ldflags",
+        ldflags,
+        "-o",
+        f"{staging}/",
+        *tool.packages,
+    ]
+    progress(
+        f"[toolchain] {tool.name} {version}: compiling {total} packages (first build takes minutes)"
+    )
     started = time.monotonic()
-    with subprocess.Popen(command, cwd=module_dir, env=env, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        command, cwd=module_dir, env=env, stderr=subprocess.PIPE, text=True
+    ) as proc:
         assert proc.stderr is not None
         built, errors, last_report = 0, [], 0.0
-        for line in proc.stderr:
-            line = line.rstrip()
+        for raw in proc.stderr:
+            line = raw.rstrip()
             if line and not line.startswith(("#", " ", "\t")) and " " not in line:
                 built += 1
             else:
@@ -214,12 +234,18 @@ def _build(
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
-    progress(f"[toolchain] {tool.name} {version}: built in {time.monotonic() - started:.0f}s -> {target}")
+    progress(
+        f"[toolchain] {tool.name} {version}: built in {time.monotonic() - started:.0f}s -> {target}"
+    )
 
 
 def _count_packages(tool: GoTool, module_dir: Path, env: dict[str, str]) -> int:
     listing = subprocess.run(
-        ["go", "list", "-deps", *tool.packages], cwd=module_dir, env=env, check=True,
-        capture_output=True, text=True,
+        ["go", "list", "-deps", *tool.packages],
+        cwd=module_dir,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return sum(1 for line in listing.splitlines() if line.strip())

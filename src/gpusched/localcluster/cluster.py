@@ -230,7 +230,11 @@ class LocalCluster:
         """Run kubectl against this cluster as admin."""
         result = subprocess.run(
             [self.binary("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         if check and result.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
@@ -252,8 +256,12 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         for name in names:
             while True:
-                code, body = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-                conditions = json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
+                code, body = self.get(
+                    f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                )
+                conditions = (
+                    json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
+                )
                 if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                     break
                 if time.monotonic() > deadline:
@@ -262,9 +270,9 @@ class LocalCluster:
 
     def api_client(self) -> Any:
         """A ``kubernetes`` client configured as admin (imported lazily: optional dependency)."""
-        from kubernetes import config
+        from gpusched.kube import api_client
 
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        return api_client(self.kubeconfig)
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS context that trusts the cluster CA and presents the admin certificate."""
@@ -276,7 +284,9 @@ class LocalCluster:
         """GET an API server path as admin; returns status code and body."""
         request = urllib.request.Request(self.server + path)
         try:
-            with urllib.request.urlopen(request, context=self.ssl_context(), timeout=timeout) as response:
+            with urllib.request.urlopen(
+                request, context=self.ssl_context(), timeout=timeout
+            ) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
@@ -307,8 +317,13 @@ class LocalCluster:
         ca.issue(
             "apiserver",
             "kube-apiserver",
-            server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                          "kubernetes.default.svc.cluster.local"),
+            server_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
             server_ips=("127.0.0.1", "10.96.0.1"),
         )
         identities = {
@@ -326,69 +341,82 @@ class LocalCluster:
 
     def _start_etcd(self, timeout: float) -> None:
         port, peer = self.state.ports["etcd"], self.state.ports["etcd-peer"]
-        record = self.spawn("etcd", [
-            self.binary("etcd"),
-            f"--data-dir={self.state_dir / 'etcd'}",
-            "--name=gpusched-local",
-            f"--listen-client-urls=http://127.0.0.1:{port}",
-            f"--advertise-client-urls=http://127.0.0.1:{port}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=gpusched-local=http://127.0.0.1:{peer}",
-            "--unsafe-no-fsync=true",
-            "--quota-backend-bytes=4294967296",
-            "--log-level=warn",
-        ])
+        record = self.spawn(
+            "etcd",
+            [
+                self.binary("etcd"),
+                f"--data-dir={self.state_dir / 'etcd'}",
+                "--name=gpusched-local",
+                f"--listen-client-urls=http://127.0.0.1:{port}",
+                f"--advertise-client-urls=http://127.0.0.1:{port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=gpusched-local=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
         self._wait("etcd", record, timeout, lambda: _http_ok(f"http://127.0.0.1:{port}/health"))
 
     def _start_apiserver(self, timeout: float) -> None:
         pki_dir = self.pki_dir
-        record = self.spawn("kube-apiserver", [
-            self.binary("kube-apiserver"),
-            f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={self.state.ports['apiserver']}",
-            f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
-            f"--client-ca-file={pki_dir / 'ca.crt'}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki_dir / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=RBAC",
-            "--allow-privileged=true",
-            "--endpoint-reconciler-type=none",
-            "--max-requests-inflight=1600",
-            "--max-mutating-requests-inflight=800",
-            "--profiling=false",
-            "--v=1",
-        ])
+        record = self.spawn(
+            "kube-apiserver",
+            [
+                self.binary("kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.state.ports['apiserver']}",
+                f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+                f"--client-ca-file={pki_dir / 'ca.crt'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki_dir / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--max-requests-inflight=1600",
+                "--max-mutating-requests-inflight=800",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
         self._wait("kube-apiserver", record, timeout, lambda: self._api_ok("/readyz"))
 
     def _start_controller_manager(self) -> None:
         kubeconfig = self.state_dir / "controller-manager.kubeconfig"
-        self.spawn("kube-controller-manager", [
-            self.binary("kube-controller-manager"),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.state.ports['controller-manager']}",
-            "--leader-elect=false",
-            f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
-            f"--root-ca-file={self.ca_cert}",
-            "--use-service-account-credentials=true",
-            # kwok nodes carry their own pod CIDRs; volumes do not exist here.
-            "--controllers=*,-node-ipam-controller,-persistentvolume-attach-detach-controller",
-            "--kube-api-qps=200",
-            "--kube-api-burst=400",
-            "--concurrent-gc-syncs=40",
-            "--v=1",
-        ])
+        self.spawn(
+            "kube-controller-manager",
+            [
+                self.binary("kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.state.ports['controller-manager']}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
+                f"--root-ca-file={self.ca_cert}",
+                "--use-service-account-credentials=true",
+                # kwok nodes carry their own pod CIDRs; volumes do not exist here.
+                "--controllers=*,-node-ipam-controller,-persistentvolume-attach-detach-controller",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--concurrent-gc-syncs=40",
+                "--v=1",
+            ],
+        )
 
-    def scheduler_config(self, profiles: list[dict[str, Any]], extenders: list[dict[str, Any]] | None = None,
-                         kubeconfig: Path | None = None) -> dict[str, Any]:
+    def scheduler_config(
+        self,
+        profiles: list[dict[str, Any]],
+        extenders: list[dict[str, Any]] | None = None,
+        kubeconfig: Path | None = None,
+    ) -> dict[str, Any]:
         """A KubeSchedulerConfiguration for this cluster with the given profiles."""
         config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -405,38 +433,46 @@ class LocalCluster:
             config["extenders"] = extenders
         return config
 
-    def start_scheduler(self, name: str, config: dict[str, Any], port: int | None = None) -> ProcessRecord:
+    def start_scheduler(
+        self, name: str, config: dict[str, Any], port: int | None = None
+    ) -> ProcessRecord:
         """Run a further kube-scheduler (e.g. one serving the ``gpusched`` profile)."""
         config_path = self.state_dir / f"{name}.config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         port = port or free_port()
         kubeconfig = config["clientConnection"]["kubeconfig"]
-        return self.spawn(name, [
-            self.binary("kube-scheduler"),
-            f"--config={config_path}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--v=1",
-        ])
+        return self.spawn(
+            name,
+            [
+                self.binary("kube-scheduler"),
+                f"--config={config_path}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--v=1",
+            ],
+        )
 
     def _start_scheduler(self) -> None:
         config = self.scheduler_config([{"schedulerName": "default-scheduler"}])
         self.start_scheduler("kube-scheduler", config, port=self.state.ports["scheduler"])
 
     def _start_kwok(self) -> None:
-        self.spawn("kwok", [
-            self.binary("kwok"),
-            f"--kubeconfig={self.state_dir / 'kwok.kubeconfig'}",
-            f"--config={KWOK_STAGES}",
-            "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--cidr={KWOK_NODE_CIDR}",
-            "--node-ip=10.244.0.1",
-            f"--server-address=127.0.0.1:{self.state.ports['kwok']}",
-            "--node-lease-duration-seconds=40",
-        ])
+        self.spawn(
+            "kwok",
+            [
+                self.binary("kwok"),
+                f"--kubeconfig={self.state_dir / 'kwok.kubeconfig'}",
+                f"--config={KWOK_STAGES}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--cidr={KWOK_NODE_CIDR}",
+                "--node-ip=10.244.0.1",
+                f"--server-address=127.0.0.1:{self.state.ports['kwok']}",
+                "--node-lease-duration-seconds=40",
+            ],
+        )
 
     def _wait_for_controllers(self, timeout: float) -> None:
         """Pods can be created once the ServiceAccount controller made ``default/default``."""
@@ -467,13 +503,16 @@ class LocalCluster:
                     + _tail(Path(record.log))
                 )
 
-    def _wait(self, what: str, record: ProcessRecord, timeout: float, ready: Callable[[], bool]) -> None:
+    def _wait(
+        self, what: str, record: ProcessRecord, timeout: float, ready: Callable[[], bool]
+    ) -> None:
         self.progress(f"[cluster] waiting for {what}")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not is_running(record):
                 raise ClusterError(
-                    f"{what} exited during start-up (code {exit_code(record)}):\n" + _tail(Path(record.log))
+                    f"{what} exited during start-up (code {exit_code(record)}):\n"
+                    + _tail(Path(record.log))
                 )
             if ready():
                 return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -56,6 +56,7 @@ def topology_manifest(
 ) -> dict[str, Any]:
     """The NodeGpuTopology object for ``node``, owned by it."""
     if isinstance(node, client.V1Node):
+        assert node.metadata is not None
         name, uid = node.metadata.name, node.metadata.uid
     else:
         name, uid = node["metadata"]["name"], node["metadata"]["uid"]
@@ -66,8 +67,14 @@ def topology_manifest(
         "metadata": {
             "name": name,
             "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid,
-                 "blockOwnerDeletion": False, "controller": False}
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": name,
+                    "uid": uid,
+                    "blockOwnerDeletion": False,
+                    "controller": False,
+                }
             ],
         },
         "spec": body,
@@ -90,13 +97,17 @@ def add_gpu_nodes(
     names = list(names)
 
     def create(name: str) -> str:
-        node = core.create_node(gpu_node_manifest(name, gpus, labels=labels))
+        # The client sends plain dicts as they are.
+        node = core.create_node(cast(client.V1Node, gpu_node_manifest(name, gpus, labels=labels)))
         if topology is not None:
             body = topology_manifest(node, topology)
             custom.create_cluster_custom_object(keys.GROUP, keys.VERSION, "nodegputopologies", body)
             if status is not None:
                 custom.patch_cluster_custom_object_status(
-                    keys.GROUP, keys.VERSION, "nodegputopologies", name,
+                    keys.GROUP,
+                    keys.VERSION,
+                    "nodegputopologies",
+                    name,
                     {"status": status.to_k8s()},
                 )
         return name
@@ -112,9 +123,9 @@ def wait_nodes_ready(api: client.ApiClient, names: Iterable[str], timeout: float
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
         for node in core.list_node(label_selector="type=kwok").items:
-            conditions = node.status.conditions or []
-            if any(c.type == "Ready" and c.status == "True" for c in conditions):
-                pending.discard(node.metadata.name)
+            conditions = (node.status.conditions if node.status else None) or []
+            if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
+                pending.discard(node.metadata.name or "")
         if pending:
             time.sleep(0.2)
     if pending:

@@ -80,9 +80,15 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True,
-                    content_commitment=False, key_encipherment=False, data_encipherment=False,
-                    key_agreement=False, encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -138,7 +144,7 @@ class CertificateAuthority:
 
 
 def write_service_account_keys(directory: Path) -> KeyPair:
-    """The key pair the API server signs ServiceAccount tokens with (cert field holds the public key)."""
+    """The key pair ServiceAccount tokens are signed with (``cert`` holds the public key)."""
     key = ec.generate_private_key(ec.SECP256R1())
     pair = KeyPair(directory / "sa.pub", directory / "sa.key")
     _write_key(pair.key, key)
@@ -175,10 +181,15 @@ def write_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "gpusched-local", "cluster": {"server": server, "certificate-authority": str(ca)}}
+            {
+                "name": "gpusched-local",
+                "cluster": {"server": server, "certificate-authority": str(ca)},
+            }
         ],
         "users": [{"name": user, "user": auth}],
-        "contexts": [{"name": "gpusched-local", "context": {"cluster": "gpusched-local", "user": user}}],
+        "contexts": [
+            {"name": "gpusched-local", "context": {"cluster": "gpusched-local", "user": user}}
+        ],
         "current-context": "gpusched-local",
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -7,6 +7,7 @@ forked. A process is identified by pid *and* kernel start time, so a ``down`` ru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -103,10 +104,8 @@ def stop(record: ProcessRecord, grace_seconds: float = 10.0) -> None:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _group_alive(pgid: int) -> bool:

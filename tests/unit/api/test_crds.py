@@ -28,7 +28,11 @@ def test_every_schema_field_is_documented() -> None:
     def walk(node: dict, path: str, upstream: bool) -> None:
         for name, sub in node.get("properties", {}).items():
             here = f"{path}.{name}"
-            if not upstream and not sub.get("description") and name not in ("apiVersion", "metadata"):
+            if (
+                not upstream
+                and not sub.get("description")
+                and name not in ("apiVersion", "metadata")
+            ):
                 undocumented.append(here)
             walk(sub, here, upstream or here.endswith("spec.template"))
         if "items" in node:
@@ -47,7 +51,10 @@ def test_gpujob_template_embeds_the_upstream_pod_schema() -> None:
     containers = template["properties"]["spec"]["properties"]["containers"]
     assert containers["x-kubernetes-list-type"] == "map"
     assert "name" in containers["items"]["required"]
-    assert containers["items"]["properties"]["ports"]["items"]["properties"]["protocol"]["default"] == "TCP"
+    assert (
+        containers["items"]["properties"]["ports"]["items"]["properties"]["protocol"]["default"]
+        == "TCP"
+    )
 
 
 def test_names_short_names_and_category_are_set() -> None:

@@ -1,0 +1,5 @@
+"""``python -m gpusched`` runs the CLI."""
+
+from gpusched.cli import main
+
+main()

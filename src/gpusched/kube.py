@@ -1,0 +1,28 @@
+"""Connecting to the API server: one place that turns a kubeconfig (or the in-cluster service
+account) into a ``kubernetes`` client, for every component and the CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubernetes import client, config
+
+
+def api_client(kubeconfig: str | Path | None = None) -> client.ApiClient:
+    """A client for ``kubeconfig``; else ``$KUBECONFIG``; else the pod's service account;
+    else ``~/.kube/config``."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    configuration = client.Configuration()
+    if path:
+        # kubernetes.config is untyped (the generated client is typed).
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(path), client_configuration=configuration, persist_config=False
+        )
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration, persist_config=False
+        )
+    return client.ApiClient(configuration)
