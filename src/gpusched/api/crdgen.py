@@ -197,7 +197,7 @@ class _Converter:
         if EMBED_MARKER in node:
             embedded = _embed_upstream(node[EMBED_MARKER])
             if "description" in node:
-                embedded["description"] = node["description"]
+                embedded["description"] = clean_description(node["description"])
             for key, value in node.items():
                 if key.startswith("x-kubernetes-"):
                     embedded[key] = value

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-from gpusched.api import crdgen
+from gpusched.api import crdgen, reference
+
+REFERENCE = Path("docs") / "reference.md"
 
 
 @click.group()
@@ -28,6 +30,9 @@ def generate(out: Path) -> None:
     """Write one YAML file per kind."""
     for path in crdgen.generate(out):
         click.echo(f"wrote {path}")
+    if REFERENCE.parent.is_dir():
+        REFERENCE.write_text(reference.render(), encoding="utf-8")
+        click.echo(f"wrote {REFERENCE}")
 
 
 @crds.command()
@@ -40,12 +45,20 @@ def generate(out: Path) -> None:
     help="Directory holding the CRDs.",
 )
 def check(directory: Path) -> None:
-    """Exit 1 when the committed CRDs differ from what the API types generate."""
+    """Exit 1 when the committed CRDs or docs/reference.md differ from the API types."""
     outdated = crdgen.stale(directory)
+    if REFERENCE.exists() and REFERENCE.read_text(encoding="utf-8") != reference.render():
+        outdated.append(str(REFERENCE))
     if outdated:
         click.echo(f"stale CRDs (run `gpusched crds generate`): {', '.join(outdated)}", err=True)
         sys.exit(1)
     click.echo("CRDs are up to date")
+
+
+@crds.command(name="reference")
+def reference_() -> None:
+    """Print the Markdown field reference of every kind (docs/reference.md)."""
+    click.echo(reference.render(), nl=False)
 
 
 @crds.command()

@@ -63,3 +63,18 @@ def test_names_short_names_and_category_are_set() -> None:
         assert names["categories"] == ["gpusched"]
         assert names["shortNames"]
         assert crdgen.crd_manifest(crd)["spec"]["versions"][0]["subresources"] == {"status": {}}
+
+
+def test_committed_field_reference_matches_the_api_types() -> None:
+    from gpusched.api import reference
+
+    committed = (CRD_DIR.parent / "docs" / "reference.md").read_text()
+    assert committed == reference.render(), "run `gpusched crds generate` and commit docs/"
+
+
+def test_field_reference_lists_validation_rules_and_defaults() -> None:
+    from gpusched.api import reference
+
+    text = reference.render()
+    assert "borrowingLimit must be at least guaranteedGpus" in text
+    assert "| `spec.topology.scope` | string | one of `nvlink`, `pcie-switch`, `numa`, `node`" in text
