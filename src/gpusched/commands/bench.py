@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
+from gpusched.bench.placement import placement
+
 
 @click.group()
 def bench() -> None:
     """Run a benchmark and print its figures (--json for machines)."""
+
+
+bench.add_command(placement)

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``gpusched bench``; their recorded figures live in docs/benchmarks.md."""
