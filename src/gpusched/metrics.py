@@ -8,7 +8,7 @@ can create fresh registries.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 NAMESPACE = "gpusched"
 
@@ -16,3 +16,49 @@ NAMESPACE = "gpusched"
 def new_registry() -> CollectorRegistry:
     """A registry without the default process collectors, for tests and embedded use."""
     return CollectorRegistry(auto_describe=True)
+
+
+# --- scheduler (extender) -----------------------------------------------------------------
+
+
+class SchedulerMetrics:
+    """Metrics of the scheduler extender."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else new_registry()
+        self.request_seconds = Histogram(
+            "extender_request_duration_seconds",
+            "Time to answer one extender call, by verb (filter, prioritize, bind).",
+            ["verb"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )
+        self.placements = Counter(
+            "placements",
+            "Pods bound, by the achieved topology class of their GPU set.",
+            ["topology_class"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.bind_errors = Counter(
+            "bind_errors",
+            "Bind calls that failed, by reason.",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.refused_nodes = Counter(
+            "filter_refused_nodes",
+            "Nodes refused by filter, by machine reason.",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.free_gpus = Gauge(
+            "free_gpus",
+            "Healthy GPUs not held by any pod, by GPU model.",
+            ["gpu_model"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
