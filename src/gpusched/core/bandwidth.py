@@ -48,6 +48,11 @@ ADA: Final = Generation("ada", 89, 20.0, 4)
 HOPPER: Final = Generation("hopper", 90, 20.6, 5)
 BLACKWELL: Final = Generation("blackwell", 100, 40.1, 5)
 
+#: Every known generation by name.
+GENERATIONS_BY_NAME: Final[dict[str, Generation]] = {
+    g.name: g for g in (PASCAL, VOLTA, TURING, AMPERE, AMPERE_GA10X, ADA, HOPPER, BLACKWELL)
+}
+
 #: Used when a GPU's model and compute capability are both unknown (e.g. a bare ``topo -m`` paste):
 #: NCCL's own fallback per-link figure (the sm80 one) and PCIe Gen4, the most common data-centre
 #: pairing. Wrong by a constant factor at worst, and the factor is the same for every pair of the

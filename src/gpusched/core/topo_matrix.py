@@ -164,12 +164,13 @@ def parse_topo_matrix(
         break
     if header_at is None:
         raise TopologyParseError("no header row (GPU0 GPU1 ...) found")
-    devices, labels = _split_header(lines[header_at - 1].split(), header_at)
-    gpu_columns = [name for name in devices if _GPU_NAME.fullmatch(name)]
-    if not gpu_columns:
+    header_tokens = lines[header_at - 1].split()
+    if not any(_GPU_NAME.fullmatch(token) for token in header_tokens):
         raise TopologyParseError(
-            "the header row names no GPU column", header_at, lines[header_at - 1].split()[0]
+            "expected the header row (GPU0 GPU1 ...)", header_at, header_tokens[0]
         )
+    devices, labels = _split_header(header_tokens, header_at)
+    gpu_columns = [name for name in devices if _GPU_NAME.fullmatch(name)]
 
     rows: dict[str, _Row] = {}
     nic_legend: dict[str, str] = {}

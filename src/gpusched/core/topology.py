@@ -239,6 +239,9 @@ class NodeTopology:
     ) -> NodeTopology:
         """Build the model from a NodeGpuTopology's spec and status.
 
+        The placeholders :meth:`to_api` writes for an unknown model or UUID read back as unknown,
+        so a round trip is exact in both directions.
+
         A GPU the status does not mention counts as Healthy: the probe writes the spec first, and
         a GPU it lists but has not judged yet is still advertised by the device plugin.
         """
@@ -251,8 +254,8 @@ class NodeTopology:
             gpus.append(
                 Gpu(
                     index=info.index,
-                    model=info.model,
-                    uuid=info.uuid,
+                    model=None if info.model == UNKNOWN_MODEL else info.model,
+                    uuid=None if info.uuid == placeholder_uuid(info.index) else info.uuid,
                     memory_mib=info.memory_mib,
                     pci_bus_id=info.pci_bus_id,
                     numa_node=info.numa_node,
