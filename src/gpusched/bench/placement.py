@@ -41,6 +41,7 @@ from gpusched.core import (
     Policy,
     PreparedNode,
     clear_placement_cache,
+    evaluate_set,
     parse_topo_matrix,
     place,
     prepare,
@@ -51,7 +52,7 @@ from gpusched.core.placement import scope_rank
 from gpusched.core.prepared import clear_caches
 from gpusched.core.search import brute_force, search
 
-#: Where the fixtures live relative to a checkout (``../shared`` next to the repository).
+#: Environment variable naming the directory of ``topo -m`` fixtures.
 FIXTURES_ENV = "GPUSCHED_TOPOLOGY_FIXTURES"
 
 #: A DGX-1 (V100) style hybrid cube mesh: NV1/NV2 mixed, quads joined across sockets. Synthetic,
@@ -84,16 +85,19 @@ REQUEST_WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 
 
 def default_fixtures_dir() -> Path | None:
-    """``$GPUSCHED_TOPOLOGY_FIXTURES``, else ``../shared/fixtures/topologies`` from the working
-    directory or from this checkout."""
+    """``$GPUSCHED_TOPOLOGY_FIXTURES``, else the checkout's ``fixtures/topologies``, else
+    ``../shared/fixtures/topologies`` next to the checkout or the working directory."""
     env = os.environ.get(FIXTURES_ENV)
     if env:
         return Path(env)
+    checkout = Path(__file__).resolve().parents[3]
     candidates = [
+        checkout / "fixtures" / "topologies",
+        Path.cwd() / "fixtures" / "topologies",
+        checkout.parent / "shared" / "fixtures" / "topologies",
         Path.cwd().parent / "shared" / "fixtures" / "topologies",
-        Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "topologies",
     ]
-    return next((c for c in candidates if c.is_dir()), None)
+    return next((c for c in candidates if any(c.glob("*.txt"))), None)
 
 
 def load_fixtures(directory: Path) -> dict[str, NodeTopology]:
@@ -163,6 +167,9 @@ def run_quality(
     timings_ms: list[float] = []
     vs_alloc = {"better": 0, "equal": 0, "worse": 0}
     vs_first = {"better": 0, "equal": 0, "worse": 0}
+    # The same comparison under the whole objective (NUMA spread, fragmentation, ...).
+    objective_alloc = {"better": 0, "equal": 0, "worse": 0}
+    objective_first = {"better": 0, "equal": 0, "worse": 0}
     padding_bug = 0
     strictly_better: dict[str, dict[str, int]] = {}
     examples: list[dict[str, Any]] = []
@@ -225,11 +232,26 @@ def run_quality(
                             )
                     if _compare(ours, _bottleneck(node, ff), vs_first) == "better":
                         per_fixture["vs_firstfit"] += 1
+                    for baseline_set, tally in (
+                        (alloc_set, objective_alloc),
+                        (ff, objective_first),
+                    ):
+                        theirs = evaluate_set(node, baseline_set, policy, busy=state.busy)
+                        outcome = (
+                            "better"
+                            if result.objective > theirs.objective
+                            else "worse"
+                            if result.objective < theirs.objective
+                            else "equal"
+                        )
+                        tally[outcome] += 1
     return {
         "cases": cases,
         "optimal_fraction": round(optimal / cases, 6) if cases else 0.0,
         "vs_gpuallocator": {**vs_alloc, "padding_bug_fallbacks": padding_bug},
         "vs_firstfit": vs_first,
+        "vs_gpuallocator_objective": objective_alloc,
+        "vs_firstfit_objective": objective_first,
         "strictly_better_by_fixture": strictly_better,
         "strictly_better_examples": examples,
         "per_node_p50_ms": round(_percentile(timings_ms, 0.50), 4),
@@ -266,14 +288,20 @@ def run_prioritize(
         gc.enable()
         return elapsed, placeable
 
-    clear_placement_cache()
-    cold_ms, placeable = score_all()
+    # The machine is shared and noisy: repeat both measurements and report medians.
+    cold_runs = []
+    placeable = 0
+    for _ in range(5):
+        clear_placement_cache()
+        elapsed, placeable = score_all()
+        cold_runs.append(elapsed)
     warm_runs = [score_all()[0] for _ in range(5)]
     return {
         "prioritize_nodes": n_nodes,
         "prioritize_request_gpus": k,
         "prioritize_nodes_that_fit": placeable,
-        "prioritize_cold_ms": round(cold_ms, 2),
+        "prioritize_cold_ms": round(statistics.median(cold_runs), 2),
+        "prioritize_cold_min_ms": round(min(cold_runs), 2),
         "prioritize_warm_ms": round(statistics.median(warm_runs), 2),
         "prepare_nodes_ms": round(prepare_ms, 2),
     }
@@ -477,6 +505,7 @@ def run_fragmentation(
         used: list[set[int]] = [set() for _ in nodes]
         running: list[tuple[int, int, int, tuple[int, ...]]] = []  # (end, seq, node, gpus)
         placed = rejected = fit8 = fit4 = fit4_best = 0
+        rejected_by_size = dict.fromkeys((str(size) for size in REQUEST_SIZES), 0)
         bottleneck_ratio: list[float] = []
         for step, (k, duration) in enumerate(stream):
             while running and running[0][0] <= step:
@@ -485,6 +514,7 @@ def run_fragmentation(
             choice = strategy(nodes, used, k)
             if choice is None:
                 rejected += 1
+                rejected_by_size[str(k)] += 1
             else:
                 n, chosen = choice
                 used[n].update(chosen)
@@ -511,6 +541,7 @@ def run_fragmentation(
         out[name] = {
             "placed": placed,
             "rejected": rejected,
+            "rejected_by_size": rejected_by_size,
             "fit8": round(fit8 / arrivals, 4),
             "fit4": round(fit4 / arrivals, 4),
             "fit4_best": round(fit4_best / arrivals, 4),
@@ -582,8 +613,8 @@ def _print_human(r: dict[str, Any]) -> None:
     "--fixtures",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
-    help=f"Directory of topo -m matrices (default: ${FIXTURES_ENV} or ../shared/fixtures/"
-    "topologies).",
+    help=f"Directory of topo -m matrices (default: ${FIXTURES_ENV}, else fixtures/topologies "
+    "of the checkout, else ../shared/fixtures/topologies).",
 )
 @click.option("--states", default=60, show_default=True, help="Random node states per fixture.")
 @click.option("--nodes", default=5000, show_default=True, help="Cluster size for prioritize.")

@@ -19,7 +19,6 @@ exact search, the heuristic and the brute force used to prove the exact search a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from gpusched.core.prepared import (
@@ -63,9 +62,11 @@ class Objective(NamedTuple):
     less_fragmentation: int
 
 
-@dataclass(frozen=True, slots=True)
-class SearchContext:
-    """One request against one node state: what the objective needs besides the set itself."""
+class SearchContext(NamedTuple):
+    """One request against one node state: what the objective needs besides the set itself.
+
+    (A named tuple rather than a dataclass: one is built per uncached request, and tuples are
+    the cheapest immutable record Python has.)"""
 
     wiring: PreparedWiring
     free: int
@@ -87,10 +88,11 @@ def make_context(
     """Precompute the per-request parts of the objective (O(n^2), once per request)."""
     free_positions = wiring.positions_of(free)
     row_sums = [0] * wiring.n
+    aff = wiring.aff
     for i in free_positions:
-        row = wiring.aff[i]
-        row_sums[i] = sum(row[j] for j in free_positions if j != i)
-    capacity = sum(row_sums[i] for i in free_positions) // 2
+        # aff[i][i] is 0, so the row sum over all free positions is the sum over the others.
+        row_sums[i] = sum(map(aff[i].__getitem__, free_positions))
+    capacity = sum(row_sums) // 2
     return SearchContext(
         wiring=wiring,
         free=free,
@@ -124,8 +126,7 @@ def set_class(wiring: PreparedWiring, positions: tuple[int, ...]) -> int:
     return CLASS_NODE
 
 
-@dataclass(frozen=True, slots=True)
-class Sums:
+class Sums(NamedTuple):
     """Additive statistics of a set, from which :func:`compose` builds its objective.
 
     The exact search accumulates them one GPU at a time while it grows a set; :func:`evaluate`

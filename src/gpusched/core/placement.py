@@ -135,46 +135,177 @@ def _fixed(reasons: Iterable[str]) -> _Reasons:
     return _Reasons(lambda: frozen)
 
 
-@dataclass(frozen=True, slots=True)
 class Placement:
-    """The chosen set and everything needed to explain and rank it."""
+    """The chosen set and everything needed to explain and rank it.
+
+    Read-only. ``gpus``, ``score`` and ``objective`` are computed with the placement; the
+    descriptive fields are derived on first access, because prioritize builds thousands of
+    placements per pod and reads only their scores.
+    """
+
+    __slots__ = ("_ctx", "_lazy", "_positions", "gpus", "objective", "policy", "score", "search")
 
     gpus: tuple[int, ...]
     """GPU indices, increasing."""
     score: float
     """0..100, higher is better, comparable across nodes (see :func:`float_score`)."""
-    topology_class: TopologyScope
-    """Achieved class: ``nvlink``, ``pcie-switch``, ``numa`` or ``node``."""
-    scope_satisfied: bool
-    """Whether the class is at least as tight as the requested scope."""
     objective: Objective
     """The tuple the search maximised (for comparing sets of one request)."""
-    bottleneck_gbps: float | None
-    """Slowest pair's effective bandwidth; None for a single GPU."""
-    bottleneck_link: str | None
-    """That pair's link as ``topo -m`` prints it (``NV12``, ``PXB``)."""
-    aggregate_gbps: float
-    """Sum of all pairs' effective bandwidth."""
-    numa_nodes: tuple[int, ...]
-    """NUMA nodes the set spans (those known)."""
-    degraded_gpus: tuple[int, ...]
-    """Members whose health is Degraded."""
-    fragmentation: float
-    """Share (0..1) of the node's free GPU connectivity the set consumes."""
-    policy: Policy = field(default=DEFAULT_POLICY)
-    search: str = "exact"
+    policy: Policy
+    """The policy the set was chosen under."""
+    search: str
     """``exact``, ``heuristic``, or ``given`` for :func:`evaluate_set`."""
-    _reasons: _Reasons = field(default_factory=lambda: _fixed(()), repr=False, compare=False)
+    _ctx: SearchContext
+    _positions: tuple[int, ...]
+    _lazy: dict[str, Any]
 
-    @property
-    def reasons(self) -> tuple[str, ...]:
-        """Short sentences for humans, most important first."""
-        return self._reasons.get()
+    def __init__(self, ctx: SearchContext, found: Found, policy: Policy, search: str) -> None:
+        objective, positions = found
+        set_ = object.__setattr__
+        set_(self, "_ctx", ctx)
+        set_(self, "_positions", positions)
+        set_(self, "_lazy", {})
+        set_(self, "gpus", tuple(ctx.wiring.indices[p] for p in positions))
+        set_(self, "objective", objective)
+        set_(self, "policy", policy)
+        set_(self, "search", search)
+        set_(self, "score", float_score(ctx, objective, len(positions)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Placement is read-only (cannot set {name})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Placement):
+            return NotImplemented
+        return (self.gpus, self.objective, self.policy, self.search) == (
+            other.gpus,
+            other.objective,
+            other.policy,
+            other.search,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.gpus, self.objective, self.policy, self.search))
+
+    def __repr__(self) -> str:
+        return (
+            f"Placement(gpus={self.gpus}, score={self.score}, "
+            f"topology_class={self.topology_class.value!r}, search={self.search!r})"
+        )
+
+    def _get(self, key: str, build: Callable[[], Any]) -> Any:
+        lazy: dict[str, Any] = self._lazy
+        if key not in lazy:
+            lazy[key] = build()
+        return lazy[key]
 
     @property
     def ok(self) -> Literal[True]:
         """Always True; lets callers branch on ``result.ok``."""
         return True
+
+    @property
+    def topology_class(self) -> TopologyScope:
+        """Achieved class: ``nvlink``, ``pcie-switch``, ``numa`` or ``node``."""
+        scope: TopologyScope = self._get(
+            "class", lambda: SCOPES[set_class(self._ctx.wiring, self._positions)]
+        )
+        return scope
+
+    @property
+    def scope_satisfied(self) -> bool:
+        """Whether the class is at least as tight as the requested scope."""
+        return scope_rank(self.topology_class) <= scope_rank(self.policy.scope)
+
+    @property
+    def bottleneck_gbps(self) -> float | None:
+        """Slowest pair's effective bandwidth; None for a single GPU."""
+        if self.objective.bottleneck == SOLO_BOTTLENECK:
+            return None
+        return from_units(self.objective.bottleneck)
+
+    @property
+    def bottleneck_link(self) -> str | None:
+        """That pair's link as ``topo -m`` prints it (``NV12``, ``PXB``)."""
+        if self.objective.bottleneck == SOLO_BOTTLENECK:
+            return None
+        a, b = _slowest_pair(self._ctx.wiring, self._positions)
+        return self._ctx.wiring.codes[a][b]
+
+    @property
+    def aggregate_gbps(self) -> float:
+        """Sum of all pairs' effective bandwidth."""
+        return from_units(self.objective.aggregate)
+
+    @property
+    def numa_nodes(self) -> tuple[int, ...]:
+        """NUMA nodes the set spans (those known)."""
+        bits = 0
+        for p in self._positions:
+            bits |= self._ctx.wiring.numa_bit[p]
+        return tuple(n for n in range(bits.bit_length()) if bits >> n & 1)
+
+    @property
+    def degraded_gpus(self) -> tuple[int, ...]:
+        """Members whose health is Degraded."""
+        w = self._ctx.wiring
+        return tuple(w.indices[p] for p in self._positions if self._ctx.degraded >> p & 1)
+
+    @property
+    def fragmentation(self) -> float:
+        """Share (0..1) of the node's free GPU connectivity the set consumes."""
+        return round(fragmentation_share(self._ctx, self.objective), 4)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Short sentences for humans, most important first."""
+        reasons: tuple[str, ...] = self._get("reasons", self._explain)
+        return reasons
+
+    def _explain(self) -> tuple[str, ...]:
+        ctx = self._ctx
+        w = ctx.wiring
+        positions = self._positions
+        k = len(positions)
+        policy = self.policy
+        achieved = self.topology_class
+        what = _CLASS_TEXT[achieved] if k > 1 else "a single GPU"
+        reasons = [f"{k} GPU{'s' if k > 1 else ''} {indices_to_text(self.gpus)}: {what}"]
+        if self.bottleneck_gbps is None:
+            reasons.append("single GPU: no GPU-to-GPU traffic")
+        else:
+            a, b = _slowest_pair(w, positions)
+            reasons.append(
+                f"slowest pair {w.indices[a]}-{w.indices[b]} {self.bottleneck_link} at "
+                f"{self.bottleneck_gbps:.1f} GB/s; {k * (k - 1) // 2} pairs total "
+                f"{self.aggregate_gbps:.1f} GB/s"
+            )
+        if policy.scope is not TopologyScope.NODE:
+            if self.scope_satisfied:
+                reasons.append(f"scope {policy.describe()} met")
+            else:
+                reasons.append(
+                    f"scope {policy.describe()}: no free set qualifies; placed at {achieved.value}"
+                )
+        numa = self.numa_nodes
+        if numa:
+            label = "NUMA node" if len(numa) == 1 else "NUMA nodes"
+            reasons.append(f"{label} {indices_to_text(numa)}")
+        if self.degraded_gpus:
+            reasons.append(
+                f"includes Degraded GPU {indices_to_text(self.degraded_gpus)} (no better set)"
+            )
+        if policy.multi_node:
+            near = [p for p in positions if w.nic_points[p] >= NIC_LOCAL_POINTS]
+            reasons.append(
+                f"NIC-local (PIX/PXB) GPUs: {_text(w, near)}" if near else "no NIC-local GPU"
+            )
+        left = ctx.free.bit_count() - k
+        reasons.append(
+            f"leaves {left} free GPU{'s' if left != 1 else ''}; takes {self.fragmentation:.0%} "
+            "of the free GPUs' connectivity"
+        )
+        return tuple(reasons)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (what ``gpusched topo place --json`` prints)."""
@@ -421,83 +552,20 @@ def _scope_refusal(ctx: SearchContext, k: int, policy: Policy, exact: bool | Non
 
 
 def _slowest_pair(w: PreparedWiring, positions: tuple[int, ...]) -> tuple[int, int]:
-    return min(
-        ((a, b) for i, a in enumerate(positions) for b in positions[i + 1 :]),
-        key=lambda pair: w.bw[pair[0]][pair[1]],
-    )
+    """The first pair (in index order) whose bandwidth is the set's bottleneck."""
+    best = (positions[0], positions[1])
+    slowest = w.bw[best[0]][best[1]]
+    for i, a in enumerate(positions):
+        row = w.bw[a]
+        for b in positions[i + 1 :]:
+            if row[b] < slowest:
+                slowest = row[b]
+                best = (a, b)
+    return best
 
 
 def _placement(ctx: SearchContext, found: Found, policy: Policy, method: str) -> Placement:
-    w = ctx.wiring
-    objective, positions = found
-    k = len(positions)
-    gpus = tuple(w.indices[p] for p in positions)
-    achieved = SCOPES[set_class(w, positions)]
-    scope_ok = scope_rank(achieved) <= scope_rank(policy.scope)
-    numa_bits = 0
-    for p in positions:
-        numa_bits |= w.numa_bit[p]
-    numa = tuple(n for n in range(numa_bits.bit_length()) if numa_bits >> n & 1)
-    degraded = tuple(w.indices[p] for p in positions if ctx.degraded >> p & 1)
-    frag = fragmentation_share(ctx, objective)
-    solo = objective.bottleneck == SOLO_BOTTLENECK
-    bottleneck_link = None
-    if not solo:
-        slow = _slowest_pair(w, positions)
-        bottleneck_link = w.codes[slow[0]][slow[1]]
-
-    def explain() -> tuple[str, ...]:
-        what = _CLASS_TEXT[achieved] if k > 1 else "a single GPU"
-        reasons = [f"{k} GPU{'s' if k > 1 else ''} {indices_to_text(gpus)}: {what}"]
-        if solo:
-            reasons.append("single GPU: no GPU-to-GPU traffic")
-        else:
-            a, b = _slowest_pair(w, positions)
-            reasons.append(
-                f"slowest pair {w.indices[a]}-{w.indices[b]} {bottleneck_link} at "
-                f"{from_units(objective.bottleneck):.1f} GB/s; {k * (k - 1) // 2} pairs total "
-                f"{from_units(objective.aggregate):.1f} GB/s"
-            )
-        if policy.scope is not TopologyScope.NODE:
-            if scope_ok:
-                reasons.append(f"scope {policy.describe()} met")
-            else:
-                reasons.append(
-                    f"scope {policy.describe()}: no free set qualifies; placed at {achieved.value}"
-                )
-        if numa:
-            label = "NUMA node" if len(numa) == 1 else "NUMA nodes"
-            reasons.append(f"{label} {indices_to_text(numa)}")
-        if degraded:
-            reasons.append(f"includes Degraded GPU {indices_to_text(degraded)} (no better set)")
-        if policy.multi_node:
-            near = [p for p in positions if w.nic_points[p] >= NIC_LOCAL_POINTS]
-            reasons.append(
-                f"NIC-local (PIX/PXB) GPUs: {_text(w, near)}" if near else "no NIC-local GPU"
-            )
-        left = ctx.free.bit_count() - k
-        reasons.append(
-            f"leaves {left} free GPU{'s' if left != 1 else ''}; takes {frag:.0%} of the free "
-            "GPUs' connectivity"
-        )
-        return tuple(reasons)
-
-    return Placement(
-        gpus=gpus,
-        score=float_score(ctx, objective, k),
-        topology_class=achieved,
-        scope_satisfied=scope_ok,
-        objective=objective,
-        bottleneck_gbps=None if solo else from_units(objective.bottleneck),
-        bottleneck_link=bottleneck_link,
-        aggregate_gbps=from_units(objective.aggregate),
-        numa_nodes=numa,
-        degraded_gpus=degraded,
-        fragmentation=round(frag, 4),
-        policy=policy,
-        search=method,
-        _reasons=_Reasons(explain),
-    )
+    return Placement(ctx, found, policy, method)
 
 
 def evaluate_set(

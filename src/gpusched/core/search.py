@@ -55,11 +55,13 @@ def _twin_predecessors(ctx: SearchContext) -> list[int]:
     """For each free position, the previous free member of its twin class (same health), or -1."""
     w = ctx.wiring
     pred = [-1] * w.n
-    last: dict[tuple[int, bool], int] = {}
+    last = [-1] * (2 * w.n)  # slot per (twin class, degraded or not)
+    twin_class = w.twin_class
+    degraded = ctx.degraded
     for p in w.positions_of(ctx.free):
-        key = (w.twin_class[p], bool(ctx.degraded >> p & 1))
-        pred[p] = last.get(key, -1)
-        last[key] = p
+        slot = 2 * twin_class[p] + (degraded >> p & 1)
+        pred[p] = last[slot]
+        last[slot] = p
     return pred
 
 
