@@ -158,7 +158,7 @@ def show(file: Path, gpu_model: str | None, as_json: bool) -> None:
         + "  ".join("{" + indices_to_text(i) + "}" for i in data["nvlink_islands"])
     )
     echo(
-        "PCIe switch trees: "
+        "switch groups:     "
         + "  ".join("{" + indices_to_text(t) + "}" for t in data["pcie_switch_trees"])
     )
     if data["numa_nodes"]:
