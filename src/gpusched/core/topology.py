@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 from gpusched.api import nodegputopology as api
 from gpusched.api.nodegputopology import GpuHealthState, LinkType
@@ -291,6 +291,14 @@ class NodeTopology:
             source=spec.source,
             topology_hash=spec.topology_hash,
         )
+
+    @classmethod
+    def from_topo_matrix(cls, text: str, **options: Any) -> NodeTopology:
+        """Parse ``nvidia-smi topo -m`` text; the options are those of
+        :func:`gpusched.core.topo_matrix.parse_topo_matrix` (``node_name``, ``gpu_model``, ...)."""
+        from gpusched.core.topo_matrix import parse_topo_matrix
+
+        return parse_topo_matrix(text, **options)
 
     @classmethod
     def from_api_object(cls, obj: api.NodeGpuTopology) -> NodeTopology:

@@ -177,3 +177,10 @@ def test_placeable_excludes_unhealthy_unschedulable_and_mig() -> None:
     )
     topo = replace(topo, gpus=tuple(replace(g, mig_enabled=g.index == 4) for g in topo.gpus))
     assert topo.placeable_gpus == (0, 3, 5, 6, 7)
+
+
+def test_from_topo_matrix_is_the_parser() -> None:
+    from core_testdata import fixture_text
+
+    parsed = NodeTopology.from_topo_matrix(fixture_text(BRIDGED), node_name=BRIDGED)
+    assert parsed == topology(BRIDGED)
