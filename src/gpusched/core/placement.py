@@ -463,6 +463,10 @@ def _unplaceable_text(node: PreparedNode) -> str | None:
     return "not placeable: " + ", ".join(parts) if parts else None
 
 
+def _gpus(k: int) -> str:
+    return f"{k} GPU" if k == 1 else f"{k} GPUs"
+
+
 def _count_refusal(node: PreparedNode, k: int, policy: Policy, given: int) -> Refusal | None:
     """Refusals that need no search: the request is malformed, too big, or too few GPUs left."""
     w = node.wiring
@@ -478,13 +482,13 @@ def _count_refusal(node: PreparedNode, k: int, policy: Policy, given: int) -> Re
             RefusalReason.REQUEST_EXCEEDS_NODE,
             k,
             policy,
-            _reasons=_fixed([f"requests {k} GPUs; the node has {w.n}"]),
+            _reasons=_fixed([f"requests {_gpus(k)}; the node has {w.n}"]),
         )
     placeable = node.placeable_mask.bit_count()
     if k > placeable:
 
         def not_healthy() -> tuple[str, ...]:
-            reasons = [f"requests {k} GPUs; only {placeable} of {w.n} are placeable"]
+            reasons = [f"requests {_gpus(k)}; only {placeable} of {w.n} are placeable"]
             unplaceable = _unplaceable_text(node)
             return (*reasons, unplaceable) if unplaceable else tuple(reasons)
 
@@ -497,7 +501,7 @@ def _count_refusal(node: PreparedNode, k: int, policy: Policy, given: int) -> Re
         def not_free() -> tuple[str, ...]:
             busy = node.indices(node.placeable_mask & ~given)
             reasons = [
-                f"requests {k} GPUs; {free.bit_count()} of {placeable} placeable GPUs are free"
+                f"requests {_gpus(k)}; {free.bit_count()} of {placeable} placeable GPUs are free"
             ]
             if busy:
                 reasons.append(f"in use: {indices_to_text(busy)}")
