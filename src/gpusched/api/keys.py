@@ -69,6 +69,8 @@ ANNOTATION_TOPOLOGY_SCOPE: Final = f"{PREFIX}topology-scope"
 ANNOTATION_TOPOLOGY_MODE: Final = f"{PREFIX}topology-mode"
 #: Node the admission cycle planned for this replica (the extender prefers it).
 ANNOTATION_PLANNED_NODE: Final = f"{PREFIX}planned-node"
+#: Number of replicas of the pod's gang; above 1 the placement favours NIC-local GPUs.
+ANNOTATION_GANG_SIZE: Final = f"{PREFIX}gang-size"
 #: Why a pod was evicted by the operator (preemption), human readable.
 ANNOTATION_PREEMPTED_BY: Final = f"{PREFIX}preempted-by"
 

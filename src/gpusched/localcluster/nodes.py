@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes import client
@@ -19,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from gpusched.api import keys
 from gpusched.api.nodegputopology import NodeGpuTopologySpec, NodeGpuTopologyStatus
 
+_LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 NODE_LABELS_BASE: Mapping[str, str] = {
     "kubernetes.io/os": "linux",
     "kubernetes.io/arch": "amd64",
@@ -36,6 +38,7 @@ def gpu_node_manifest(
     pods: int = 110,
 ) -> dict[str, Any]:
     """A kwok Node with ``gpus`` GPUs of allocatable ``nvidia.com/gpu``."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     resources = {"cpu": cpu, "memory": memory, "pods": str(pods), keys.GPU_RESOURCE: str(gpus)}
     return {
         "apiVersion": "v1",
@@ -46,7 +49,22 @@ def gpu_node_manifest(
             "labels": {**NODE_LABELS_BASE, "kubernetes.io/hostname": name, **(labels or {})},
         },
         "spec": {},
-        "status": {"capacity": resources, "allocatable": resources},
+        # Ready from the start: otherwise the node lifecycle controller taints the new node
+        # not-ready until kwok's first status update, and pods created meanwhile skip it.
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "simulated by kwok",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        },
     }
 
 
@@ -117,14 +135,18 @@ def add_gpu_nodes(
 
 
 def wait_nodes_ready(api: client.ApiClient, names: Iterable[str], timeout: float = 60.0) -> None:
-    """Block until kwok reports every node Ready."""
+    """Block until every node is Ready and carries no not-ready / unreachable taint."""
     core = client.CoreV1Api(api)
     pending = set(names)
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
         for node in core.list_node(label_selector="type=kwok").items:
             conditions = (node.status.conditions if node.status else None) or []
-            if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
+            ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+            tainted = any(
+                t.key in _LIFECYCLE_TAINTS for t in (node.spec.taints if node.spec else None) or []
+            )
+            if node.metadata and ready and not tainted:
                 pending.discard(node.metadata.name or "")
         if pending:
             time.sleep(0.2)

@@ -53,13 +53,16 @@ def kube(local_cluster: LocalCluster) -> Iterator[Any]:
 def gpu_nodes(kube: Any) -> Iterator[Callable[..., list[str]]]:
     """Factory adding Ready kwok GPU nodes with unique names; they are deleted after the test.
 
-    ``gpu_nodes(3, gpus=8, labels={...}, topology=spec, status=status)`` returns the names.
+    ``gpu_nodes(3, gpus=8, labels={...}, topology=spec, status=status)`` returns the names;
+    ``names=[...]`` gives them explicitly.
     """
     created: list[str] = []
 
-    def make(count: int, gpus: int = 8, **kwargs: Any) -> list[str]:
+    def make(
+        count: int, gpus: int = 8, *, names: list[str] | None = None, **kwargs: Any
+    ) -> list[str]:
         prefix = kwargs.pop("prefix", "gpu-node")
-        names = [f"{prefix}-{next(_names)}" for _ in range(count)]
+        names = names or [f"{prefix}-{next(_names)}" for _ in range(count)]
         add_gpu_nodes(kube, names, gpus, **kwargs)
         created.extend(names)
         wait_nodes_ready(kube, names)

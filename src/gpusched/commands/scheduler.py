@@ -1,0 +1,64 @@
+"""``gpusched scheduler``: the kube-scheduler extender and its kube-scheduler configuration."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+import yaml
+
+
+@click.group()
+def scheduler() -> None:
+    """The topology-aware kube-scheduler extender."""
+
+
+@scheduler.command()
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    default=None,
+    help="Kubeconfig; default: in-cluster service account, else ~/.kube/config.",
+)
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Listen address (the extender sits beside kube-scheduler in one pod).",
+)
+@click.option("--port", default=8888, show_default=True, help="Listen port.")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def serve(kubeconfig: str | None, address: str, port: int, log_level: str) -> None:
+    """Serve filter / prioritize / bind, /healthz, /readyz and /metrics."""
+    from aiohttp import web
+
+    from gpusched.kube import api_client
+    from gpusched.scheduler.server import Extender
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    extender = Extender(api_client(kubeconfig))
+    web.run_app(extender.app(), host=address, port=port, access_log=None, print=None)
+
+
+@scheduler.command()
+@click.option("--extender-url", default="http://127.0.0.1:8888", show_default=True)
+@click.option("--kubeconfig", default=None, help="Kubeconfig path for kube-scheduler.")
+@click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
+def config(extender_url: str, kubeconfig: str | None, leader_elect: bool) -> None:
+    """Print the KubeSchedulerConfiguration serving the gpusched profile."""
+    from gpusched.scheduler.config import kube_scheduler_config
+
+    click.echo(
+        yaml.safe_dump(
+            kube_scheduler_config(extender_url, kubeconfig=kubeconfig, leader_elect=leader_elect),
+            sort_keys=False,
+        ),
+        nl=False,
+    )

@@ -1,0 +1,208 @@
+"""The extender's decisions: which nodes can host a GPU pod, how good each is, which GPUs to bind.
+
+Pure functions over a snapshot of nodes (:class:`NodeView`); the HTTP service and its watch cache
+only build the snapshot and apply the result, so the simulator and the benchmarks run exactly
+this code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpusched.api import keys
+from gpusched.api.gpujob import TopologyMode, TopologyScope
+from gpusched.core.placement import Placement, Policy, Refusal, RefusalReason, place
+from gpusched.core.prepared import PreparedNode
+
+MAX_SCORE: Final = 10
+
+#: Refusals that freeing GPUs (preemption, jobs ending) can resolve.
+_RESOLVABLE: Final = frozenset({RefusalReason.NOT_ENOUGH_FREE_GPUS})
+
+
+class RequestError(ValueError):
+    """The pod's GPU request cannot be understood; the message names the offending field."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What a pod asks of a node."""
+
+    gpus: int
+    """Whole GPUs, from the ``nvidia.com/gpu`` limits of its containers."""
+    policy: Policy
+    """Topology scope and mode, from the pod's annotations."""
+    planned_node: str | None = None
+    """Node the operator's admission cycle planned for this pod, if any."""
+
+
+def _quantity(value: Any, where: str) -> int:
+    text = str(value).strip()
+    if not text.isdigit():
+        raise RequestError(f"{where}: {keys.GPU_RESOURCE} must be a whole number, got {value!r}")
+    return int(text)
+
+
+def _container_gpus(container: Mapping[str, Any], where: str) -> int:
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    if keys.GPU_RESOURCE in limits:
+        return _quantity(limits[keys.GPU_RESOURCE], f"{where}.resources.limits")
+    if keys.GPU_RESOURCE in requests:
+        return _quantity(requests[keys.GPU_RESOURCE], f"{where}.resources.requests")
+    return 0
+
+
+def gpu_count(pod: Mapping[str, Any]) -> int:
+    """GPUs the pod holds while running: the sum over containers, or the largest init container
+    if that is more (init containers run one at a time, before the others)."""
+    spec = pod.get("spec") or {}
+    running = sum(
+        _container_gpus(c, f"spec.containers[{i}]")
+        for i, c in enumerate(spec.get("containers") or [])
+    )
+    init = max(
+        (
+            _container_gpus(c, f"spec.initContainers[{i}]")
+            for i, c in enumerate(spec.get("initContainers") or [])
+        ),
+        default=0,
+    )
+    return max(running, init)
+
+
+def _enum(value: str, kind: type[TopologyScope] | type[TopologyMode], key: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise RequestError(f"annotation {key}={value!r} is not one of {allowed}") from None
+
+
+def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
+    """The request of a pod; raises :class:`RequestError` naming a malformed field."""
+    annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    scope = _enum(
+        annotations.get(keys.ANNOTATION_TOPOLOGY_SCOPE, TopologyScope.NODE.value),
+        TopologyScope,
+        keys.ANNOTATION_TOPOLOGY_SCOPE,
+    )
+    mode = _enum(
+        annotations.get(keys.ANNOTATION_TOPOLOGY_MODE, TopologyMode.PREFERRED.value),
+        TopologyMode,
+        keys.ANNOTATION_TOPOLOGY_MODE,
+    )
+    gang_size = annotations.get(keys.ANNOTATION_GANG_SIZE, "1")
+    if not gang_size.isdigit():
+        raise RequestError(f"annotation {keys.ANNOTATION_GANG_SIZE}={gang_size!r} is not a number")
+    return GpuRequest(
+        gpus=gpu_count(pod),
+        policy=Policy(scope=scope, mode=mode, multi_node=int(gang_size) > 1),
+        planned_node=annotations.get(keys.ANNOTATION_PLANNED_NODE) or None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node as the extender sees it at a moment."""
+
+    name: str
+    prepared: PreparedNode | None
+    """Wiring and health; None when the node has no NodeGpuTopology yet."""
+    busy: frozenset[int] = frozenset()
+    """GPU indices held by bound or assumed pods."""
+    unaccounted: int = 0
+    """GPUs held by pods that carry no GPU assignment (bound by another scheduler): we cannot
+    know which, so they only reduce how many of the free GPUs may be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether one node can host the request, and with which set."""
+
+    node: str
+    placement: Placement | None
+    reason: str | None = None
+    """Why not, for FailedNodes: ``<Code>: <sentence>``."""
+    resolvable: bool = True
+    """Whether freeing GPUs could make the node fit (otherwise FailedAndUnresolvable)."""
+
+
+def _refused(view: NodeView, request: GpuRequest, refusal: Refusal) -> Verdict:
+    resolvable = refusal.reason in _RESOLVABLE
+    if refusal.reason is RefusalReason.SCOPE_UNSATISFIABLE and view.prepared is not None:
+        # Would the node satisfy the scope with nothing running? Then preemption could help.
+        empty = place(view.prepared, request.gpus, request.policy)
+        resolvable = empty.ok
+    return Verdict(
+        view.name, None, f"{refusal.reason.value}: {refusal.reasons[0]}", resolvable=resolvable
+    )
+
+
+def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
+    """Best set for ``request`` on one node, or why there is none."""
+    if view.prepared is None:
+        return Verdict(
+            view.name,
+            None,
+            "NoTopology: node has no NodeGpuTopology (is the gpusched device probe running?)",
+            resolvable=False,
+        )
+    result = place(view.prepared, request.gpus, request.policy, busy=view.busy)
+    if isinstance(result, Refusal):
+        return _refused(view, request, result)
+    if view.unaccounted:
+        free = bin(view.prepared.placeable_mask & ~view.prepared.mask(view.busy)).count("1")
+        if free - view.unaccounted < request.gpus:
+            return Verdict(
+                view.name,
+                None,
+                f"{RefusalReason.NOT_ENOUGH_FREE_GPUS.value}: {view.unaccounted} GPUs are held "
+                "by pods gpusched did not place",
+            )
+    return Verdict(view.name, result)
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """Filter verdicts split the way the extender protocol reports them."""
+
+    fits: tuple[str, ...]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    verdicts: dict[str, Verdict]
+
+
+def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcome:
+    """Nodes that can host the request. When the operator planned a node for the pod and it
+    fits, only that node passes: admission reserved those GPUs for this gang."""
+    verdicts = {view.name: evaluate(view, request) for view in views}
+    fits = tuple(name for name, v in verdicts.items() if v.placement is not None)
+    failed = {
+        n: v.reason or "" for n, v in verdicts.items() if v.placement is None and v.resolvable
+    }
+    unresolvable = {
+        n: v.reason or "" for n, v in verdicts.items() if v.placement is None and not v.resolvable
+    }
+    planned = request.planned_node
+    if planned is not None and planned in fits and len(fits) > 1:
+        for name in fits:
+            if name != planned:
+                failed[name] = f"PlannedElsewhere: admission planned this pod for node {planned}"
+        fits = (planned,)
+    return FilterOutcome(fits, failed, unresolvable, verdicts)
+
+
+def priority(placement: Placement | None) -> int:
+    """Extender priority 0..10 of a node from its best set's score (0..100)."""
+    if placement is None:
+        return 0
+    return max(0, min(MAX_SCORE, round(placement.score / 10)))
+
+
+def prioritize(views: Iterable[NodeView], request: GpuRequest) -> dict[str, int]:
+    """Priority of every candidate node; nodes that cannot host the request score 0."""
+    return {view.name: priority(evaluate(view, request).placement) for view in views}

@@ -1,0 +1,120 @@
+"""Run gpusched's components on a local cluster as real processes, under their own RBAC.
+
+Tests, benchmarks and the demo start components the way the Helm chart runs them: as separate
+processes, authenticated as the component's ServiceAccount with exactly the RBAC shipped in
+``<component>/rbac.yaml``, so that running them proves those rules are sufficient.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpusched.localcluster import pki
+from gpusched.localcluster.binaries import repo_root
+from gpusched.localcluster.cluster import ClusterError, LocalCluster
+from gpusched.localcluster.processes import ProcessRecord, free_port, is_running
+
+SYSTEM_NAMESPACE = "gpusched-system"
+
+
+def gpusched_command() -> list[str]:
+    """How to run this checkout's ``gpusched`` CLI."""
+    return [sys.executable, "-m", "gpusched"]
+
+
+def service_account_kubeconfig(
+    cluster: LocalCluster, rbac: Path, account: str, namespace: str = SYSTEM_NAMESPACE
+) -> Path:
+    """Apply ``rbac`` and return a kubeconfig authenticating as its ServiceAccount (token)."""
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    cluster.kubectl("apply", "-f", str(rbac))
+    token = cluster.kubectl(
+        "create", "token", account, "-n", namespace, "--duration=48h"
+    ).stdout.strip()
+    return pki.write_kubeconfig(
+        cluster.state_dir / f"sa-{account}.kubeconfig",
+        cluster.server,
+        cluster.ca_cert,
+        f"system:serviceaccount:{namespace}:{account}",
+        token=token,
+    )
+
+
+def wait_http_ok(url: str, record: ProcessRecord, timeout: float = 60.0) -> None:
+    """Block until ``url`` answers 200, failing early if the process died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_running(record):
+            log = Path(record.log).read_text(errors="replace")[-3000:]
+            raise ClusterError(f"{record.name} exited during start-up:\n{log}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise ClusterError(f"{record.name} not ready at {url} after {timeout:.0f}s")
+
+
+@dataclass
+class SchedulerProcesses:
+    """The extender and the kube-scheduler serving the ``gpusched`` profile."""
+
+    extender: ProcessRecord
+    kube_scheduler: ProcessRecord
+    url: str
+    kubeconfig: Path
+
+    def restart_extender(self, cluster: LocalCluster, *, kill: bool = True) -> None:
+        """Stop the extender (SIGKILL by default, like a crash) and start it again."""
+        if kill:
+            import os
+            import signal
+
+            os.killpg(self.extender.pid, signal.SIGKILL)
+        cluster.stop_process(self.extender)
+        port = int(self.url.rsplit(":", 1)[1])
+        self.extender = _spawn_extender(cluster, self.kubeconfig, port)
+        wait_http_ok(f"{self.url}/readyz", self.extender)
+
+
+def _spawn_extender(cluster: LocalCluster, kubeconfig: Path, port: int) -> ProcessRecord:
+    return cluster.spawn(
+        "gpusched-extender",
+        [
+            *gpusched_command(),
+            "scheduler",
+            "serve",
+            f"--kubeconfig={kubeconfig}",
+            "--address=127.0.0.1",
+            f"--port={port}",
+        ],
+    )
+
+
+def start_scheduler(cluster: LocalCluster, *, admin: bool = False) -> SchedulerProcesses:
+    """Start the gpusched extender and its kube-scheduler; return once both serve."""
+    from gpusched.scheduler.config import kube_scheduler_config
+
+    kubeconfig = (
+        cluster.kubeconfig
+        if admin
+        else service_account_kubeconfig(
+            cluster, repo_root() / "scheduler" / "rbac.yaml", "gpusched-scheduler"
+        )
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    extender = _spawn_extender(cluster, kubeconfig, port)
+    wait_http_ok(f"{url}/readyz", extender)
+    config = kube_scheduler_config(
+        url, kubeconfig=str(kubeconfig), leader_elect=False, qps=500, burst=1000
+    )
+    scheduler = cluster.start_scheduler("gpusched-kube-scheduler", config)
+    return SchedulerProcesses(extender, scheduler, url, kubeconfig)

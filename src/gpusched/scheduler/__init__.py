@@ -1,0 +1,2 @@
+"""The kube-scheduler extender: HTTP service, watch cache and binder (a shell around
+``gpusched.core.scheduling``)."""

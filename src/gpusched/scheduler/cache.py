@@ -1,0 +1,238 @@
+"""The extender's picture of the cluster: each node's wiring and health, and who holds which GPU.
+
+Fed by watches (``watch.py``) and by the binder's own assumptions. It is touched only from the
+event loop thread, so a bind can choose a set and assume it without awaiting in between: two
+concurrent binds can never pick the same GPU. GPU ownership is derived from pod annotations
+(``gpusched.io/gpu-indices`` on pods that have a node), which is also how the cache is rebuilt
+after a restart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpusched.api import keys
+from gpusched.api.nodegputopology import NodeGpuTopology
+from gpusched.core import NodeTopology, PreparedNode, prepare
+from gpusched.core.scheduling import NodeView, RequestError, gpu_count
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+#: How long an assumption survives after its bind returned, waiting for the watch to confirm.
+ASSUME_TTL_SECONDS = 120.0
+
+
+def pod_key(namespace: str, name: str) -> str:
+    """``namespace/name``."""
+    return f"{namespace}/{name}"
+
+
+def parse_indices(value: str | None) -> tuple[int, ...] | None:
+    """GPU indices from the annotation; None when absent or malformed."""
+    if not value:
+        return None
+    try:
+        return tuple(sorted(int(part) for part in value.split(",") if part.strip()))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A bound, non-terminal pod that holds GPUs."""
+
+    key: str
+    uid: str
+    node: str
+    gpus: tuple[int, ...] | None
+    """Assigned indices, None when the pod carries no (valid) assignment."""
+    count: int
+
+
+@dataclass(slots=True)
+class Assumption:
+    """GPUs reserved by a bind that the watch has not confirmed yet."""
+
+    uid: str
+    key: str
+    node: str
+    gpus: tuple[int, ...]
+    topology_class: str
+    bound_at: float | None = None
+
+
+@dataclass
+class ClusterCache:
+    """Nodes' topologies, GPU holders and in-flight assumptions."""
+
+    clock: Any = time.monotonic
+    topologies: dict[str, PreparedNode] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    assumptions: dict[str, Assumption] = field(default_factory=dict)
+    synced: set[str] = field(default_factory=set)
+    topology_errors: dict[str, str] = field(default_factory=dict)
+
+    # --- watch input ---------------------------------------------------------------------
+
+    def apply_topology(self, obj: Mapping[str, Any]) -> None:
+        """Add or replace a node's NodeGpuTopology (prepared once per change)."""
+        name = obj["metadata"]["name"]
+        try:
+            model = NodeGpuTopology.model_validate(obj)
+            topology = NodeTopology.from_api(model.spec, model.status)
+            self.topologies[name] = prepare(topology)
+        except (ValidationError, ValueError) as err:
+            # A malformed object must not take down scheduling for every other node.
+            self.topologies.pop(name, None)
+            self.topology_errors[name] = str(err).splitlines()[0]
+            return
+        self.topology_errors.pop(name, None)
+        self.models[name] = model.spec.gpus[0].model if model.spec.gpus else "unknown"
+
+    def delete_topology(self, name: str) -> None:
+        """Forget a node's topology."""
+        self.topologies.pop(name, None)
+        self.models.pop(name, None)
+        self.topology_errors.pop(name, None)
+
+    def replace_topologies(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Initial list or re-list: exactly these objects exist."""
+        self.topologies.clear()
+        self.models.clear()
+        self.topology_errors.clear()
+        for obj in objects:
+            self.apply_topology(obj)
+        self.synced.add("topologies")
+
+    def apply_pod(self, obj: Mapping[str, Any]) -> None:
+        """Add, update or drop a pod according to its node, phase and annotations."""
+        meta = obj["metadata"]
+        key = pod_key(meta["namespace"], meta["name"])
+        node = (obj.get("spec") or {}).get("nodeName")
+        phase = (obj.get("status") or {}).get("phase")
+        try:
+            count = gpu_count(obj)
+        except RequestError:
+            count = 0
+        if not node or phase in TERMINAL_PHASES or count == 0:
+            self._drop_pod(key, meta.get("uid", ""))
+            return
+        gpus = parse_indices((meta.get("annotations") or {}).get(keys.ANNOTATION_GPU_INDICES))
+        record = PodRecord(key=key, uid=meta.get("uid", ""), node=node, gpus=gpus, count=count)
+        self.pods[key] = record
+        assumption = self.assumptions.get(record.uid)
+        if assumption is not None and gpus is not None and assumption.node == node:
+            del self.assumptions[record.uid]
+
+    def delete_pod(self, obj: Mapping[str, Any]) -> None:
+        """A pod is gone (or no longer matches the watch)."""
+        meta = obj["metadata"]
+        self._drop_pod(pod_key(meta["namespace"], meta["name"]), meta.get("uid", ""))
+
+    def replace_pods(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Initial list or re-list: exactly these pods exist."""
+        self.pods.clear()
+        for obj in objects:
+            self.apply_pod(obj)
+        self.synced.add("pods")
+
+    def _drop_pod(self, key: str, uid: str) -> None:
+        record = self.pods.pop(key, None)
+        if record is not None:
+            self.assumptions.pop(record.uid, None)
+        if uid:
+            self.assumptions.pop(uid, None)
+
+    # --- assumptions (the binder) --------------------------------------------------------
+
+    def assume(self, assumption: Assumption) -> None:
+        """Reserve GPUs for a pod being bound."""
+        self.assumptions[assumption.uid] = assumption
+
+    def mark_bound(self, uid: str) -> None:
+        """The bind call succeeded; keep the reservation until the watch confirms it."""
+        assumption = self.assumptions.get(uid)
+        if assumption is not None:
+            assumption.bound_at = self.clock()
+
+    def forget(self, uid: str) -> None:
+        """The bind failed: release its reservation."""
+        self.assumptions.pop(uid, None)
+
+    def expire(self) -> int:
+        """Drop reservations of binds that returned long ago and were never confirmed."""
+        now = self.clock()
+        stale = [
+            uid
+            for uid, a in self.assumptions.items()
+            if a.bound_at is not None and now - a.bound_at > ASSUME_TTL_SECONDS
+        ]
+        for uid in stale:
+            del self.assumptions[uid]
+        return len(stale)
+
+    # --- snapshot ------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Both initial lists are in; answering before would risk handing out held GPUs."""
+        return {"topologies", "pods"} <= self.synced
+
+    def holders(self, node: str, *, excluding_uid: str = "") -> dict[int, str]:
+        """GPU index -> pod key of every GPU held or reserved on ``node``."""
+        held: dict[int, str] = {}
+        for record in self.pods.values():
+            if record.node == node and record.gpus is not None and record.uid != excluding_uid:
+                for gpu in record.gpus:
+                    held[gpu] = record.key
+        for assumption in self.assumptions.values():
+            if assumption.node == node and assumption.uid != excluding_uid:
+                for gpu in assumption.gpus:
+                    held[gpu] = assumption.key
+        return held
+
+    def view(self, node: str, *, excluding_uid: str = "") -> NodeView:
+        """The node as placement sees it (``excluding_uid``: as if that pod held nothing)."""
+        return self.views([node], excluding_uid=excluding_uid)[0]
+
+    def views(self, nodes: Iterable[str], *, excluding_uid: str = "") -> list[NodeView]:
+        """Views of several nodes, computed in one pass over the pods."""
+        names = list(nodes)
+        wanted = set(names)
+        busy: dict[str, set[int]] = {name: set() for name in names}
+        unaccounted: dict[str, int] = dict.fromkeys(names, 0)
+        for record in self.pods.values():
+            if record.node not in wanted or record.uid == excluding_uid:
+                continue
+            if record.gpus is not None:
+                busy[record.node].update(record.gpus)
+            elif record.uid not in self.assumptions:
+                unaccounted[record.node] += record.count
+        for assumption in self.assumptions.values():
+            if assumption.node in wanted and assumption.uid != excluding_uid:
+                busy[assumption.node].update(assumption.gpus)
+        out = []
+        for name in names:
+            prepared = self.topologies.get(name)
+            held = busy[name]
+            if prepared is not None:
+                # Indices the node does not have (a stale or hand-edited annotation) hold nothing.
+                held &= set(prepared.topology.gpu_indices)
+            out.append(NodeView(name, prepared, frozenset(held), unaccounted[name]))
+        return out
+
+    def free_by_model(self) -> dict[str, int]:
+        """Free placeable GPUs per GPU model (for the free-GPUs gauge)."""
+        free: dict[str, int] = {}
+        for view in self.views(self.topologies):
+            prepared = view.prepared
+            assert prepared is not None
+            available = prepared.placeable_mask & ~prepared.mask(view.busy)
+            model = self.models.get(view.name, "unknown")
+            free[model] = free.get(model, 0) + max(0, bin(available).count("1") - view.unaccounted)
+        return free

@@ -1,0 +1,81 @@
+"""The KubeSchedulerConfiguration of the kube-scheduler that serves the ``gpusched`` profile.
+
+Extenders apply to every profile of a kube-scheduler process, so gpusched runs its own
+kube-scheduler (beside the extender, in one pod) serving only the ``gpusched`` profile; the
+cluster's default scheduler is untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpusched.api import keys
+
+#: Multiplier of the extender's 0..10 priority; kube-scheduler scales it to 0..100 x weight, so
+#: topology quality outweighs the in-tree scores (which only see GPU counts).
+EXTENDER_WEIGHT = 5
+
+
+def profile() -> dict[str, Any]:
+    """The ``gpusched`` profile: pack GPUs onto nodes (MostAllocated) so whole, well-wired
+    sets stay free for large jobs; the extender decides among GPUs inside a node."""
+    return {
+        "schedulerName": keys.SCHEDULER_NAME,
+        "pluginConfig": [
+            {
+                "name": "NodeResourcesFit",
+                "args": {
+                    "scoringStrategy": {
+                        "type": "MostAllocated",
+                        "resources": [
+                            {"name": keys.GPU_RESOURCE, "weight": 5},
+                            {"name": "cpu", "weight": 1},
+                            {"name": "memory", "weight": 1},
+                        ],
+                    }
+                },
+            }
+        ],
+    }
+
+
+def extender(url: str, *, http_timeout: str = "30s") -> dict[str, Any]:
+    """The extender stanza: filter, prioritize and bind over HTTP for GPU pods only."""
+    return {
+        "urlPrefix": url.rstrip("/"),
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "bindVerb": "bind",
+        "weight": EXTENDER_WEIGHT,
+        "enableHTTPS": url.startswith("https://"),
+        "httpTimeout": http_timeout,
+        "nodeCacheCapable": True,
+        "ignorable": False,
+        "managedResources": [{"name": keys.GPU_RESOURCE, "ignoredByScheduler": False}],
+    }
+
+
+def kube_scheduler_config(
+    extender_url: str,
+    *,
+    kubeconfig: str | None = None,
+    leader_elect: bool = True,
+    qps: int = 200,
+    burst: int = 400,
+) -> dict[str, Any]:
+    """A complete configuration for ``kube-scheduler --config``."""
+    connection: dict[str, Any] = {"qps": qps, "burst": burst}
+    if kubeconfig:
+        connection["kubeconfig"] = kubeconfig
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": connection,
+        "leaderElection": {
+            "leaderElect": leader_elect,
+            "resourceName": "gpusched-scheduler",
+            "resourceNamespace": "kube-system",
+        },
+        "profiles": [profile()],
+        "extenders": [extender(extender_url)],
+    }

@@ -1,0 +1,238 @@
+"""The extender's HTTP service (aiohttp): filter, prioritize, bind, health and metrics.
+
+kube-scheduler calls ``POST <urlPrefix>/<verb>`` for pods that request ``nvidia.com/gpu``.
+Handlers parse the wire types, build a snapshot from the cache and call the pure decision
+functions of ``gpusched.core.scheduling``. A malformed request is answered 400 with the reason;
+an unexpected error 500 with its message; neither takes the process down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from kubernetes import client
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from gpusched.api import keys
+from gpusched.api.extender import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    HostPriority,
+)
+from gpusched.core.scheduling import RequestError, filter_nodes, gpu_request, prioritize
+from gpusched.kubewatch import Reflector
+from gpusched.metrics import SchedulerMetrics
+from gpusched.scheduler.binder import Binder
+from gpusched.scheduler.cache import ClusterCache
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _LoopConsumer:
+    """Hands watch events from a reflector thread to the event loop, where the cache lives."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        replace: Callable[[list[dict[str, Any]]], None],
+        upsert: Callable[[dict[str, Any]], None],
+        delete: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self._loop = loop
+        self._replace, self._upsert, self._delete = replace, upsert, delete
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        self._loop.call_soon_threadsafe(self._replace, items)
+
+    def upsert(self, item: dict[str, Any]) -> None:
+        self._loop.call_soon_threadsafe(self._upsert, item)
+
+    def delete(self, item: dict[str, Any]) -> None:
+        self._loop.call_soon_threadsafe(self._delete, item)
+
+
+class Extender:
+    """Cache, watches, binder and HTTP routes of one extender process."""
+
+    def __init__(self, api: client.ApiClient, metrics: SchedulerMetrics | None = None) -> None:
+        self.api = api
+        self.cache = ClusterCache()
+        self.metrics = metrics or SchedulerMetrics()
+        self.binder = Binder(api, self.cache, self.metrics)
+        self._stop = threading.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start_watches(self, loop: asyncio.AbstractEventLoop) -> None:
+        """List and watch NodeGpuTopology objects and bound pods."""
+        custom = client.CustomObjectsApi(self.api)
+        core = client.CoreV1Api(self.api)
+        cache = self.cache
+
+        def list_topologies(**kwargs: Any) -> Any:
+            return custom.list_cluster_custom_object(
+                keys.GROUP, keys.VERSION, "nodegputopologies", **kwargs
+            )
+
+        Reflector(
+            "nodegputopologies",
+            list_topologies,
+            _LoopConsumer(
+                loop,
+                cache.replace_topologies,
+                cache.apply_topology,
+                lambda obj: cache.delete_topology(obj["metadata"]["name"]),
+            ),
+            self._stop,
+        ).start()
+        Reflector(
+            "pods",
+            core.list_pod_for_all_namespaces,
+            _LoopConsumer(loop, cache.replace_pods, cache.apply_pod, cache.delete_pod),
+            self._stop,
+            field_selector="spec.nodeName!=",
+        ).start()
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(5)
+            self.cache.expire()
+            for model, free in self.cache.free_by_model().items():
+                self.metrics.free_gpus.labels(model).set(free)
+
+    async def on_startup(self, app: web.Application) -> None:
+        self.start_watches(asyncio.get_running_loop())
+        self._tasks.append(asyncio.create_task(self._housekeeping()))
+
+    async def on_cleanup(self, app: web.Application) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            task.cancel()
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/filter", self._timed("filter", self.filter))
+        app.router.add_post("/prioritize", self._timed("prioritize", self.prioritize))
+        app.router.add_post("/bind", self._timed("bind", self.bind))
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        app.on_startup.append(self.on_startup)
+        app.on_cleanup.append(self.on_cleanup)
+        return app
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except ValidationError as err:
+            return web.json_response(
+                {"Error": f"malformed request: {_first_error(err)}"}, status=400
+            )
+        except ValueError as err:
+            return web.json_response({"Error": f"malformed request: {err}"}, status=400)
+        except Exception as err:
+            log.exception("internal error on %s", request.path)
+            return web.json_response({"Error": f"internal error: {err}"}, status=500)
+
+    def _timed(self, verb: str, handler: Handler) -> Handler:
+        histogram = self.metrics.request_seconds.labels(verb)
+
+        async def timed(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            try:
+                return await handler(request)
+            finally:
+                histogram.observe(time.perf_counter() - started)
+
+        return timed
+
+    def _require_ready(self) -> None:
+        if not self.cache.ready:
+            raise web.HTTPServiceUnavailable(
+                text='{"Error": "gpusched extender cache is still syncing"}',
+                content_type="application/json",
+            )
+
+    # --- verbs ---------------------------------------------------------------------------
+
+    async def filter(self, request: web.Request) -> web.Response:
+        """Nodes that can host the pod's GPU set, with a reason for every other node."""
+        self._require_ready()
+        args = ExtenderArgs.model_validate(await request.json())
+        names = args.candidate_names()
+        try:
+            gpu = gpu_request(args.pod)
+        except RequestError as err:
+            refused = dict.fromkeys(names, f"InvalidRequest: {err}")
+            result = ExtenderFilterResult(failed_and_unresolvable_nodes=refused)
+            return web.json_response(result.to_wire())
+        outcome = filter_nodes(self.cache.views(names), gpu)
+        for reason in (*outcome.failed.values(), *outcome.unresolvable.values()):
+            self.metrics.refused_nodes.labels(reason.split(":", 1)[0]).inc()
+        result = ExtenderFilterResult(
+            node_names=list(outcome.fits),
+            failed_nodes=outcome.failed,
+            failed_and_unresolvable_nodes=outcome.unresolvable,
+        )
+        return web.json_response(result.to_wire())
+
+    async def prioritize(self, request: web.Request) -> web.Response:
+        """A 0..10 score per node: how well the best GPU set there is wired."""
+        self._require_ready()
+        args = ExtenderArgs.model_validate(await request.json())
+        names = args.candidate_names()
+        try:
+            gpu = gpu_request(args.pod)
+        except RequestError:
+            scores = dict.fromkeys(names, 0)
+        else:
+            scores = prioritize(self.cache.views(names), gpu)
+        return web.json_response(
+            [HostPriority(host=name, score=score).to_wire() for name, score in scores.items()]
+        )
+
+    async def bind(self, request: web.Request) -> web.Response:
+        """Choose the GPUs, write them on the pod, bind it."""
+        self._require_ready()
+        args = ExtenderBindingArgs.model_validate(await request.json())
+        error = await self.binder.bind(args)
+        return web.json_response(ExtenderBindingResult(error=error).to_wire())
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """Liveness: the process serves requests."""
+        return web.Response(text="ok")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """Readiness: the cache holds the initial lists."""
+        if not self.cache.ready:
+            return web.Response(status=503, text="cache syncing")
+        return web.Response(text="ok")
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        """Prometheus exposition."""
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}"

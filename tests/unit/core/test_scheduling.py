@@ -1,0 +1,150 @@
+"""The extender's pure decisions: reading a pod's request, filtering and scoring nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpusched.api import TopologyMode, TopologyScope, keys
+from gpusched.core import prepare
+from gpusched.core.placement import Policy
+from gpusched.core.scheduling import (
+    GpuRequest,
+    NodeView,
+    RequestError,
+    evaluate,
+    filter_nodes,
+    gpu_count,
+    gpu_request,
+    prioritize,
+)
+from gpusched.localcluster.topologies import fixture_topology
+
+H100 = "hgx-h100-sxm-8gpu-8nic"
+BRIDGED = "pcie-8gpu-nvlink-bridge-pairs-2socket"
+ALLSYS = "pcie-8x-rtx4090-2socket-allsys-2nic"
+
+
+def view(
+    fixture: str, name: str = "n", busy: tuple[int, ...] = (), unaccounted: int = 0
+) -> NodeView:
+    return NodeView(name, prepare(fixture_topology(fixture, name)), frozenset(busy), unaccounted)
+
+
+def pod(
+    limits: dict[str, Any],
+    annotations: dict[str, str] | None = None,
+    init: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if init:
+        spec["initContainers"] = init
+    return {"metadata": {"annotations": annotations or {}}, "spec": spec}
+
+
+def test_gpu_count_sums_containers_and_honours_a_larger_init_container() -> None:
+    body = pod({keys.GPU_RESOURCE: "2"})
+    body["spec"]["containers"].append(
+        {"name": "d", "resources": {"limits": {keys.GPU_RESOURCE: 1}}}
+    )
+    assert gpu_count(body) == 3
+    body["spec"]["initContainers"] = [
+        {"name": "i", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
+    ]
+    assert gpu_count(body) == 4
+
+
+def test_request_reads_scope_and_mode_annotations() -> None:
+    request = gpu_request(
+        pod(
+            {keys.GPU_RESOURCE: "4"},
+            {
+                keys.ANNOTATION_TOPOLOGY_SCOPE: "nvlink",
+                keys.ANNOTATION_TOPOLOGY_MODE: "required",
+                keys.ANNOTATION_GANG_SIZE: "2",
+            },
+        )
+    )
+    assert request.gpus == 4
+    assert request.policy == Policy(TopologyScope.NVLINK, TopologyMode.REQUIRED, multi_node=True)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field"),
+    [
+        ({keys.ANNOTATION_TOPOLOGY_SCOPE: "rack"}, keys.ANNOTATION_TOPOLOGY_SCOPE),
+        ({keys.ANNOTATION_TOPOLOGY_MODE: "maybe"}, keys.ANNOTATION_TOPOLOGY_MODE),
+        ({keys.ANNOTATION_GANG_SIZE: "two"}, keys.ANNOTATION_GANG_SIZE),
+    ],
+)
+def test_malformed_annotations_are_refused_naming_the_annotation(
+    annotations: dict[str, str], field: str
+) -> None:
+    with pytest.raises(RequestError, match=field):
+        gpu_request(pod({keys.GPU_RESOURCE: "1"}, annotations))
+
+
+def test_fractional_gpu_quantity_is_refused() -> None:
+    with pytest.raises(RequestError, match="whole number"):
+        gpu_request(pod({keys.GPU_RESOURCE: "500m"}))
+
+
+def test_node_without_topology_is_refused_as_unresolvable() -> None:
+    verdict = evaluate(NodeView("bare", None), GpuRequest(1, Policy()))
+    assert verdict.placement is None
+    assert verdict.reason is not None
+    assert verdict.reason.startswith("NoTopology")
+    assert not verdict.resolvable
+
+
+def test_required_scope_the_wiring_can_never_meet_is_unresolvable_but_busy_gpus_are_not() -> None:
+    request = GpuRequest(4, Policy(TopologyScope.NVLINK, TopologyMode.REQUIRED))
+    never = evaluate(view(BRIDGED), request)
+    assert never.placement is None
+    assert never.reason is not None
+    assert never.reason.startswith("ScopeUnsatisfiable")
+    assert not never.resolvable
+    pair = GpuRequest(2, Policy(TopologyScope.NVLINK, TopologyMode.REQUIRED))
+    blocked = evaluate(view(BRIDGED, busy=(0, 1, 4, 6)), pair)
+    assert blocked.placement is None
+    assert blocked.resolvable, "freeing GPUs would restore a bridged pair"
+
+
+def test_unaccounted_gpus_reduce_what_fits() -> None:
+    request = GpuRequest(4, Policy())
+    assert evaluate(view(H100, unaccounted=4), request).placement is not None
+    refused = evaluate(view(H100, unaccounted=5), request)
+    assert refused.placement is None
+    assert refused.resolvable
+
+
+def test_filter_splits_fitting_resolvable_and_unresolvable_nodes() -> None:
+    request = GpuRequest(4, Policy(TopologyScope.NVLINK, TopologyMode.REQUIRED))
+    outcome = filter_nodes(
+        [
+            view(H100, "h"),
+            view(H100, "busy", busy=(0, 1, 2, 3, 4)),
+            view(BRIDGED, "b"),
+            NodeView("bare", None),
+        ],
+        request,
+    )
+    assert outcome.fits == ("h",)
+    assert set(outcome.failed) == {"busy"}
+    assert set(outcome.unresolvable) == {"b", "bare"}
+
+
+def test_planned_node_wins_when_it_fits_and_is_ignored_when_it_does_not() -> None:
+    views = [view(H100, "a"), view(H100, "b")]
+    planned = filter_nodes(views, GpuRequest(2, Policy(), planned_node="b"))
+    assert planned.fits == ("b",)
+    assert planned.failed["a"].startswith("PlannedElsewhere")
+    gone = filter_nodes(views, GpuRequest(2, Policy(), planned_node="c"))
+    assert set(gone.fits) == {"a", "b"}
+
+
+def test_nvlinked_node_outranks_an_all_pcie_node() -> None:
+    scores = prioritize([view(H100, "h"), view(ALLSYS, "p")], GpuRequest(4, Policy()))
+    assert scores["h"] > scores["p"]
+    assert all(0 <= s <= 10 for s in scores.values())

@@ -1,0 +1,146 @@
+"""The extender's cache: who holds which GPU, assumptions, and rebuilding from pod annotations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpusched.api import keys
+from gpusched.localcluster.topologies import fixture_objects
+from gpusched.scheduler.cache import ASSUME_TTL_SECONDS, Assumption, ClusterCache
+
+
+def topology_object(node: str, fixture: str = "hgx-h100-sxm-8gpu-8nic") -> dict[str, Any]:
+    spec, status = fixture_objects(fixture, node)
+    return {"metadata": {"name": node}, "spec": spec.to_k8s(), "status": status.to_k8s()}
+
+
+def pod(
+    name: str,
+    node: str | None,
+    gpus: int,
+    indices: str | None = None,
+    *,
+    phase: str = "Running",
+    uid: str | None = None,
+) -> dict[str, Any]:
+    annotations = {keys.ANNOTATION_GPU_INDICES: indices} if indices is not None else {}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid or f"uid-{name}",
+            "annotations": annotations,
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"limits": {keys.GPU_RESOURCE: str(gpus)}}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def cache() -> ClusterCache:
+    cache = ClusterCache(clock=Clock())
+    cache.replace_topologies([topology_object("n1"), topology_object("n2")])
+    cache.replace_pods([])
+    return cache
+
+
+def test_cache_is_not_ready_until_both_initial_lists_arrived() -> None:
+    cache = ClusterCache()
+    assert not cache.ready
+    cache.replace_topologies([])
+    assert not cache.ready
+    cache.replace_pods([])
+    assert cache.ready
+
+
+def test_rebuild_from_pod_annotations_marks_their_gpus_held(cache: ClusterCache) -> None:
+    cache.replace_pods([pod("a", "n1", 2, "0,1"), pod("b", "n1", 1, "5"), pod("c", "n2", 1, "3")])
+    assert cache.view("n1").busy == {0, 1, 5}
+    assert cache.view("n2").busy == {3}
+
+
+def test_terminal_and_unbound_pods_hold_nothing(cache: ClusterCache) -> None:
+    cache.replace_pods(
+        [
+            pod("done", "n1", 2, "0,1", phase="Succeeded"),
+            pod("failed", "n1", 1, "2", phase="Failed"),
+            pod("pending", None, 2, "3,4"),
+        ]
+    )
+    assert cache.view("n1").busy == frozenset()
+
+
+def test_bound_gpu_pod_without_assignment_counts_as_unaccounted(cache: ClusterCache) -> None:
+    cache.apply_pod(pod("foreign", "n1", 3))
+    view = cache.view("n1")
+    assert view.busy == frozenset()
+    assert view.unaccounted == 3
+
+
+def test_assumed_gpus_are_busy_until_forgotten(cache: ClusterCache) -> None:
+    cache.assume(Assumption(uid="u1", key="ns/x", node="n1", gpus=(2, 3), topology_class="nvlink"))
+    assert cache.view("n1").busy == {2, 3}
+    assert cache.view("n1", excluding_uid="u1").busy == frozenset()
+    cache.forget("u1")
+    assert cache.view("n1").busy == frozenset()
+
+
+def test_watch_confirmation_replaces_the_assumption(cache: ClusterCache) -> None:
+    cache.assume(
+        Assumption(uid="uid-x", key="ns/x", node="n1", gpus=(2, 3), topology_class="nvlink")
+    )
+    cache.mark_bound("uid-x")
+    cache.apply_pod(pod("x", "n1", 2, "2,3"))
+    assert "uid-x" not in cache.assumptions
+    assert cache.view("n1").busy == {2, 3}
+
+
+def test_bound_but_unconfirmed_assumption_expires_after_its_ttl(cache: ClusterCache) -> None:
+    clock = cache.clock
+    cache.assume(Assumption(uid="u1", key="ns/x", node="n1", gpus=(0,), topology_class="nvlink"))
+    assert cache.expire() == 0  # bind still in flight: never expires
+    cache.mark_bound("u1")
+    clock.now += ASSUME_TTL_SECONDS + 1
+    assert cache.expire() == 1
+    assert cache.view("n1").busy == frozenset()
+
+
+def test_deleting_a_pod_frees_its_gpus_and_any_assumption(cache: ClusterCache) -> None:
+    cache.apply_pod(pod("a", "n1", 2, "0,1"))
+    cache.assume(
+        Assumption(uid="uid-a", key="ns/a", node="n1", gpus=(0, 1), topology_class="nvlink")
+    )
+    cache.delete_pod(pod("a", "n1", 2, "0,1"))
+    assert cache.view("n1").busy == frozenset()
+    assert cache.assumptions == {}
+
+
+def test_annotation_naming_gpus_the_node_lacks_is_ignored(cache: ClusterCache) -> None:
+    cache.apply_pod(pod("odd", "n1", 2, "1,42"))
+    assert cache.view("n1").busy == {1}
+
+
+def test_malformed_topology_object_is_isolated(cache: ClusterCache) -> None:
+    cache.apply_topology({"metadata": {"name": "broken"}, "spec": {"gpus": "many"}})
+    assert "broken" not in cache.topologies
+    assert "broken" in cache.topology_errors
+    assert cache.view("broken").prepared is None
+    assert cache.view("n1").prepared is not None
+
+
+def test_free_gpus_by_model_subtracts_held_gpus(cache: ClusterCache) -> None:
+    cache.apply_pod(pod("a", "n1", 4, "0,1,2,3"))
+    assert sum(cache.free_by_model().values()) == 12
