@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gpusched.bench.extender import extender
 from gpusched.bench.placement import placement
 
 
@@ -13,3 +14,4 @@ def bench() -> None:
 
 
 bench.add_command(placement)
+bench.add_command(extender)

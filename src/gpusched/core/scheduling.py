@@ -131,15 +131,32 @@ class Verdict:
     """Whether freeing GPUs could make the node fit (otherwise FailedAndUnresolvable)."""
 
 
+def _sentence(refusal: Refusal, k: int) -> str:
+    """A reason that reads the same on every node it applies to: kube-scheduler folds equal
+    reasons into one line of the pod's FailedScheduling event ("600 NotEnoughFreeGpus: ...");
+    per-node detail is in ``gpusched explain`` and the extender's debug log."""
+    gpus = "GPU" if k == 1 else "GPUs"
+    match refusal.reason:
+        case RefusalReason.REQUEST_EXCEEDS_NODE:
+            return f"node has fewer than {k} {gpus}"
+        case RefusalReason.NOT_ENOUGH_HEALTHY_GPUS:
+            return f"fewer than {k} healthy {gpus}"
+        case RefusalReason.NOT_ENOUGH_FREE_GPUS:
+            return f"fewer than {k} free {gpus}"
+        case RefusalReason.SCOPE_UNSATISFIABLE:
+            return f"no {k} free {gpus} meet scope {refusal.policy.describe()}"
+        case _:
+            return refusal.reasons[0]
+
+
 def _refused(view: NodeView, request: GpuRequest, refusal: Refusal) -> Verdict:
     resolvable = refusal.reason in _RESOLVABLE
     if refusal.reason is RefusalReason.SCOPE_UNSATISFIABLE and view.prepared is not None:
         # Would the node satisfy the scope with nothing running? Then preemption could help.
         empty = place(view.prepared, request.gpus, request.policy)
         resolvable = empty.ok
-    return Verdict(
-        view.name, None, f"{refusal.reason.value}: {refusal.reasons[0]}", resolvable=resolvable
-    )
+    reason = f"{refusal.reason.value}: {_sentence(refusal, request.gpus)}"
+    return Verdict(view.name, None, reason, resolvable=resolvable)
 
 
 def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
@@ -160,8 +177,8 @@ def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
             return Verdict(
                 view.name,
                 None,
-                f"{RefusalReason.NOT_ENOUGH_FREE_GPUS.value}: {view.unaccounted} GPUs are held "
-                "by pods gpusched did not place",
+                f"{RefusalReason.NOT_ENOUGH_FREE_GPUS.value}: fewer than {request.gpus} free "
+                "GPUs (some are held by pods gpusched did not place)",
             )
     return Verdict(view.name, result)
 

@@ -32,7 +32,7 @@ from gpusched.core.scheduling import RequestError, filter_nodes, gpu_request, pr
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.binder import Binder
-from gpusched.scheduler.cache import ClusterCache
+from gpusched.scheduler.cache import ClusterCache, settle_heap
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,9 @@ class Extender:
         ).start()
 
     async def _housekeeping(self) -> None:
+        while not self.cache.ready:
+            await asyncio.sleep(0.2)
+        settle_heap()
         while True:
             await asyncio.sleep(5)
             self.cache.expire()

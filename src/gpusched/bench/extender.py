@@ -1,0 +1,171 @@
+"""``gpusched bench extender``: filter and prioritize latency over a 5,000-node cluster.
+
+Runs what the HTTP handlers run for one call — decode the request JSON (5,000 node names),
+validate the wire type, build the node views from the cache, decide, encode the answer — but
+in-process, so the figure is the extender's own cost without the network. The cache holds
+simulated nodes wired like the six real fixtures, with random occupancy from bound pods; each
+iteration asks for a different request (1, 2, 4 or 8 GPUs, several topology policies) and moves
+some pods, so results are not all served from the placement memo. The first iteration after
+start-up (cold caches) is reported separately.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+import click
+
+from gpusched.api import keys
+from gpusched.api.extender import ExtenderArgs, ExtenderFilterResult, HostPriority
+from gpusched.core.prepared import clear_caches
+from gpusched.core.placement import clear_placement_cache
+from gpusched.core.scheduling import filter_nodes, gpu_request, prioritize
+from gpusched.localcluster.topologies import FIXTURE_NAMES, fixture_objects
+from gpusched.scheduler.cache import ClusterCache, settle_heap
+
+POLICIES = (
+    ("node", "preferred"),
+    ("nvlink", "preferred"),
+    ("nvlink", "required"),
+    ("numa", "preferred"),
+    ("pcie-switch", "required"),
+)
+
+
+def _pod(name: str, gpus: int, scope: str, mode: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "bench",
+            "uid": f"uid-{name}",
+            "annotations": {
+                keys.ANNOTATION_TOPOLOGY_SCOPE: scope,
+                keys.ANNOTATION_TOPOLOGY_MODE: mode,
+            },
+        },
+        "spec": {
+            "schedulerName": keys.SCHEDULER_NAME,
+            "containers": [
+                {"name": "main", "resources": {"limits": {keys.GPU_RESOURCE: str(gpus)}}}
+            ],
+        },
+    }
+
+
+def _bound_pod(name: str, node: str, indices: list[int]) -> dict[str, Any]:
+    body = _pod(name, len(indices), "node", "preferred")
+    body["spec"]["nodeName"] = node
+    body["metadata"]["annotations"][keys.ANNOTATION_GPU_INDICES] = ",".join(map(str, indices))
+    body["status"] = {"phase": "Running"}
+    return body
+
+
+def build_cache(nodes: int, occupancy: float, rng: random.Random) -> tuple[ClusterCache, list[str]]:
+    """A synced cache of ``nodes`` simulated nodes, ``occupancy`` of their GPUs held."""
+    cache = ClusterCache()
+    topologies = []
+    names = []
+    for i in range(nodes):
+        fixture = FIXTURE_NAMES[i % len(FIXTURE_NAMES)]
+        name = f"node-{i:05d}"
+        spec, status = fixture_objects(fixture, name)
+        topologies.append(
+            {"metadata": {"name": name}, "spec": spec.to_k8s(), "status": status.to_k8s()}
+        )
+        names.append(name)
+    cache.replace_topologies(topologies)
+    pods = []
+    for name in names:
+        gpus = list(cache.topologies[name].topology.gpu_indices)
+        held = [g for g in gpus if rng.random() < occupancy]
+        if held:
+            pods.append(_bound_pod(f"held-{name}", name, held))
+    cache.replace_pods(pods)
+    return cache, names
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def run(nodes: int, iterations: int, occupancy: float, seed: int) -> dict[str, Any]:
+    """Measure and return the figures."""
+    rng = random.Random(seed)
+    clear_caches()
+    clear_placement_cache()
+    started = time.perf_counter()
+    cache, names = build_cache(nodes, occupancy, rng)
+    build_seconds = time.perf_counter() - started
+    settle_heap()
+    filter_ms: list[float] = []
+    prioritize_ms: list[float] = []
+    fits: list[int] = []
+    for i in range(iterations):
+        scope, mode = POLICIES[i % len(POLICIES)]
+        pod = _pod(f"p{i}", rng.choice((1, 2, 4, 8)), scope, mode)
+        body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
+
+        t0 = time.perf_counter()
+        args = ExtenderArgs.model_validate(json.loads(body))
+        request = gpu_request(args.pod)
+        outcome = filter_nodes(cache.views(args.candidate_names()), request)
+        answer = ExtenderFilterResult(
+            node_names=list(outcome.fits),
+            failed_nodes=outcome.failed,
+            failed_and_unresolvable_nodes=outcome.unresolvable,
+        )
+        json.dumps(answer.to_wire())
+        t1 = time.perf_counter()
+        args = ExtenderArgs.model_validate(json.loads(body))
+        scores = prioritize(cache.views(args.candidate_names()), gpu_request(args.pod))
+        json.dumps([HostPriority(host=n, score=s).to_wire() for n, s in scores.items()])
+        t2 = time.perf_counter()
+
+        filter_ms.append((t1 - t0) * 1000)
+        prioritize_ms.append((t2 - t1) * 1000)
+        fits.append(len(outcome.fits))
+        # Cluster churn: a few pods end and a few start, so occupancy keeps changing.
+        for _ in range(5):
+            name = rng.choice(names)
+            held = _bound_pod(f"held-{name}", name, [])
+            if f"bench/held-{name}" in cache.pods:
+                cache.delete_pod(held)
+            else:
+                gpus = list(cache.topologies[name].topology.gpu_indices)
+                cache.apply_pod(_bound_pod(f"held-{name}", name, rng.sample(gpus, 2)))
+    return {
+        "nodes": nodes,
+        "iterations": iterations,
+        "occupancy": occupancy,
+        "cache_build_s": round(build_seconds, 2),
+        "filter_cold_ms": round(filter_ms[0], 2),
+        "filter_p50_ms": round(statistics.median(filter_ms[1:]), 2),
+        "filter_p99_ms": round(_percentile(filter_ms[1:], 0.99), 2),
+        "prioritize_p50_ms": round(statistics.median(prioritize_ms[1:]), 2),
+        "prioritize_p99_ms": round(_percentile(prioritize_ms[1:], 0.99), 2),
+        "mean_fitting_nodes": round(statistics.mean(fits), 1),
+        "policies": [f"{s}/{m}" for s, m in POLICIES],
+    }
+
+
+@click.command()
+@click.option("--nodes", default=5000, show_default=True, help="Simulated nodes in the cache.")
+@click.option("--iterations", default=200, show_default=True, help="Requests to time.")
+@click.option("--occupancy", default=0.5, show_default=True, help="Share of GPUs held.")
+@click.option("--seed", default=7, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
+def extender(nodes: int, iterations: int, occupancy: float, seed: int, as_json: bool) -> None:
+    """Filter and prioritize latency for one pod over a large simulated cluster."""
+    if iterations < 2:
+        raise click.BadParameter("need at least 2 iterations", param_hint="--iterations")
+    figures = run(nodes, iterations, occupancy, seed)
+    if as_json:
+        click.echo(json.dumps(figures))
+        return
+    for key, value in figures.items():
+        click.echo(f"{key:22} {value}")
