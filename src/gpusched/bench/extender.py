@@ -21,8 +21,8 @@ import click
 
 from gpusched.api import keys
 from gpusched.api.extender import ExtenderArgs, ExtenderFilterResult, HostPriority
-from gpusched.core.prepared import clear_caches
 from gpusched.core.placement import clear_placement_cache
+from gpusched.core.prepared import clear_caches
 from gpusched.core.scheduling import filter_nodes, gpu_request, prioritize
 from gpusched.localcluster.topologies import FIXTURE_NAMES, fixture_objects
 from gpusched.scheduler.cache import ClusterCache, settle_heap
@@ -90,7 +90,7 @@ def build_cache(nodes: int, occupancy: float, rng: random.Random) -> tuple[Clust
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run(nodes: int, iterations: int, occupancy: float, seed: int) -> dict[str, Any]:
