@@ -62,3 +62,82 @@ class SchedulerMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+
+
+# --- device probe -------------------------------------------------------------------------
+
+
+class ProbeMetrics:
+    """Metrics of the device probe (one process per node, so no node label)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else new_registry()
+        self.gpu_health = Gauge(
+            "probe_gpu_health",
+            "1 for each GPU's current health state (Healthy, Degraded, Unschedulable, "
+            "Unhealthy), 0 for the others.",
+            ["gpu", "state"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpu_temperature = Gauge(
+            "probe_gpu_temperature_celsius",
+            "GPU temperature at the last health reading.",
+            ["gpu"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpu_power = Gauge(
+            "probe_gpu_power_watts",
+            "GPU power draw at the last health reading.",
+            ["gpu"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.xid_events = Counter(
+            "probe_xid_events",
+            "XID events received, by GPU, XID code and action (unhealthy or ignored).",
+            ["gpu", "xid", "action"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.cycle_seconds = Histogram(
+            "probe_cycle_duration_seconds",
+            "Time of one probe cycle: NVML reads, health judgement and any API writes.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.cycles = Counter(
+            "probe_cycles",
+            "Probe cycles by result (ok, nvml-unavailable, api-error, node-missing).",
+            ["result"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.api_writes = Counter(
+            "probe_api_writes",
+            "API write calls, by object (labels, topology, status, taint).",
+            ["object"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.api_errors = Counter(
+            "probe_api_errors",
+            "API write calls that failed, by object.",
+            ["object"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.nvml_ready = Gauge(
+            "probe_nvml_ready",
+            "1 when NVML is initialised, 0 when it cannot be used on the node.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.nvml_errors = Counter(
+            "probe_nvml_errors",
+            "Unexpected NVML errors (not 'not supported'), each degrading one field or GPU.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
