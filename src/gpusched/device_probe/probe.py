@@ -479,10 +479,9 @@ class Probe:
         if need_labels:
             self.publisher.apply_labels(view, labels)
         self.applied.labels = labels
-        if need_taint:
-            taints = taints_with(view.taints, wanted_taint)
-            if taints is not None:
-                self.publisher.set_taints(view, taints)
+        if need_taint and not self.publisher.update_taint(wanted_taint):
+            self._synced_force()  # try again after re-reading the Node
+            return
         self.applied.taint = wanted_taint
 
     def _adopt_server(self, server: dict[str, Any] | None) -> None:

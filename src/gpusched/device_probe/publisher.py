@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
+from gpusched.device_probe.state import taints_with
 from gpusched.metrics import ProbeMetrics
 
 log = logging.getLogger(__name__)
@@ -187,21 +188,37 @@ class Publisher:
             self._failed("status")
             raise
 
-    def set_taints(self, node: NodeView, taints: list[dict[str, Any]]) -> None:
-        """Replace the Node's taint list, refused if the Node changed since it was read."""
-        body = {
-            "metadata": {"resourceVersion": node.resource_version},
-            "spec": {"taints": taints},
-        }
-        self._count("taint")
-        try:
-            self.core.patch_node(
-                self.node_name,
-                body,
-                field_manager=self.field_manager,
-                _content_type=_MERGE,
-                _preload_content=False,
-            )
-        except ApiException:
-            self._failed("taint")
-            raise
+    def update_taint(self, wanted: bool, attempts: int = 5) -> bool:
+        """Add or remove the no-healthy-GPU taint, keeping every other taint.
+
+        The taint list is atomic, so it is replaced whole under the Node's resourceVersion; when
+        the Node changed in between (its own status heartbeats do), the Node is read again and
+        the change recomputed. Returns whether the taint is now as wanted.
+        """
+        for _ in range(attempts):
+            view = self.read_node()
+            if view is None:
+                raise NodeMissingError(f"node {self.node_name} does not exist")
+            taints = taints_with(view.taints, wanted)
+            if taints is None:
+                return True
+            body = {
+                "metadata": {"resourceVersion": view.resource_version},
+                "spec": {"taints": taints},
+            }
+            self._count("taint")
+            try:
+                self.core.patch_node(
+                    self.node_name,
+                    body,
+                    field_manager=self.field_manager,
+                    _content_type=_MERGE,
+                    _preload_content=False,
+                )
+                return True
+            except ApiException as err:
+                self._failed("taint")
+                if err.status != 409:
+                    raise
+        log.warning("node %s kept changing while its taint was updated", self.node_name)
+        return False
