@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gpusched.bench.admission import admission
 from gpusched.bench.extender import extender
 from gpusched.bench.placement import placement
 
@@ -15,3 +16,4 @@ def bench() -> None:
 
 bench.add_command(placement)
 bench.add_command(extender)
+bench.add_command(admission)

@@ -1,0 +1,280 @@
+"""``gpusched bench admission``: how long one admission cycle of the pure core takes at scale.
+
+A synthetic busy cluster (default 1,000 nodes of three wirings in racks, 50 tenants with
+guarantees, weights and limits, three quarters of the GPUs held by running jobs, some of them
+borrowed) and a long queue (default 10,000 jobs: 1-8 GPUs, multi-node gangs, topology scopes,
+priorities, GPU models) go through :func:`gpusched.core.admission.run_cycle`. Each trial draws a
+new random snapshot and times one cycle with a cold placement memo (as after an operator restart)
+and one with the memo warm (the steady state: the operator runs cycles back to back). Figures to
+record, never assertions.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import random
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import click
+
+from gpusched.api.gpujob import TopologyMode, TopologyScope
+from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
+from gpusched.bench.placement import DGX1_LIKE_MATRIX
+from gpusched.core import Policy, clear_placement_cache, parse_topo_matrix, prepare
+from gpusched.core.admission import (
+    AcrossReplicas,
+    Assignment,
+    Job,
+    JobState,
+    Node,
+    Snapshot,
+    Tenant,
+    count_only_topology,
+    run_cycle,
+)
+from gpusched.core.prepared import PreparedNode
+
+RACK_LABEL = "topology.kubernetes.io/rack"
+NODES_PER_RACK = 20
+#: (model, wiring, share of nodes)
+NODE_TYPES = (("H100", "nvswitch", 0.5), ("V100", "dgx1", 0.3), ("L40S", "count", 0.2))
+SIZES = (1, 2, 4, 8)
+SIZE_WEIGHTS = (0.3, 0.25, 0.25, 0.2)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Sizes of one benchmark snapshot."""
+
+    nodes: int = 1000
+    tenants: int = 50
+    queued: int = 10_000
+    fill: float = 0.75
+    """Share of GPUs held by running jobs."""
+
+
+def _nvswitch_matrix() -> str:
+    """An 8-GPU NVSwitch board (every pair NV18), two NUMA nodes."""
+    lines = ["\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\tNUMA Affinity"]
+    for a in range(8):
+        row = [" X " if a == b else "NV18" for b in range(8)]
+        lines.append(f"GPU{a}\t" + "\t".join(row) + f"\t{0 if a < 4 else 1}")
+    return "\n".join(lines) + "\n"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _prepared(kind: str, name: str, model: str) -> PreparedNode:
+    if kind == "nvswitch":
+        return prepare(replace(parse_topo_matrix(_nvswitch_matrix()), node_name=name))
+    if kind == "dgx1":
+        return prepare(replace(parse_topo_matrix(DGX1_LIKE_MATRIX), node_name=name))
+    return prepare(count_only_topology(name, 8, model))
+
+
+def build_snapshot(workload: Workload, seed: int) -> Snapshot:
+    """A random busy cluster with a long queue (deterministic for a seed)."""
+    rng = random.Random(seed)
+    templates: dict[str, PreparedNode] = {}
+    nodes: list[Node] = []
+    for i in range(workload.nodes):
+        roll = rng.random()
+        acc = 0.0
+        model, kind = NODE_TYPES[-1][0], NODE_TYPES[-1][1]
+        for m, wiring, share in NODE_TYPES:
+            acc += share
+            if roll < acc:
+                model, kind = m, wiring
+                break
+        name = f"node-{i:05d}"
+        if kind not in templates:
+            templates[kind] = _prepared(kind, kind, model)
+        prepared = replace(
+            templates[kind], topology=replace(templates[kind].topology, node_name=name)
+        )
+        nodes.append(
+            Node(
+                name=name,
+                topology=prepared,
+                model=model,
+                labels={RACK_LABEL: f"rack-{i // NODES_PER_RACK:03d}"},
+                count_only=kind == "count",
+            )
+        )
+    capacity = 8 * workload.nodes
+    weights = [rng.choice([1.0, 1.0, 2.0, 3.0]) for _ in range(workload.tenants)]
+    guaranteed_total = int(capacity * 0.8)
+    tenants = []
+    for i, w in enumerate(weights):
+        g = int(guaranteed_total * w / sum(weights))
+        limit = rng.choice([None, None, g * 2, g + 64])
+        by_model = {"H100": g // 2} if rng.random() < 0.3 else {}
+        tenants.append(
+            Tenant(
+                f"tenant-{i:02d}",
+                guaranteed=g,
+                guaranteed_by_model=by_model,
+                borrowing_limit=limit,
+                weight=w,
+                within_tenant=WithinTenantPreemption.LOWER_PRIORITY,
+                reclaim=rng.choice(
+                    [ReclaimPolicy.ANY, ReclaimPolicy.ANY, ReclaimPolicy.LOWER_PRIORITY]
+                ),
+            )
+        )
+    jobs: list[Job] = []
+    # Running jobs: fill nodes up to the target share, one random tenant per job; tenants with
+    # small guarantees end up borrowing.
+    target = int(capacity * workload.fill)
+    held = 0
+    for node in nodes:
+        if held >= target:
+            break
+        free = list(range(8))
+        while free and held < target:
+            k = min(len(free), rng.choices(SIZES, SIZE_WEIGHTS)[0])
+            gpus = tuple(free[:k])
+            free = free[k:]
+            tenant = rng.choice(tenants).name
+            key = f"{tenant}/run-{len(jobs)}"
+            assignment = (
+                Assignment(node.name, (), k) if node.count_only else Assignment(node.name, gpus)
+            )
+            jobs.append(
+                Job(
+                    key=key,
+                    tenant=tenant,
+                    replicas=1,
+                    gpus_per_replica=k,
+                    priority=rng.randrange(3),
+                    submitted_at=float(len(jobs)),
+                    min_runtime_seconds=rng.choice([0.0, 0.0, 600.0]),
+                    state=JobState.ADMITTED,
+                    placement=(assignment,),
+                    started_at=rng.uniform(0, 10_000),
+                    last_checkpoint_at=rng.choice([None, rng.uniform(5_000, 10_000)]),
+                )
+            )
+            held += k
+    for q in range(workload.queued):
+        tenant = rng.choice(tenants).name
+        gang = rng.random() < 0.1
+        replicas = rng.choice([2, 3, 4]) if gang else 1
+        k = 8 if gang else rng.choices(SIZES, SIZE_WEIGHTS)[0]
+        scope = rng.choice(
+            [TopologyScope.NODE, TopologyScope.NODE, TopologyScope.NVLINK, TopologyScope.NUMA]
+        )
+        mode = TopologyMode.REQUIRED if rng.random() < 0.3 else TopologyMode.PREFERRED
+        jobs.append(
+            Job(
+                key=f"{tenant}/job-{q}",
+                tenant=tenant,
+                replicas=replicas,
+                gpus_per_replica=k,
+                policy=Policy(scope, mode, multi_node=replicas > 1),
+                gpu_model=rng.choice([None, None, None, "H100", "V100"]),
+                across=AcrossReplicas(RACK_LABEL, rng.random() < 0.5) if gang else None,
+                priority=rng.randrange(4),
+                preemptible=rng.random() < 0.9,
+                submitted_at=20_000.0 + q,
+            )
+        )
+    return Snapshot(now=30_000.0, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
+
+
+def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
+    """Time ``trials`` cycles (cold and warm memo) over fresh snapshots."""
+    cold: list[float] = []
+    warm: list[float] = []
+    builds: list[float] = []
+    admitted: list[int] = []
+    preempted: list[int] = []
+    searches: list[int] = []
+    gc.collect()
+    for trial in range(trials):
+        started = time.perf_counter()
+        snapshot = build_snapshot(workload, seed + trial)
+        builds.append(time.perf_counter() - started)
+        clear_placement_cache()
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            result = run_cycle(snapshot)
+            cold.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            again = run_cycle(snapshot)
+            warm.append(time.perf_counter() - started)
+        finally:
+            gc.enable()
+        assert again.admissions == result.admissions, "cycle is not deterministic"
+        admitted.append(len(result.admissions))
+        preempted.append(len(result.preemptions))
+        searches.append(result.preemption_searches)
+
+    def ms(values: list[float], q: float) -> float:
+        return round(_percentile(values, q) * 1000, 1)
+
+    return {
+        "nodes": workload.nodes,
+        "gpus": workload.nodes * 8,
+        "tenants": workload.tenants,
+        "queued_jobs": workload.queued,
+        "running_jobs_fill": workload.fill,
+        "trials": trials,
+        "cycle_p50_ms": ms(warm, 0.5),
+        "cycle_p99_ms": ms(warm, 0.99),
+        "cycle_cold_p50_ms": ms(cold, 0.5),
+        "cycle_cold_p99_ms": ms(cold, 0.99),
+        "snapshot_build_p50_ms": ms(builds, 0.5),
+        "admissions_per_cycle": round(statistics.mean(admitted), 1),
+        "preemptions_per_cycle": round(statistics.mean(preempted), 1),
+        "preemption_searches_per_cycle": round(statistics.mean(searches), 1),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+@click.command("admission")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--nodes", default=1000, show_default=True)
+@click.option("--tenants", default=50, show_default=True)
+@click.option("--jobs", "queued", default=10_000, show_default=True, help="Queued jobs.")
+@click.option("--fill", default=0.75, show_default=True, help="Share of GPUs already held.")
+@click.option("--trials", default=20, show_default=True, help="Snapshots (one cycle each).")
+@click.option("--seed", default=1, show_default=True)
+def admission(
+    *, as_json: bool, nodes: int, tenants: int, queued: int, fill: float, trials: int, seed: int
+) -> None:
+    """One admission cycle over a busy cluster and a long queue: p50 / p99 milliseconds."""
+    result = run(Workload(nodes, tenants, queued, fill), trials, seed)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(
+        f"{result['queued_jobs']} queued jobs, {result['tenants']} tenants, {result['nodes']} "
+        f"nodes ({result['gpus']} GPUs, {fill:.0%} held), {trials} snapshots"
+    )
+    click.echo(
+        f"cycle (warm placement memo): p50 {result['cycle_p50_ms']} ms, "
+        f"p99 {result['cycle_p99_ms']} ms"
+    )
+    click.echo(
+        f"cycle (cold, after restart): p50 {result['cycle_cold_p50_ms']} ms, "
+        f"p99 {result['cycle_cold_p99_ms']} ms"
+    )
+    click.echo(
+        f"per cycle: {result['admissions_per_cycle']} admissions, "
+        f"{result['preemptions_per_cycle']} preemptions, "
+        f"{result['preemption_searches_per_cycle']} victim searches"
+    )

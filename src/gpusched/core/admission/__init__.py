@@ -1,0 +1,59 @@
+"""The admission core: tenant quotas, fair share, priorities, gangs and preemption as one pure
+function from a snapshot to decisions (see docs/quotas.md).
+
+    from gpusched.core.admission import Snapshot, run_cycle
+
+    result = run_cycle(Snapshot(now, tenants, jobs, nodes))
+    result.admissions   # jobs to start, with GPUs per replica and the victims to evict
+    result.waiting      # jobs left queued, with a machine reason and a sentence
+    result.tenants      # used / borrowed / fair share per tenant
+"""
+
+from gpusched.core.admission.cycle import Cycle, run_cycle
+from gpusched.core.admission.model import (
+    AcrossReplicas,
+    Admission,
+    AdmitReason,
+    Assignment,
+    CycleConfig,
+    CycleResult,
+    Job,
+    JobState,
+    Node,
+    Preemption,
+    PreemptReason,
+    ReplicaPlan,
+    Snapshot,
+    Taint,
+    Tenant,
+    TenantUsage,
+    Toleration,
+    Waiting,
+    WaitReason,
+)
+from gpusched.core.admission.nodes import count_only_topology
+
+__all__ = [
+    "AcrossReplicas",
+    "Admission",
+    "AdmitReason",
+    "Assignment",
+    "Cycle",
+    "CycleConfig",
+    "CycleResult",
+    "Job",
+    "JobState",
+    "Node",
+    "PreemptReason",
+    "Preemption",
+    "ReplicaPlan",
+    "Snapshot",
+    "Taint",
+    "Tenant",
+    "TenantUsage",
+    "Toleration",
+    "WaitReason",
+    "Waiting",
+    "count_only_topology",
+    "run_cycle",
+]

@@ -1,0 +1,345 @@
+"""What one admission cycle reads (a snapshot) and what it returns (decisions).
+
+Everything here is plain, immutable data: the operator builds a :class:`Snapshot` from the API
+server, ``gpusched explain`` and the benchmarks build the same thing, and :func:`run_cycle`
+turns it into a :class:`CycleResult`. Times are seconds since the epoch (floats) so the core
+never reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from gpusched.api.gpujob import TopologyScope
+from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
+from gpusched.core.placement import Policy
+from gpusched.core.prepared import PreparedNode
+
+#: Taint effects that keep new pods off a node (PreferNoSchedule does not).
+BLOCKING_TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+
+
+class JobState(StrEnum):
+    """Where a job stands for the admission cycle."""
+
+    QUEUED = "Queued"
+    """Waiting for admission (new, requeued after preemption or a gang timeout)."""
+    ADMITTED = "Admitted"
+    """Holds its planned GPUs: pods being created, pending, running, or waiting for the victims
+    of its preemption to leave. Counts against its tenant's quota."""
+    TERMINATING = "Terminating"
+    """Preempted or released; its pods are still on their GPUs (grace period). Holds the GPUs
+    physically, not against quota; ``reserved_for`` names the job they are kept for."""
+
+
+class WaitReason(StrEnum):
+    """Why a queued job was not admitted in this cycle (machine reasons, CamelCase)."""
+
+    NO_TENANT = "NoTenant"
+    """The job's namespace is not owned by any TenantQuota."""
+    REQUEUE_BACKOFF = "RequeueBackoff"
+    """The job was released after a gang timeout and waits out its backoff."""
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    """Admitting it would take the tenant above its borrowing limit."""
+    GUARANTEE_EXCEEDED = "GuaranteeExceeded"
+    """A non-preemptible job runs only within its tenant's guarantee, which is in use."""
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    """Not enough free GPUs, and nothing may be preempted for it."""
+    TOPOLOGY_UNSATISFIABLE = "TopologyUnsatisfiable"
+    """Enough free GPUs, but no set of them meets the job's required topology."""
+    NO_FEASIBLE_NODES = "NoFeasibleNodes"
+    """No node could host it even if the cluster were empty (model, size, selector, taints)."""
+
+
+class AdmitReason(StrEnum):
+    """On what capacity a job was admitted."""
+
+    WITHIN_GUARANTEE = "WithinGuarantee"
+    """Inside the tenant's guaranteed GPUs."""
+    BORROWING = "Borrowing"
+    """On idle GPUs lent by other tenants (may be reclaimed)."""
+
+
+class PreemptReason(StrEnum):
+    """Why a running job was chosen as a victim."""
+
+    HIGHER_PRIORITY = "HigherPriority"
+    """A higher-priority job of the same tenant needed the GPUs."""
+    RECLAIM_GUARANTEE = "ReclaimGuarantee"
+    """Another tenant took back guaranteed GPUs this job had borrowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint (only its effect on new pods matters here)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration, matched the way the kube-scheduler matches it."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Whether this toleration covers ``taint``."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+def tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
+    """Whether every scheduling-blocking taint is covered by some toleration."""
+    return all(
+        any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+        if taint.effect in BLOCKING_TAINT_EFFECTS
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A schedulable GPU node as the cycle sees it.
+
+    ``busy`` lists GPU indices held by pods that belong to no GpuJob (e.g. pods bound by the
+    extender directly); ``busy_count`` counts further GPUs held by pods whose indices are not
+    known (no extender annotation): the cycle marks that many of the lowest free GPUs busy.
+    """
+
+    name: str
+    topology: PreparedNode
+    model: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    busy: frozenset[int] = frozenset()
+    busy_count: int = 0
+    count_only: bool = False
+    """No NodeGpuTopology: only the GPU count is known, so only scope ``node`` can be met."""
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """GPUs one replica holds (or is planned to hold) on one node.
+
+    ``gpus`` are GPU indices; empty when not known (count-only nodes), then ``count`` GPUs are
+    accounted without identity.
+    """
+
+    node: str
+    gpus: tuple[int, ...] = ()
+    count: int = 0
+
+    @property
+    def size(self) -> int:
+        """GPUs held."""
+        return len(self.gpus) if self.gpus else self.count
+
+
+@dataclass(frozen=True, slots=True)
+class AcrossReplicas:
+    """Placement of a gang's replicas relative to each other (a node-label domain)."""
+
+    node_label: str
+    required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A GpuJob reduced to what admission needs."""
+
+    key: str
+    """``namespace/name``."""
+    tenant: str | None
+    replicas: int
+    gpus_per_replica: int
+    policy: Policy = field(default_factory=Policy)
+    gpu_model: str | None = None
+    across: AcrossReplicas | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    priority: int = 0
+    preemptible: bool = True
+    min_runtime_seconds: float = 0.0
+    submitted_at: float = 0.0
+    """First submission; FIFO order and the tie-break of every ordering."""
+    state: JobState = JobState.QUEUED
+    placement: tuple[Assignment, ...] = ()
+    """ADMITTED/TERMINATING: the GPUs the job holds."""
+    started_at: float | None = None
+    """When all replicas of the current admission were last seen running."""
+    last_checkpoint_at: float | None = None
+    """Latest checkpoint the job reported; work before it is not lost on preemption."""
+    not_before: float | None = None
+    """QUEUED after a gang timeout: not admitted again before this time."""
+    reserved_for: str | None = None
+    """TERMINATING victims: key of the preemptor their GPUs are kept for."""
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs of the whole gang."""
+        return self.replicas * self.gpus_per_replica
+
+    @property
+    def order(self) -> tuple[int, float, str]:
+        """Queue order inside a tenant: priority first, then FIFO, then name."""
+        return (-self.priority, self.submitted_at, self.key)
+
+    @property
+    def namespace(self) -> str:
+        """Namespace part of the key."""
+        return self.key.partition("/")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A TenantQuota reduced to what admission needs."""
+
+    name: str
+    guaranteed: int = 0
+    guaranteed_by_model: Mapping[str, int] = field(default_factory=dict)
+    borrowing_limit: int | None = None
+    """Most GPUs held at once (guarantee included); None: no limit."""
+    weight: float = 1.0
+    within_tenant: WithinTenantPreemption = WithinTenantPreemption.LOWER_PRIORITY
+    reclaim: ReclaimPolicy = ReclaimPolicy.ANY
+
+
+@dataclass(frozen=True, slots=True)
+class CycleConfig:
+    """Knobs of the cycle (bounds on work, not policy)."""
+
+    max_preemption_searches: int = 32
+    """Victim searches per cycle; further blocked jobs wait for the next cycle."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one cycle decides over. Order of the tuples does not matter."""
+
+    now: float
+    tenants: tuple[Tenant, ...] = ()
+    jobs: tuple[Job, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    config: CycleConfig = field(default_factory=CycleConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlan:
+    """Where one replica of an admitted job goes."""
+
+    replica: int
+    node: str
+    gpus: tuple[int, ...]
+    """GPU indices; on count-only nodes, nominal slots (not device indices)."""
+    topology_class: TopologyScope
+    score: float
+    count_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running job evicted to make room for an admitted one."""
+
+    victim: str
+    victim_tenant: str | None
+    preemptor: str
+    reason: PreemptReason
+    message: str
+    gpus: int
+    gpu_seconds_lost: float
+    """GPU-seconds of work since the victim's start or last checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A job admitted in this cycle, with its planned GPUs and the jobs evicted for it."""
+
+    job: str
+    tenant: str
+    reason: AdmitReason
+    message: str
+    placement: tuple[ReplicaPlan, ...]
+    victims: tuple[Preemption, ...] = ()
+
+    @property
+    def needs_preemption(self) -> bool:
+        """Whether the job must wait for victims to release its GPUs."""
+        return bool(self.victims)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A queued job left waiting, and why."""
+
+    job: str
+    tenant: str | None
+    reason: WaitReason
+    message: str
+    queue_position: int | None = None
+    """1-based position among the tenant's queued jobs (priority, then FIFO)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """A tenant's standing after the cycle's decisions."""
+
+    name: str
+    guaranteed: int
+    borrowing_limit: int | None
+    weight: float
+    used: int
+    """GPUs held by ADMITTED jobs."""
+    borrowed: int
+    """Part of ``used`` not covered by the guarantee."""
+    used_by_model: Mapping[str, int]
+    """``used`` by node GPU model (``unknown`` when a node has none)."""
+    fair_share: float
+    """Guarantee plus weighted share of idle GPUs, capped by demand and limit."""
+    pending: int
+    """Jobs still queued."""
+    running: int
+    """Jobs admitted (ADMITTED)."""
+    demand: int
+    """GPUs held plus GPUs of feasible queued jobs."""
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """Decisions of one cycle."""
+
+    admissions: tuple[Admission, ...]
+    waiting: tuple[Waiting, ...]
+    tenants: tuple[TenantUsage, ...]
+    preemption_searches: int = 0
+
+    @property
+    def preemptions(self) -> tuple[Preemption, ...]:
+        """Every victim of the cycle."""
+        return tuple(v for a in self.admissions for v in a.victims)
+
+    def admission_of(self, key: str) -> Admission | None:
+        """The admission of a job in this cycle, if any."""
+        for admission in self.admissions:
+            if admission.job == key:
+                return admission
+        return None
+
+    def waiting_of(self, key: str) -> Waiting | None:
+        """Why a job waits, if it does."""
+        for waiting in self.waiting:
+            if waiting.job == key:
+                return waiting
+        return None

@@ -1,0 +1,561 @@
+"""Free GPUs of the cluster during one cycle, and gang placement on them.
+
+The pool keeps, per node, which GPUs each job holds, and an index that groups nodes in the same
+state (wiring, health, free GPUs, taints): the placement engine's answer is the same for every
+node of a group, so choosing a node for a replica costs one ``place`` call per group, not per
+node. Groups are bucketed by free-GPU count, which gives best fit cheaply: the scan starts at
+nodes with just enough free GPUs and stops at the first bucket that holds a node meeting the
+job's topology scope.
+
+Replicas of a gang are placed one after another, each taking its GPUs before the next is placed,
+so two replicas never get the same GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from gpusched.api.gpujob import TopologyScope
+from gpusched.core.admission.model import (
+    AcrossReplicas,
+    Assignment,
+    Job,
+    Node,
+    ReplicaPlan,
+    Taint,
+    Toleration,
+    WaitReason,
+    tolerated,
+)
+from gpusched.core.placement import Placement, Policy, Refusal, RefusalReason, place, scope_rank
+
+GroupKey = tuple[str, int, int, bool, tuple[Taint, ...]]
+FilterKey = tuple[str | None, bool, tuple[Toleration, ...], tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Eligible:
+    """Nodes one kind of request may use, with what an empty cluster would offer it."""
+
+    names: tuple[str, ...]
+    placeable: int
+    representatives: tuple[str, ...]
+    """One node per distinct (wiring, placeable, degraded, count-only) state."""
+
+
+@dataclass(slots=True)
+class Slot:
+    """One node's GPUs during the cycle."""
+
+    node: Node
+    free: int
+    """Bitmask (positions) of placeable GPUs nobody holds."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Job key -> positions it holds on this node."""
+    foreign: int = 0
+    """Positions held by pods outside any GpuJob."""
+    group: GroupKey | None = None
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def free_count(self) -> int:
+        return self.free.bit_count()
+
+    def group_key(self) -> GroupKey:
+        topo = self.node.topology
+        # What the placement engine's answer depends on (wiring, free and degraded GPUs), plus
+        # what decides eligibility; every node of a group gets the same answer.
+        degraded = topo.degraded_mask & self.free
+        return (topo.wiring.key, self.free, degraded, self.node.count_only, self.node.taints)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a job asks of nodes, shared by all its replicas (the memo key of a cycle)."""
+
+    gpus_per_replica: int
+    replicas: int
+    policy: Policy
+    gpu_model: str | None
+    across: AcrossReplicas | None
+    node_selector: tuple[tuple[str, str], ...]
+    tolerations: tuple[Toleration, ...]
+
+    @classmethod
+    def of(cls, job: Job) -> Request:
+        return cls(
+            job.gpus_per_replica,
+            job.replicas,
+            job.policy,
+            job.gpu_model,
+            job.across,
+            job.node_selector,
+            job.tolerations,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.gpus_per_replica * self.replicas
+
+    @property
+    def filter_key(self) -> FilterKey:
+        """What decides which nodes are eligible (free GPUs aside)."""
+        tight = self.policy.required and self.policy.scope is not TopologyScope.NODE
+        return (self.gpu_model, tight, self.tolerations, self.node_selector)
+
+    def describe(self) -> str:
+        """``2 x 8 GPUs`` / ``4 GPUs`` plus model, for messages."""
+        size = (
+            f"{self.replicas} x {self.gpus_per_replica} GPUs"
+            if self.replicas > 1
+            else f"{self.gpus_per_replica} GPU{'s' if self.gpus_per_replica > 1 else ''}"
+        )
+        return size + (f" of model {self.gpu_model}" if self.gpu_model else "")
+
+
+@dataclass(frozen=True, slots=True)
+class GangFailure:
+    """Why a gang could not be placed."""
+
+    reason: WaitReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    slot: Slot
+    placement: Placement
+    rank: tuple[int, int, int, float]
+
+
+class Pool:
+    """Mutable free-GPU state of the cluster for one cycle."""
+
+    def __init__(self, nodes: Iterable[Node], holdings: Iterable[tuple[str, Assignment]]) -> None:
+        self.slots: dict[str, Slot] = {}
+        self._index: dict[str | None, dict[int, dict[GroupKey, dict[str, None]]]] = {}
+        self._jobs: dict[str, dict[str, int]] = {}
+        self._feasible: dict[Request, GangFailure | None] = {}
+        self._eligible: dict[FilterKey, _Eligible] = {}
+        self._eligible_domains: dict[
+            tuple[str, FilterKey], tuple[tuple[str, tuple[str, ...], int], ...]
+        ] = {}
+        self.models: list[str | None] = []
+        for node in sorted(nodes, key=lambda n: n.name):
+            topo = node.topology
+            foreign = 0
+            for index in sorted(node.busy):
+                try:
+                    foreign |= 1 << topo.position(index)
+                except ValueError:
+                    continue
+            slot = Slot(node=node, free=topo.placeable_mask & ~foreign, foreign=foreign)
+            self.slots[node.name] = slot
+        counted: list[tuple[str, Assignment]] = []
+        for job, assignment in sorted(holdings, key=lambda h: (h[0], h[1].node)):
+            target = self.slots.get(assignment.node)
+            if target is None:
+                continue
+            if assignment.gpus:
+                mask = 0
+                for index in assignment.gpus:
+                    try:
+                        mask |= 1 << target.node.topology.position(index)
+                    except ValueError:
+                        continue
+                self._hold_mask(target, job, mask)
+            else:
+                counted.append((job, assignment))
+        # GPUs known only by count take the lowest free positions, after every known holder.
+        for job, assignment in counted:
+            slot = self.slots[assignment.node]
+            self._hold_mask(slot, job, _lowest(slot.free, assignment.count))
+        for slot in self.slots.values():
+            if slot.node.busy_count:
+                taken = _lowest(slot.free, slot.node.busy_count)
+                slot.foreign |= taken
+                slot.free &= ~taken
+        models = {slot.node.model for slot in self.slots.values()}
+        self.models = sorted(models, key=lambda m: (m is None, m or ""))
+        for slot in self.slots.values():
+            self._reindex(slot)
+
+    # --- state changes -------------------------------------------------------------------
+
+    def _hold_mask(self, slot: Slot, job: str, mask: int) -> None:
+        mask &= slot.free
+        if not mask:
+            return
+        slot.held[job] = slot.held.get(job, 0) | mask
+        slot.free &= ~mask
+        self._jobs.setdefault(job, {})[slot.name] = slot.held[job]
+
+    def _reindex(self, slot: Slot) -> None:
+        model = slot.node.model
+        buckets = self._index.setdefault(model, {})
+        if slot.group is not None:
+            old_count = slot.group[1].bit_count()
+            groups = buckets.get(old_count)
+            if groups is not None:
+                members = groups.get(slot.group)
+                if members is not None:
+                    members.pop(slot.name, None)
+                    if not members:
+                        del groups[slot.group]
+                if not groups:
+                    del buckets[old_count]
+        key = slot.group_key()
+        slot.group = key
+        if slot.free:
+            buckets.setdefault(slot.free.bit_count(), {}).setdefault(key, {})[slot.name] = None
+
+    def hold(self, job: str, node: str, gpus: Iterable[int]) -> None:
+        """Give GPUs (indices) of ``node`` to ``job``."""
+        slot = self.slots[node]
+        self._hold_mask(slot, job, slot.node.topology.mask(gpus))
+        self._reindex(slot)
+
+    def release(self, job: str) -> dict[str, int]:
+        """Free everything ``job`` holds; returns what it held (node -> positions)."""
+        held = self._jobs.pop(job, {})
+        for name, mask in held.items():
+            slot = self.slots[name]
+            slot.held.pop(job, None)
+            slot.free |= mask & slot.node.topology.placeable_mask
+            self._reindex(slot)
+        return held
+
+    def restore(self, job: str, held: dict[str, int]) -> None:
+        """Undo :meth:`release`."""
+        for name, mask in held.items():
+            slot = self.slots[name]
+            self._hold_mask(slot, job, mask)
+            self._reindex(slot)
+
+    def holdings(self, job: str) -> dict[str, int]:
+        """Positions ``job`` holds per node."""
+        return dict(self._jobs.get(job, {}))
+
+    # --- queries -------------------------------------------------------------------------
+
+    def eligible(self, slot: Slot, request: Request) -> bool:
+        """Whether a node may host a replica of the request at all (ignoring free GPUs)."""
+        node = slot.node
+        if request.gpu_model is not None and node.model != request.gpu_model:
+            return False
+        if (
+            node.count_only
+            and request.policy.required
+            and (request.policy.scope is not TopologyScope.NODE)
+        ):
+            return False
+        if node.taints and not tolerated(node.taints, request.tolerations):
+            return False
+        labels = node.labels
+        return all(labels.get(k) == v for k, v in request.node_selector)
+
+    def _models_for(self, request: Request) -> list[str | None]:
+        if request.gpu_model is not None:
+            return [request.gpu_model] if request.gpu_model in self._index else []
+        return [m for m in self.models if m in self._index]
+
+    def free_gpus(self, request: Request) -> tuple[int, int]:
+        """Free GPUs on eligible nodes, and the most on one node."""
+        total = 0
+        largest = 0
+        slots = self.slots
+        for name in self.eligible_nodes(request).names:
+            count = slots[name].free.bit_count()
+            total += count
+            largest = max(largest, count)
+        return total, largest
+
+    def eligible_nodes(self, request: Request) -> _Eligible:
+        """Nodes the request may use at all (cached per kind of request)."""
+        key = request.filter_key
+        found = self._eligible.get(key)
+        if found is None:
+            names = []
+            placeable = 0
+            reps: dict[tuple[str, int, int, bool], str] = {}
+            for name, slot in self.slots.items():
+                if not self.eligible(slot, request):
+                    continue
+                names.append(name)
+                topo = slot.node.topology
+                # Pods outside GpuJobs come and go: an empty cluster has them gone too.
+                usable = topo.placeable_mask
+                placeable += usable.bit_count()
+                rep = (topo.wiring.key, usable, topo.degraded_mask, slot.node.count_only)
+                reps.setdefault(rep, name)
+            found = _Eligible(tuple(names), placeable, tuple(reps.values()))
+            self._eligible[key] = found
+        return found
+
+    def eligible_domains(
+        self, label: str, request: Request
+    ) -> tuple[tuple[str, tuple[str, ...], int], ...]:
+        """(domain value, eligible nodes, their placeable GPUs) for a node-label domain."""
+        key = (label, request.filter_key)
+        found = self._eligible_domains.get(key)
+        if found is None:
+            by_value: dict[str, list[str]] = {}
+            for name in self.eligible_nodes(request).names:
+                value = self.slots[name].node.labels.get(label)
+                if value is not None:
+                    by_value.setdefault(value, []).append(name)
+            found = tuple(
+                (
+                    value,
+                    tuple(names),
+                    sum(self.slots[n].node.topology.placeable_mask.bit_count() for n in names),
+                )
+                for value, names in sorted(by_value.items())
+            )
+            self._eligible_domains[key] = found
+        return found
+
+    def _candidates(
+        self, request: Request, names: Sequence[str] | None
+    ) -> Iterator[tuple[int, Slot]]:
+        """(free count, representative slot) per group, fewest free GPUs first."""
+        k = request.gpus_per_replica
+        if names is not None:
+            seen: set[GroupKey] = set()
+            slots = [self.slots[n] for n in names]
+            for slot in sorted(slots, key=lambda s: s.free_count):
+                if slot.free_count < k or slot.group in seen or not self.eligible(slot, request):
+                    continue
+                assert slot.group is not None
+                seen.add(slot.group)
+                yield slot.free_count, slot
+            return
+        per_model = [self._index[m] for m in self._models_for(request)]
+        counts = sorted({c for buckets in per_model for c in buckets if c >= k})
+        for count in counts:
+            for buckets in per_model:
+                for members in list(buckets.get(count, {}).values()):
+                    for name in members:
+                        slot = self.slots[name]
+                        if self.eligible(slot, request):
+                            yield count, slot
+                            break
+
+    def choose(
+        self, request: Request, names: Sequence[str] | None = None
+    ) -> tuple[_Choice | None, bool]:
+        """Best node and GPU set for one replica: nodes meeting the scope first, then best fit
+        (fewest free GPUs), then tightest class and highest score. Also returns whether some
+        node had enough free GPUs but no set meeting a required scope."""
+        policy = request.policy
+        k = request.gpus_per_replica
+        best: _Choice | None = None
+        best_unsatisfied: _Choice | None = None
+        scope_refused = False
+        current_count = -1
+        for count, slot in self._candidates(request, names):
+            if count != current_count:
+                if best is not None:
+                    break
+                current_count = count
+            result = place(slot.node.topology, k, policy, free_mask=slot.free)
+            if isinstance(result, Refusal):
+                if result.reason is RefusalReason.SCOPE_UNSATISFIABLE:
+                    scope_refused = True
+                continue
+            rank = (
+                0 if result.scope_satisfied else 1,
+                scope_rank(result.topology_class),
+                count,
+                -result.score,
+            )
+            choice = _Choice(slot, result, rank)
+            if result.scope_satisfied:
+                if best is None or rank < best.rank:
+                    best = choice
+            elif best_unsatisfied is None or rank < best_unsatisfied.rank:
+                best_unsatisfied = choice
+        return (best if best is not None else best_unsatisfied), scope_refused
+
+    # --- gangs ---------------------------------------------------------------------------
+
+    def _place_replicas(
+        self, job: str, request: Request, replicas: int, names: Sequence[str] | None
+    ) -> tuple[list[ReplicaPlan], bool]:
+        plans: list[ReplicaPlan] = []
+        scope_refused = False
+        for _ in range(replicas):
+            choice, refused = self.choose(request, names)
+            scope_refused = scope_refused or refused
+            if choice is None:
+                break
+            slot = choice.slot
+            self._hold_mask(slot, job, slot.node.topology.mask(choice.placement.gpus))
+            self._reindex(slot)
+            plans.append(
+                ReplicaPlan(
+                    replica=0,
+                    node=slot.name,
+                    gpus=choice.placement.gpus,
+                    topology_class=choice.placement.topology_class,
+                    score=choice.placement.score,
+                    count_only=slot.node.count_only,
+                )
+            )
+        return plans, scope_refused
+
+    def place_gang(self, job: str, request: Request) -> list[ReplicaPlan] | GangFailure:
+        """Place every replica (holding the GPUs under ``job``), or hold nothing and say why."""
+        static = self.static_failure(request)
+        if static is not None:
+            return static
+        across = request.across
+        if across is not None:
+            plans = self._place_in_domain(job, request, across)
+            if plans is not None:
+                return _numbered(plans)
+            if across.required:
+                return GangFailure(
+                    WaitReason.TOPOLOGY_UNSATISFIABLE,
+                    f"no {across.node_label} domain has room for all of {request.describe()} "
+                    f"now{self._free_text(request)}",
+                )
+            plans, refused = self._place_spread(job, request, across)
+        else:
+            plans, refused = self._place_replicas(job, request, request.replicas, None)
+        if len(plans) == request.replicas:
+            return _numbered(plans)
+        self.release(job)
+        return self._failure(request, refused)
+
+    def _place_in_domain(
+        self, job: str, request: Request, across: AcrossReplicas
+    ) -> list[ReplicaPlan] | None:
+        """Best-fit domain: the one with the fewest free eligible GPUs that holds the gang."""
+        domains = []
+        slots = self.slots
+        for value, names, _ in self.eligible_domains(across.node_label, request):
+            free = sum(slots[n].free.bit_count() for n in names)
+            if free >= request.total:
+                domains.append((free, value, names))
+        for _, _, names in sorted(domains):
+            plans, _ = self._place_replicas(job, request, request.replicas, names)
+            if len(plans) == request.replicas:
+                return plans
+            self.release(job)
+        return None
+
+    def _place_spread(
+        self, job: str, request: Request, across: AcrossReplicas
+    ) -> tuple[list[ReplicaPlan], bool]:
+        """Preferred domain that no single domain can satisfy: fill the roomiest domains first
+        (fewest domains), then nodes without the label."""
+        domains = []
+        slots = self.slots
+        for value, names, _ in self.eligible_domains(across.node_label, request):
+            free = sum(slots[n].free.bit_count() for n in names)
+            domains.append((-free, value, names))
+        labelled = {n for _, _, names in domains for n in names}
+        rest = tuple(n for n in self.eligible_nodes(request).names if n not in labelled)
+        plans: list[ReplicaPlan] = []
+        refused = False
+        for names in [*(names for _, _, names in sorted(domains)), rest]:
+            more, r = self._place_replicas(job, request, request.replicas - len(plans), names)
+            plans.extend(more)
+            refused = refused or r
+            if len(plans) == request.replicas:
+                break
+        return plans, refused
+
+    def _free_text(self, request: Request) -> str:
+        total, largest = self.free_gpus(request)
+        return f" ({total} eligible GPUs free, at most {largest} on one node)"
+
+    def _failure(self, request: Request, scope_refused: bool) -> GangFailure:
+        total, largest = self.free_gpus(request)
+        k = request.gpus_per_replica
+        free = f"{total} eligible GPUs free, at most {largest} on one node"
+        if scope_refused and largest >= k and total >= request.total:
+            return GangFailure(
+                WaitReason.TOPOLOGY_UNSATISFIABLE,
+                f"needs {request.describe()} with scope {request.policy.describe()}; {free}, "
+                "but no free set meets the scope",
+            )
+        return GangFailure(WaitReason.WAITING_FOR_CAPACITY, f"needs {request.describe()}; {free}")
+
+    def static_failure(self, request: Request) -> GangFailure | None:
+        """Why the request could not be placed even on an empty cluster (None: it could)."""
+        if request in self._feasible:
+            return self._feasible[request]
+        k = request.gpus_per_replica
+        eligible = self.eligible_nodes(request)
+        fits_one = False
+        for name in eligible.representatives:
+            slot = self.slots[name]
+            topo = slot.node.topology
+            result = place(topo, k, request.policy, free_mask=topo.placeable_mask)
+            if isinstance(result, Placement) and (
+                result.scope_satisfied or not request.policy.required
+            ):
+                fits_one = True
+                break
+        failure: GangFailure | None = None
+        what = request.describe()
+        if not eligible.names:
+            failure = GangFailure(
+                WaitReason.NO_FEASIBLE_NODES, f"no schedulable node matches {_filters(request)}"
+            )
+        elif not fits_one:
+            failure = GangFailure(
+                WaitReason.NO_FEASIBLE_NODES,
+                f"no node can hold {k} GPUs with scope {request.policy.describe()} even when "
+                f"idle ({len(eligible.names)} nodes match {_filters(request)})",
+            )
+        elif eligible.placeable < request.total:
+            failure = GangFailure(
+                WaitReason.NO_FEASIBLE_NODES,
+                f"needs {what}; nodes matching {_filters(request)} have {eligible.placeable} "
+                "GPUs in all",
+            )
+        elif request.across is not None and request.across.required:
+            domains = self.eligible_domains(request.across.node_label, request)
+            best = max((placeable for _, _, placeable in domains), default=0)
+            if best < request.total:
+                failure = GangFailure(
+                    WaitReason.NO_FEASIBLE_NODES,
+                    f"needs {what} in one {request.across.node_label} domain; the largest has "
+                    f"{best} GPUs",
+                )
+        self._feasible[request] = failure
+        return failure
+
+
+def _filters(request: Request) -> str:
+    parts = []
+    if request.gpu_model:
+        parts.append(f"model {request.gpu_model}")
+    if request.node_selector:
+        parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in request.node_selector))
+    return " and ".join(parts) if parts else "the job (any GPU node)"
+
+
+def _numbered(plans: list[ReplicaPlan]) -> list[ReplicaPlan]:
+    return [
+        ReplicaPlan(i, p.node, p.gpus, p.topology_class, p.score, p.count_only)
+        for i, p in enumerate(plans)
+    ]
+
+
+def _lowest(mask: int, count: int) -> int:
+    """The ``count`` lowest set bits of ``mask``."""
+    out = 0
+    while mask and count > 0:
+        low = mask & -mask
+        out |= low
+        mask ^= low
+        count -= 1
+    return out

@@ -1,0 +1,203 @@
+"""Tenant guarantees, borrowing and fair share, as arithmetic on GPU counts.
+
+A tenant's guarantee is split into buckets: one per GPU model named in
+``guaranteedGpusByModel`` and an ``any`` bucket for the rest of ``guaranteedGpus``. A job draws
+from the bucket of the model it asks for (``spec.gpuModel``) first, then from ``any``; a job that
+names no model draws from ``any`` only. Buckets follow the job's spec, not where it happened to
+land, so the same job is classified the same way whether it is queued or running.
+
+Two classifications drive preemption (see docs/quotas.md for the argument):
+
+* **claims** (:func:`claims`) go over *all* of a tenant's demand, queued and admitted, in queue
+  order (priority, then FIFO) and mark the jobs that fit the guarantee, skipping those that do not.
+  With unchanged demand the set is fixed, so a job's claim cannot flip because others were admitted
+  or evicted. Only claiming jobs may reclaim GPUs from other tenants, and a claiming job is never
+  a reclaim victim: that is what rules out two jobs evicting each other in turn.
+* **running** (:func:`running_borrowed`) goes over the admitted jobs only, the same way; a job
+  that does not fit is on borrowed capacity. A tenant whose running jobs fit its guarantee has
+  none, so it never loses a job to reclaim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpusched.core.admission.model import Job, Tenant
+
+ANY_MODEL = ""
+
+
+@dataclass(slots=True)
+class Buckets:
+    """Remaining guaranteed GPUs of one tenant, per bucket."""
+
+    by_model: dict[str, int]
+    any: int
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> Buckets:
+        """A tenant's full guarantee."""
+        by_model = {m: n for m, n in tenant.guaranteed_by_model.items() if n > 0}
+        return cls(by_model, max(0, tenant.guaranteed - sum(by_model.values())))
+
+    def fits(self, model: str | None, size: int) -> bool:
+        """Whether ``size`` GPUs of ``model`` fit entirely in what is left."""
+        own = self.by_model.get(model, 0) if model else 0
+        return size - min(size, own) <= self.any
+
+    def take(self, model: str | None, size: int) -> int:
+        """Draw up to ``size`` GPUs (model bucket first); returns how many were covered."""
+        covered = 0
+        if model and model in self.by_model:
+            own = min(size, self.by_model[model])
+            self.by_model[model] -= own
+            covered += own
+        rest = min(size - covered, self.any)
+        self.any -= rest
+        return covered + rest
+
+
+def bucket_model(tenant: Tenant, job: Job) -> str | None:
+    """The model bucket a job draws from first (None: only the ``any`` bucket)."""
+    model = job.gpu_model
+    return model if model and tenant.guaranteed_by_model.get(model, 0) > 0 else None
+
+
+def classify(tenant: Tenant, jobs: Iterable[Job]) -> set[str]:
+    """Keys of the jobs that fit the guarantee, going in queue order and skipping misfits."""
+    buckets = Buckets.of(tenant)
+    inside: set[str] = set()
+    for job in sorted(jobs, key=lambda j: j.order):
+        model = bucket_model(tenant, job)
+        if buckets.fits(model, job.total_gpus):
+            buckets.take(model, job.total_gpus)
+            inside.add(job.key)
+    return inside
+
+
+def claims(tenant: Tenant, demand: Iterable[Job]) -> set[str]:
+    """Jobs of the tenant's whole demand (admitted and feasible queued) inside its guarantee."""
+    return classify(tenant, demand)
+
+
+def running_borrowed(tenant: Tenant, admitted: Iterable[Job]) -> set[str]:
+    """Admitted jobs of the tenant that run on borrowed capacity."""
+    admitted = list(admitted)
+    inside = classify(tenant, admitted)
+    return {job.key for job in admitted if job.key not in inside}
+
+
+class Ledger:
+    """A tenant's admitted usage per bucket, to tell whether one more job is inside the
+    guarantee and how much the tenant borrows. Updated as the cycle admits and evicts."""
+
+    __slots__ = ("_any", "_buckets", "_by_model", "_other", "tenant", "used")
+
+    def __init__(self, tenant: Tenant, admitted: Iterable[Job] = ()) -> None:
+        self.tenant = tenant
+        self.used = 0
+        self._by_model: dict[str, int] = {}
+        self._other = 0
+        full = Buckets.of(tenant)
+        self._buckets = full.by_model
+        self._any = full.any
+        for job in admitted:
+            self.add(job)
+
+    def _apply(self, job: Job, sign: int) -> None:
+        size = job.total_gpus * sign
+        self.used += size
+        model = bucket_model(self.tenant, job)
+        if model is None:
+            self._other += size
+        else:
+            self._by_model[model] = self._by_model.get(model, 0) + size
+
+    def add(self, job: Job) -> None:
+        """Count an admitted job."""
+        self._apply(job, 1)
+
+    def remove(self, job: Job) -> None:
+        """Stop counting an evicted job."""
+        self._apply(job, -1)
+
+    def covered(self, extra: Job | None = None, without: Sequence[Job] = ()) -> int:
+        """GPUs of usage the guarantee covers (optionally with one job added and some removed)."""
+        if not self._buckets:
+            # Only the ``any`` bucket: plain arithmetic (the common case, kept cheap).
+            used = self.used - sum(j.total_gpus for j in without)
+            if extra is not None:
+                used += extra.total_gpus
+            return min(self._any, used)
+        by_model = dict(self._by_model)
+        other = self._other
+        for job, sign in [(j, -1) for j in without] + ([(extra, 1)] if extra else []):
+            model = bucket_model(self.tenant, job)
+            if model is None:
+                other += sign * job.total_gpus
+            else:
+                by_model[model] = by_model.get(model, 0) + sign * job.total_gpus
+        covered = 0
+        overflow = other
+        for model, used in by_model.items():
+            own = min(used, self._buckets.get(model, 0))
+            covered += own
+            overflow += used - own
+        return covered + min(self._any, overflow)
+
+    def borrowed(self) -> int:
+        """Usage above the guarantee."""
+        return self.used - self.covered()
+
+    def fits_within(self, job: Job, without: Sequence[Job] = ()) -> bool:
+        """Whether the job would run entirely inside the guarantee (after removing ``without``)."""
+        return self.covered(job, without) - self.covered(None, without) == job.total_gpus
+
+    def within_limit(self, job: Job, without: Sequence[Job] = ()) -> bool:
+        """Whether admitting the job keeps the tenant within its borrowing limit."""
+        limit = self.tenant.borrowing_limit
+        if limit is None:
+            return True
+        return self.used - sum(j.total_gpus for j in without) + job.total_gpus <= limit
+
+    def headroom(self) -> int | None:
+        """GPUs the tenant may still take before its limit (None: unlimited)."""
+        limit = self.tenant.borrowing_limit
+        return None if limit is None else max(0, limit - self.used)
+
+
+def fair_shares(
+    capacity: int,
+    tenants: Sequence[Tenant],
+    demand: Mapping[str, int],
+) -> dict[str, float]:
+    """Each tenant's entitlement now: its guarantee (up to its demand), plus idle GPUs split by
+    weight among tenants that want more, each capped by its demand and borrowing limit
+    (water-filling, so GPUs one tenant cannot use go to the others: work-conserving)."""
+    want: dict[str, float] = {}
+    alloc: dict[str, float] = {}
+    for t in tenants:
+        cap = demand.get(t.name, 0)
+        if t.borrowing_limit is not None:
+            cap = min(cap, t.borrowing_limit)
+        want[t.name] = float(cap)
+        alloc[t.name] = float(min(cap, t.guaranteed))
+    left = capacity - sum(alloc.values())
+    active = [t for t in tenants if want[t.name] - alloc[t.name] > 1e-9]
+    while left > 1e-9 and active:
+        total_weight = sum(t.weight for t in active)
+        step = left / total_weight
+        still: list[Tenant] = []
+        given = 0.0
+        for t in active:
+            give = min(step * t.weight, want[t.name] - alloc[t.name])
+            alloc[t.name] += give
+            given += give
+            if want[t.name] - alloc[t.name] > 1e-9:
+                still.append(t)
+        left -= given
+        if given <= 1e-9:
+            break
+        active = still
+    return {name: round(value, 3) for name, value in alloc.items()}
