@@ -239,6 +239,11 @@ class GpuJobStatus(ApiModel):
     """The most recent preemptions of this job, newest last."""
     preemption_count: int = Field(0, ge=0)
     """How many times the job has been preempted in total."""
+    requeue_at: datetime | None = None
+    """While queued after its pods were not all running in time: not admitted again before this
+    time (exponential backoff)."""
+    requeue_count: int = Field(0, ge=0)
+    """How many times the gang was released because its pods were not all running in time."""
     observed_generation: int | None = None
     """The spec generation this status was computed from."""
 

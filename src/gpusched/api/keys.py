@@ -69,6 +69,11 @@ ANNOTATION_TOPOLOGY_SCOPE: Final = f"{PREFIX}topology-scope"
 ANNOTATION_TOPOLOGY_MODE: Final = f"{PREFIX}topology-mode"
 #: Node the admission cycle planned for this replica (the extender prefers it).
 ANNOTATION_PLANNED_NODE: Final = f"{PREFIX}planned-node"
+#: GPU indices the admission cycle planned for this replica on the planned node.
+ANNOTATION_PLANNED_GPU_INDICES: Final = f"{PREFIX}planned-gpu-indices"
+#: On a GpuJob (or its pods): RFC 3339 time of the job's latest checkpoint, written by the
+#: workload; work before it is not counted as lost when choosing preemption victims.
+ANNOTATION_LAST_CHECKPOINT: Final = f"{PREFIX}last-checkpoint"
 #: Number of replicas of the pod's gang; above 1 the placement favours NIC-local GPUs.
 ANNOTATION_GANG_SIZE: Final = f"{PREFIX}gang-size"
 #: Why a pod was evicted by the operator (preemption), human readable.
@@ -82,6 +87,9 @@ LABEL_REPLICA_INDEX: Final = f"{PREFIX}replica-index"
 LABEL_ADMISSION: Final = f"{PREFIX}admission"
 
 FINALIZER_JOB: Final = f"{PREFIX}gpujob"
+#: Simulated runtime and exit code of pods on kwok nodes (see docs/development.md).
+SIM_RUNTIME: Final = "sim.gpusched.io/runtime"
+SIM_EXIT_CODE: Final = "sim.gpusched.io/exit-code"
 
 # --- kwok, used by the local cluster and tests ------------------------------------------------
 KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
