@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopology
-from gpusched.localcluster import LocalCluster
+from gpusched.localcluster import LocalCluster, pki
 from gpusched.localcluster.binaries import repo_root
 from gpusched.localcluster.components import gpusched_command, service_account_kubeconfig
 from gpusched.localcluster.processes import ProcessRecord, free_port, is_running
@@ -132,14 +132,16 @@ class Probes:
         self.cluster.stop_process(probe.record)
         self.running.remove(probe)
 
-    def once(self, node: str, fixture: str, *args: str) -> dict[str, Any]:
-        result = subprocess.run(
+    def run_once(
+        self, node: str, fixture: str, *args: str, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [
                 *gpusched_command(),
                 "probe",
                 "--once",
                 f"--node={node}",
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={kubeconfig or self.kubeconfig}",
                 f"--fake={fixture_path(fixture)}",
                 *args,
             ],
@@ -148,6 +150,9 @@ class Probes:
             timeout=120,
             check=False,
         )
+
+    def once(self, node: str, fixture: str, *args: str) -> dict[str, Any]:
+        result = self.run_once(node, fixture, *args)
         assert result.returncode == 0, result.stderr[-3000:]
         return dict(json.loads(result.stdout))
 
@@ -444,3 +449,70 @@ def test_the_probe_service_account_may_do_nothing_else(
         ("get", "secrets", "-A"),
     ):
         assert not can(*forbidden), forbidden
+
+
+def test_the_own_node_policy_confines_a_probe_to_its_node(
+    kube: Any,
+    local_cluster: LocalCluster,
+    gpu_nodes: Callable[..., list[str]],
+    probes: Probes,
+    tmp_path: Path,
+) -> None:
+    own, other = gpu_nodes(2, gpus=4, prefix="probe-own")
+    uid = client.CoreV1Api(kube).read_node(own).metadata.uid
+    # The token a pod on ``own`` gets carries that node's name, as this Node-bound token does.
+    token = local_cluster.kubectl(
+        "create",
+        "token",
+        ACCOUNT,
+        "-n",
+        "gpusched-system",
+        "--bound-object-kind=Node",
+        f"--bound-object-name={own}",
+        f"--bound-object-uid={uid}",
+    ).stdout.strip()
+    kubeconfig = pki.write_kubeconfig(
+        tmp_path / "bound.kubeconfig",
+        local_cluster.server,
+        local_cluster.ca_cert,
+        f"system:serviceaccount:gpusched-system:{ACCOUNT}",
+        token=token,
+    )
+    policy = repo_root() / "device-probe" / "own-node-policy.yaml"
+    local_cluster.kubectl("apply", "-f", str(policy))
+    kubectl = local_cluster.binary("kubectl")
+
+    def dry_run_refused() -> bool:
+        # Admission runs on server-side dry runs, so this waits for the policy without writing.
+        result = subprocess.run(
+            [
+                kubectl,
+                f"--kubeconfig={kubeconfig}",
+                "label",
+                "node",
+                other,
+                "probe-test=1",
+                "--dry-run=server",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return result.returncode != 0 and "may only write the Node it runs on" in result.stderr
+
+    try:
+        wait_for(dry_run_refused, "the policy to be in force")
+        refused = probes.run_once(other, WORKSTATION, kubeconfig=kubeconfig)
+        assert refused.returncode == 1
+        assert "may only write the Node it runs on" in refused.stderr
+        assert json.loads(refused.stdout)["outcome"] == "api-error"
+        allowed = probes.run_once(own, WORKSTATION, kubeconfig=kubeconfig)
+        assert allowed.returncode == 0, allowed.stderr[-3000:]
+        assert json.loads(allowed.stdout)["writes"] == 3
+    finally:
+        local_cluster.kubectl("delete", "-f", str(policy), "--ignore-not-found")
+    assert node_labels(kube, own)[keys.LABEL_GPU_COUNT] == "4"
+    assert topology(kube, own) is not None
+    assert keys.LABEL_PROBED not in node_labels(kube, other)
+    assert topology(kube, other) is None

@@ -7,6 +7,7 @@ import click
 from gpusched.bench.admission import admission
 from gpusched.bench.extender import extender
 from gpusched.bench.placement import placement
+from gpusched.bench.probe import probe
 
 
 @click.group()
@@ -15,5 +16,6 @@ def bench() -> None:
 
 
 bench.add_command(placement)
+bench.add_command(probe)
 bench.add_command(extender)
 bench.add_command(admission)
