@@ -211,12 +211,17 @@ def test_extender_killed_and_restarted_mid_burst_still_never_shares_a_gpu(
     group = f"g{next(_serial)}"
     fleet = [_node(gpu_nodes, fixture, group=group) for fixture in _FLEET * 6]
     _settle(gpusched_scheduler, fleet)
-    sizes = _burst(kube, namespace, group, 100, seed=4)
+    rng = random.Random(4)
+    sizes = [rng.choice((1, 1, 2, 2, 4)) for _ in range(100)]
     assert sum(sizes) <= 220
+    for i, size in enumerate(sizes[:60]):
+        _create(kube, namespace, gpu_pod(f"burst-{i}", size, selector={"e2e-group": group}))
     wait_for(
-        lambda: sum(assigned(p) is not None for p in pods(kube, namespace)) >= 20,
-        what="some pods bound before the crash",
+        lambda: sum(assigned(p) is not None for p in pods(kube, namespace)) >= 30,
+        what="the first pods bound",
     )
+    for i, size in enumerate(sizes[60:], start=60):
+        _create(kube, namespace, gpu_pod(f"burst-{i}", size, selector={"e2e-group": group}))
     bound_at_crash = sum(assigned(p) is not None for p in pods(kube, namespace))
     gpusched_scheduler.restart_extender(local_cluster, kill=True)
     assert bound_at_crash < 100, "the burst finished before the crash; nothing was tested"

@@ -9,11 +9,13 @@ from pathlib import Path
 from kubernetes import client, config
 
 
-def api_client(kubeconfig: str | Path | None = None) -> client.ApiClient:
+def api_client(kubeconfig: str | Path | None = None, *, connections: int = 32) -> client.ApiClient:
     """A client for ``kubeconfig``; else ``$KUBECONFIG``; else the pod's service account;
-    else ``~/.kube/config``."""
+    else ``~/.kube/config``. ``connections`` sizes the connection pool, which must match the
+    number of threads that use the client at once (the default of 4 serialises them)."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = connections
     if path:
         # kubernetes.config is untyped (the generated client is typed).
         config.load_kube_config(  # type: ignore[no-untyped-call]

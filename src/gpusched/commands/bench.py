@@ -8,6 +8,7 @@ from gpusched.bench.admission import admission
 from gpusched.bench.extender import extender
 from gpusched.bench.placement import placement
 from gpusched.bench.probe import probe
+from gpusched.bench.scheduling import scheduling
 
 
 @click.group()
@@ -18,4 +19,5 @@ def bench() -> None:
 bench.add_command(placement)
 bench.add_command(probe)
 bench.add_command(extender)
+bench.add_command(scheduling)
 bench.add_command(admission)

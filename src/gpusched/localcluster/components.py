@@ -98,10 +98,18 @@ def _spawn_extender(cluster: LocalCluster, kubeconfig: Path, port: int) -> Proce
     )
 
 
-def start_scheduler(cluster: LocalCluster, *, admin: bool = False) -> SchedulerProcesses:
-    """Start the gpusched extender and its kube-scheduler; return once both serve."""
-    from gpusched.scheduler.config import kube_scheduler_config
+@dataclass
+class ExtenderProcess:
+    """A running extender."""
 
+    record: ProcessRecord
+    url: str
+    kubeconfig: Path
+
+
+def start_extender_only(cluster: LocalCluster, *, admin: bool = False) -> ExtenderProcess:
+    """Start the extender (as the scheduler ServiceAccount unless ``admin``); return once its
+    cache is synced."""
     kubeconfig = (
         cluster.kubeconfig
         if admin
@@ -111,10 +119,25 @@ def start_scheduler(cluster: LocalCluster, *, admin: bool = False) -> SchedulerP
     )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    extender = _spawn_extender(cluster, kubeconfig, port)
-    wait_http_ok(f"{url}/readyz", extender)
+    record = _spawn_extender(cluster, kubeconfig, port)
+    wait_http_ok(f"{url}/readyz", record)
+    return ExtenderProcess(record, url, kubeconfig)
+
+
+def start_gpusched_kube_scheduler(
+    cluster: LocalCluster, extender: ExtenderProcess
+) -> ProcessRecord:
+    """A kube-scheduler serving the ``gpusched`` profile through ``extender``."""
+    from gpusched.scheduler.config import kube_scheduler_config
+
     config = kube_scheduler_config(
-        url, kubeconfig=str(kubeconfig), leader_elect=False, qps=500, burst=1000
+        extender.url, kubeconfig=str(extender.kubeconfig), leader_elect=False, qps=500, burst=1000
     )
-    scheduler = cluster.start_scheduler("gpusched-kube-scheduler", config)
-    return SchedulerProcesses(extender, scheduler, url, kubeconfig)
+    return cluster.start_scheduler("gpusched-kube-scheduler", config)
+
+
+def start_scheduler(cluster: LocalCluster, *, admin: bool = False) -> SchedulerProcesses:
+    """Start the gpusched extender and its kube-scheduler; return once both serve."""
+    extender = start_extender_only(cluster, admin=admin)
+    scheduler = start_gpusched_kube_scheduler(cluster, extender)
+    return SchedulerProcesses(extender.record, scheduler, extender.url, extender.kubeconfig)

@@ -1,18 +1,19 @@
-"""Bind: choose the exact GPUs, write them on the pod, then bind it to the node.
+"""Bind: choose the exact GPUs and bind the pod to the node with them written on it.
 
-Order matters for the guarantee that two pods never hold the same GPU:
+How the guarantee that two pods never hold the same GPU is kept:
 
-1. choose the set from the cache and *assume* it before any await, so concurrent binds on the
+1. the set is chosen from the cache and *assumed* before any await, so concurrent binds on the
    same node see each other's choices;
-2. check the choice against the API server's current pods on the node, so a cache that lags (a
-   restart, a slow watch) cannot hand out a GPU another pod holds;
-3. annotate the pod (``gpusched.io/gpus``, ``gpusched.io/gpu-indices``) with a UID precondition,
-   *then* create the Binding: a pod that has a node always already carries its GPUs, so the
-   ownership rebuilt from annotations after a restart is complete;
-4. on failure forget the assumption and remove the annotations (a pod without a node holds
-   nothing either way), so a half-done bind leaves no GPU taken.
+2. one Binding call sets the pod's node *and* its ``gpusched.io/gpus`` / ``gpusched.io/gpu-indices``
+   annotations atomically (the API server merges a Binding's annotations into the pod), with the
+   pod's UID as precondition, and only if the pod has no node yet. So there is no state in which
+   a pod has a node but no GPUs written, or GPUs written but the bind half-done: ownership rebuilt
+   from annotations after a restart is always complete;
+3. on failure the assumption is forgotten; if the pod turns out bound anyway (a timeout whose
+   request did land, or a retry of a bind that already happened), that is a success;
+4. a restarted extender answers nothing until it has listed every bound pod.
 
-A retried bind of a pod already bound to the same node with its GPUs written is a success.
+A bind costs a single API call: the pod's request is remembered from its filter call.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kubernetes import client
@@ -29,14 +33,45 @@ from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
 from gpusched.api.extender import ExtenderBindingArgs
-from gpusched.core.scheduling import RequestError, evaluate, gpu_request
+from gpusched.core.scheduling import GpuRequest, RequestError, evaluate, gpu_request
 from gpusched.metrics import SchedulerMetrics
-from gpusched.scheduler.cache import TERMINAL_PHASES, Assumption, ClusterCache, parse_indices
+from gpusched.scheduler.cache import Assumption, ClusterCache, parse_indices
 
 log = logging.getLogger(__name__)
 
-#: Attempts at choosing a set when the API server shows holders the cache did not know.
-CHOOSE_ATTEMPTS = 3
+#: Concurrent API calls of binds; kube-scheduler binds many pods at once.
+BIND_WORKERS = 32
+#: Pods remembered between their filter and bind calls.
+REMEMBERED_PODS = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class SeenPod:
+    """What filter learnt about a pod, for its bind."""
+
+    resource_version: str
+    request: GpuRequest
+
+
+class PodMemory:
+    """Bounded map pod UID -> what its last filter call saw (oldest forgotten first)."""
+
+    def __init__(self, capacity: int = REMEMBERED_PODS) -> None:
+        self._capacity = capacity
+        self._seen: OrderedDict[str, SeenPod] = OrderedDict()
+
+    def remember(self, pod: dict[str, Any], request: GpuRequest) -> None:
+        meta = pod.get("metadata") or {}
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not uid or not version:
+            return
+        self._seen[uid] = SeenPod(version, request)
+        self._seen.move_to_end(uid)
+        while len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+
+    def take(self, uid: str) -> SeenPod | None:
+        return self._seen.pop(uid, None)
 
 
 class BindError(Exception):
@@ -54,10 +89,21 @@ class Binder:
     api: client.ApiClient
     cache: ClusterCache
     metrics: SchedulerMetrics
-    run_blocking: Callable[..., Any] = asyncio.to_thread
+    memory: PodMemory = field(default_factory=PodMemory)
+    workers: int = BIND_WORKERS
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="bind")
+
+    async def run_blocking(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking client call on the bind pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, partial(function, *args, **kwargs))
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def bind(self, args: ExtenderBindingArgs) -> str:
         """Bind the pod; returns "" on success, else the error for kube-scheduler."""
@@ -76,58 +122,54 @@ class Binder:
         return ""
 
     async def _bind(self, args: ExtenderBindingArgs) -> None:
-        pod = await self._get_pod(args)
-        node = (pod.get("spec") or {}).get("nodeName")
-        annotations = pod["metadata"].get("annotations") or {}
-        if node:
-            if node == args.node and keys.ANNOTATION_GPU_INDICES in annotations:
-                return  # a retry of a bind that already happened
-            raise BindError("AlreadyBound", f"pod is already bound to node {node}")
-        try:
-            request = gpu_request(pod)
-        except RequestError as err:
-            raise BindError("InvalidRequest", str(err)) from err
+        seen = self.memory.take(args.pod_uid)
+        if seen is None:
+            pod = await self._get_pod(args)
+            if self._already_bound(pod, args):
+                return
+            try:
+                seen = SeenPod(pod["metadata"]["resourceVersion"], gpu_request(pod))
+            except RequestError as err:
+                raise BindError("InvalidRequest", str(err)) from err
 
         assumption = self.cache.assumptions.get(args.pod_uid)
         if assumption is None or assumption.node != args.node:
             self.cache.forget(args.pod_uid)
-            assumption = await self._choose(args, request)
+            assumption = self._choose(args, seen.request)
         try:
-            await self._write(args, assumption)
-        except Exception:
-            if not await self._bound_anyway(args):
+            await self._create_binding(args, assumption)
+        except ApiException:
+            if not await self._bound_anyway(args, assumption):
                 self.cache.forget(args.pod_uid)
-                await self._unannotate(args)
                 raise
         self.cache.mark_bound(args.pod_uid)
         self.metrics.placements.labels(assumption.topology_class).inc()
 
-    async def _choose(self, args: ExtenderBindingArgs, request: Any) -> Assumption:
-        key = f"{args.pod_namespace}/{args.pod_name}"
-        for _ in range(CHOOSE_ATTEMPTS):
-            verdict = evaluate(self.cache.view(args.node, excluding_uid=args.pod_uid), request)
-            if verdict.placement is None:
-                raise BindError(
-                    "NoLongerFits", f"node {args.node} no longer fits: {verdict.reason}"
-                )
-            assumption = Assumption(
-                uid=args.pod_uid,
-                key=key,
-                node=args.node,
-                gpus=verdict.placement.gpus,
-                topology_class=verdict.placement.topology_class.value,
-            )
-            # Reserved before the first await below: concurrent binds see it.
-            self.cache.assume(assumption)
-            holders = await self._holders_on_node(args)
-            clash = {gpu: holder for gpu, holder in holders.items() if gpu in assumption.gpus}
-            if not clash:
-                return assumption
-            self.cache.forget(args.pod_uid)
-            log.warning("cache missed holders on %s: %s; choosing again", args.node, clash)
-            for pod in holders.values():
-                self.cache.apply_pod(pod)
-        raise BindError("Conflict", f"GPUs on node {args.node} kept changing; retry")
+    @staticmethod
+    def _already_bound(pod: dict[str, Any], args: ExtenderBindingArgs) -> bool:
+        """True for a retried bind that already happened; BindError if bound elsewhere."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return False
+        annotations = pod["metadata"].get("annotations") or {}
+        if node == args.node and keys.ANNOTATION_GPU_INDICES in annotations:
+            return True
+        raise BindError("AlreadyBound", f"pod is already bound to node {node}")
+
+    def _choose(self, args: ExtenderBindingArgs, request: GpuRequest) -> Assumption:
+        """The best set on the node now, reserved at once (no await in between)."""
+        verdict = evaluate(self.cache.view(args.node, excluding_uid=args.pod_uid), request)
+        if verdict.placement is None:
+            raise BindError("NoLongerFits", f"node {args.node} no longer fits: {verdict.reason}")
+        assumption = Assumption(
+            uid=args.pod_uid,
+            key=f"{args.pod_namespace}/{args.pod_name}",
+            node=args.node,
+            gpus=verdict.placement.gpus,
+            topology_class=verdict.placement.topology_class.value,
+        )
+        self.cache.assume(assumption)
+        return assumption
 
     async def _get_pod(self, args: ExtenderBindingArgs) -> dict[str, Any]:
         try:
@@ -146,49 +188,19 @@ class Binder:
             raise BindError("PodGone", "pod was deleted and recreated")
         return pod
 
-    async def _holders_on_node(self, args: ExtenderBindingArgs) -> dict[int, dict[str, Any]]:
-        """GPU -> pod, for every other live pod on the node that carries an assignment."""
-        response = await self.run_blocking(
-            self.core.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={args.node}",
-            _preload_content=False,
-        )
-        holders: dict[int, dict[str, Any]] = {}
-        for pod in json.loads(response.data).get("items") or []:
-            meta = pod["metadata"]
-            if meta.get("uid") == args.pod_uid:
-                continue
-            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-                continue
-            indices = parse_indices(
-                (meta.get("annotations") or {}).get(keys.ANNOTATION_GPU_INDICES)
-            )
-            for gpu in indices or ():
-                holders[gpu] = pod
-        return holders
-
-    async def _write(self, args: ExtenderBindingArgs, assumption: Assumption) -> None:
+    async def _create_binding(self, args: ExtenderBindingArgs, assumption: Assumption) -> None:
         prepared = self.cache.topologies.get(args.node)
         uuids = [prepared.topology.gpu(i).uuid or "" for i in assumption.gpus] if prepared else []
-        patch = {
-            "metadata": {
-                "uid": args.pod_uid,  # precondition: the pod we were asked to bind
-                "annotations": {
+        binding = client.V1Binding(
+            metadata=client.V1ObjectMeta(
+                name=args.pod_name,
+                uid=args.pod_uid,  # precondition: the pod we were asked to bind
+                annotations={
                     keys.ANNOTATION_GPUS: ",".join(uuids),
                     keys.ANNOTATION_GPU_INDICES: ",".join(str(i) for i in assumption.gpus),
                     keys.ANNOTATION_TOPOLOGY_CLASS: assumption.topology_class,
                 },
-            }
-        }
-        await self.run_blocking(
-            self.core.patch_namespaced_pod,
-            args.pod_name,
-            args.pod_namespace,
-            patch,
-            _preload_content=False,
-        )
-        binding = client.V1Binding(
-            metadata=client.V1ObjectMeta(name=args.pod_name, uid=args.pod_uid),
+            ),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=args.node),
         )
         await self.run_blocking(
@@ -199,37 +211,16 @@ class Binder:
             _preload_content=False,
         )
 
-    async def _bound_anyway(self, args: ExtenderBindingArgs) -> bool:
-        """Whether a bind whose call failed (e.g. timed out) took effect on the server."""
+    async def _bound_anyway(self, args: ExtenderBindingArgs, assumption: Assumption) -> bool:
+        """After a failed Binding call: whether the pod is bound to the node all the same."""
         try:
             pod = await self._get_pod(args)
+            if not self._already_bound(pod, args):
+                return False
         except (BindError, ApiException):
             return False
-        annotations = pod["metadata"].get("annotations") or {}
-        return (pod.get("spec") or {}).get("nodeName") == args.node and (
-            keys.ANNOTATION_GPU_INDICES in annotations
-        )
-
-    async def _unannotate(self, args: ExtenderBindingArgs) -> None:
-        patch = {
-            "metadata": {
-                "annotations": {
-                    keys.ANNOTATION_GPUS: None,
-                    keys.ANNOTATION_GPU_INDICES: None,
-                    keys.ANNOTATION_TOPOLOGY_CLASS: None,
-                }
-            }
-        }
-        try:
-            await self.run_blocking(
-                self.core.patch_namespaced_pod,
-                args.pod_name,
-                args.pod_namespace,
-                patch,
-                _preload_content=False,
-            )
-        except ApiException as err:
-            # Harmless: a pod without a node holds no GPU whatever its annotations say.
-            log.info(
-                "could not clear annotations of %s/%s: %s", args.pod_namespace, args.pod_name, err
-            )
+        held = parse_indices(pod["metadata"]["annotations"].get(keys.ANNOTATION_GPU_INDICES))
+        if held != assumption.gpus:
+            # Bound earlier with another set: the pod holds that one (the watch will say so).
+            self.cache.forget(args.pod_uid)
+        return True

@@ -25,6 +25,8 @@ from gpusched.core.scheduling import NodeView, RequestError, gpu_count
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 #: How long an assumption survives after its bind returned, waiting for the watch to confirm.
 ASSUME_TTL_SECONDS = 120.0
+#: How long an assumption whose bind never returned survives.
+ABANDONED_BIND_SECONDS = 600.0
 
 
 def settle_heap() -> None:
@@ -73,6 +75,7 @@ class Assumption:
     node: str
     gpus: tuple[int, ...]
     topology_class: str
+    created_at: float = 0.0
     bound_at: float | None = None
 
 
@@ -177,6 +180,8 @@ class ClusterCache:
 
     def assume(self, assumption: Assumption) -> None:
         """Reserve GPUs for a pod being bound."""
+        if not assumption.created_at:
+            assumption.created_at = self.clock()
         self.assumptions[assumption.uid] = assumption
 
     def mark_bound(self, uid: str) -> None:
@@ -190,12 +195,14 @@ class ClusterCache:
         self.assumptions.pop(uid, None)
 
     def expire(self) -> int:
-        """Drop reservations of binds that returned long ago and were never confirmed."""
+        """Drop reservations of binds that returned long ago and were never confirmed, and of
+        binds that never returned at all (no bind takes minutes)."""
         now = self.clock()
         stale = [
             uid
             for uid, a in self.assumptions.items()
-            if a.bound_at is not None and now - a.bound_at > ASSUME_TTL_SECONDS
+            if (a.bound_at is not None and now - a.bound_at > ASSUME_TTL_SECONDS)
+            or now - a.created_at > ABANDONED_BIND_SECONDS
         ]
         for uid in stale:
             del self.assumptions[uid]

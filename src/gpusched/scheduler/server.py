@@ -121,6 +121,7 @@ class Extender:
 
     async def on_cleanup(self, app: web.Application) -> None:
         self._stop.set()
+        self.binder.close()
         for task in self._tasks:
             task.cancel()
 
@@ -187,6 +188,7 @@ class Extender:
             refused = dict.fromkeys(names, f"InvalidRequest: {err}")
             result = ExtenderFilterResult(failed_and_unresolvable_nodes=refused)
             return web.json_response(result.to_wire())
+        self.binder.memory.remember(args.pod, gpu)
         outcome = filter_nodes(self.cache.views(names), gpu)
         for reason in (*outcome.failed.values(), *outcome.unresolvable.values()):
             self.metrics.refused_nodes.labels(reason.split(":", 1)[0]).inc()

@@ -144,3 +144,12 @@ def test_malformed_topology_object_is_isolated(cache: ClusterCache) -> None:
 def test_free_gpus_by_model_subtracts_held_gpus(cache: ClusterCache) -> None:
     cache.apply_pod(pod("a", "n1", 4, "0,1,2,3"))
     assert sum(cache.free_by_model().values()) == 12
+
+
+def test_assumption_of_a_bind_that_never_returned_expires(cache: ClusterCache) -> None:
+    from gpusched.scheduler.cache import ABANDONED_BIND_SECONDS
+
+    clock = cache.clock
+    cache.assume(Assumption(uid="u1", key="ns/x", node="n1", gpus=(0,), topology_class="nvlink"))
+    clock.now += ABANDONED_BIND_SECONDS + 1
+    assert cache.expire() == 1
