@@ -77,4 +77,5 @@ def test_field_reference_lists_validation_rules_and_defaults() -> None:
 
     text = reference.render()
     assert "borrowingLimit must be at least guaranteedGpus" in text
-    assert "| `spec.topology.scope` | string | one of `nvlink`, `pcie-switch`, `numa`, `node`" in text
+    scope_row = "| `spec.topology.scope` | string | one of `nvlink`, `pcie-switch`, `numa`, `node`"
+    assert scope_row in text
