@@ -13,7 +13,14 @@ from typing import Any, Final
 
 from gpusched.api import keys
 from gpusched.api.gpujob import TopologyMode, TopologyScope
-from gpusched.core.placement import Placement, Policy, Refusal, RefusalReason, place
+from gpusched.core.placement import (
+    Placement,
+    Policy,
+    Refusal,
+    RefusalReason,
+    evaluate_set,
+    place,
+)
 from gpusched.core.prepared import PreparedNode
 
 MAX_SCORE: Final = 10
@@ -36,6 +43,8 @@ class GpuRequest:
     """Topology scope and mode, from the pod's annotations."""
     planned_node: str | None = None
     """Node the operator's admission cycle planned for this pod, if any."""
+    planned_gpus: tuple[int, ...] | None = None
+    """GPUs admission planned on that node: the gang's placement was checked with them."""
 
 
 def _quantity(value: Any, where: str) -> int:
@@ -98,8 +107,17 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
     gang_size = annotations.get(keys.ANNOTATION_GANG_SIZE, "1")
     if not gang_size.isdigit():
         raise RequestError(f"annotation {keys.ANNOTATION_GANG_SIZE}={gang_size!r} is not a number")
+    planned = annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)
+    try:
+        planned_gpus = tuple(sorted(int(p) for p in planned.split(","))) if planned else None
+    except ValueError:
+        raise RequestError(
+            f"annotation {keys.ANNOTATION_PLANNED_GPU_INDICES}={planned!r} is not a list of "
+            "GPU indices"
+        ) from None
     return GpuRequest(
         gpus=gpu_count(pod),
+        planned_gpus=planned_gpus,
         policy=Policy(scope=scope, mode=mode, multi_node=int(gang_size) > 1),
         planned_node=annotations.get(keys.ANNOTATION_PLANNED_NODE) or None,
     )
@@ -168,7 +186,8 @@ def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
             "NoTopology: node has no NodeGpuTopology (is the gpusched device probe running?)",
             resolvable=False,
         )
-    result = place(view.prepared, request.gpus, request.policy, busy=view.busy)
+    planned = _planned_set(view, request)
+    result = planned or place(view.prepared, request.gpus, request.policy, busy=view.busy)
     if isinstance(result, Refusal):
         return _refused(view, request, result)
     if view.unaccounted:
@@ -181,6 +200,23 @@ def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
                 "GPUs (some are held by pods gpusched did not place)",
             )
     return Verdict(view.name, result)
+
+
+def _planned_set(view: NodeView, request: GpuRequest) -> Placement | None:
+    """The set admission planned, when this is its node and the set is still free and whole;
+    otherwise None, and the engine chooses afresh (the plan was only a reservation)."""
+    planned = request.planned_gpus
+    if view.prepared is None or view.name != request.planned_node or planned is None:
+        return None
+    if len(planned) != request.gpus or not set(planned) <= set(view.prepared.wiring.indices):
+        return None
+    try:
+        placement = evaluate_set(view.prepared, planned, request.policy, busy=view.busy)
+    except ValueError:
+        return None  # some planned GPU is taken or no longer healthy
+    if request.policy.required and not placement.scope_satisfied:
+        return None
+    return placement
 
 
 @dataclass(frozen=True, slots=True)

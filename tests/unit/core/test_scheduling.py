@@ -148,3 +148,22 @@ def test_nvlinked_node_outranks_an_all_pcie_node() -> None:
     scores = prioritize([view(H100, "h"), view(ALLSYS, "p")], GpuRequest(4, Policy()))
     assert scores["h"] > scores["p"]
     assert all(0 <= s <= 10 for s in scores.values())
+
+
+def test_planned_gpus_are_used_while_free_and_replaced_when_taken() -> None:
+    # 0 and 1 sit on different sockets: a set the engine itself would never pick.
+    planned = GpuRequest(2, Policy(), planned_node="b", planned_gpus=(0, 1))
+    honoured = evaluate(view(BRIDGED, "b"), planned)
+    assert honoured.placement is not None
+    assert honoured.placement.gpus == (0, 1)
+    elsewhere = evaluate(view(BRIDGED, "other"), planned)
+    assert elsewhere.placement is not None
+    assert elsewhere.placement.gpus in {(0, 2), (1, 3), (4, 5), (6, 7)}
+    taken = evaluate(view(BRIDGED, "b", busy=(1,)), planned)
+    assert taken.placement is not None
+    assert 1 not in taken.placement.gpus
+
+
+def test_malformed_planned_gpus_are_refused_naming_the_annotation() -> None:
+    with pytest.raises(RequestError, match=keys.ANNOTATION_PLANNED_GPU_INDICES):
+        gpu_request(pod({keys.GPU_RESOURCE: "2"}, {keys.ANNOTATION_PLANNED_GPU_INDICES: "a,b"}))
