@@ -18,9 +18,15 @@ EXTENDER_WEIGHT = 5
 
 def profile() -> dict[str, Any]:
     """The ``gpusched`` profile: pack GPUs onto nodes (MostAllocated) so whole, well-wired
-    sets stay free for large jobs; the extender decides among GPUs inside a node."""
+    sets stay free for large jobs; the extender decides among GPUs inside a node.
+
+    kube-scheduler's own preemption is off: it counts GPUs but cannot see wiring, quotas or
+    gangs, so it could evict another tenant's pod for a pod that still would not fit. The
+    operator's admission cycle decides preemption for GpuJobs.
+    """
     return {
         "schedulerName": keys.SCHEDULER_NAME,
+        "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}},
         "pluginConfig": [
             {
                 "name": "NodeResourcesFit",
