@@ -25,16 +25,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopology
+from gpusched.device_probe.local import ACCOUNT, start_fake_probe
+from gpusched.device_probe.local import probe_kubeconfig as local_probe_kubeconfig
 from gpusched.localcluster import LocalCluster, pki
 from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.components import gpusched_command, service_account_kubeconfig
-from gpusched.localcluster.processes import ProcessRecord, free_port, is_running
+from gpusched.localcluster.components import gpusched_command
+from gpusched.localcluster.processes import ProcessRecord, is_running
 from gpusched.localcluster.topologies import fixture_path
 
 H100 = "hgx-h100-sxm-8gpu-8nic"
 BRIDGED = "pcie-8gpu-nvlink-bridge-pairs-2socket"
 WORKSTATION = "workstation-2socket-4x-a100-nvlink-bridge-2nic"
-ACCOUNT = "gpusched-device-probe"
 G, V, PLURAL = keys.GROUP, keys.VERSION, "nodegputopologies"
 
 
@@ -108,22 +109,15 @@ class Probes:
     def start(
         self, node: str, fixture: str, *args: str, faults: Path | None = None
     ) -> RunningProbe:
-        port = free_port()
-        faults = faults or self.directory / f"{node}-faults.jsonl"
-        faults.touch()
-        argv = [
-            *gpusched_command(),
-            "probe",
-            f"--node={node}",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--fake={fixture_path(fixture)}",
-            f"--fake-faults={faults}",
-            f"--metrics-port={port}",
-            "--metrics-address=127.0.0.1",
-            *args,
-        ]
-        record = self.cluster.spawn(f"probe-{node}-{len(self.running)}", argv)
-        probe = RunningProbe(record, node, port, faults)
+        started = start_fake_probe(
+            self.cluster,
+            node,
+            fixture_path(fixture),
+            kubeconfig=self.kubeconfig,
+            faults=faults or self.directory / f"{node}-faults.jsonl",
+            args=args,
+        )
+        probe = RunningProbe(started.record, node, started.metrics_port, started.faults)
         self.running.append(probe)
         probe.wait_cycles(0)
         return probe
@@ -160,9 +154,7 @@ class Probes:
 @pytest.fixture(scope="module")
 def probe_kubeconfig(local_cluster: LocalCluster) -> Path:
     """A kubeconfig with a token of the probe's ServiceAccount (RBAC from device-probe/)."""
-    return service_account_kubeconfig(
-        local_cluster, repo_root() / "device-probe" / "rbac.yaml", ACCOUNT
-    )
+    return local_probe_kubeconfig(local_cluster)
 
 
 @pytest.fixture

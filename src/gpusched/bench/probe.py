@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,7 @@ def _cpu_cycles(cycles: int, inventory: bool) -> dict[str, float]:
         started = time.process_time()
         for _ in range(cycles):
             if inventory:
-                probe._need_inventory = True
+                probe.request_inventory()
             probe.cycle()
         cpu = (time.process_time() - started) / cycles
         calls = (node.nvml.call_count() - calls_before) / cycles
@@ -85,63 +84,39 @@ def _metric(port: int, name: str) -> float:
     )
 
 
-@dataclass
-class _Running:
-    record: Any
-    port: int
-    faults: Path
-    node: str
+def _start(cluster: Any, node: str, kubeconfig: Path, *args: str) -> Any:
+    from gpusched.device_probe.local import start_fake_probe
 
-
-def _start(
-    cluster: Any, node: str, kubeconfig: Path, workdir: Path, env: dict[str, str], *args: str
-) -> _Running:
-    from gpusched.localcluster.components import gpusched_command
-    from gpusched.localcluster.processes import free_port
-
-    port = free_port()
-    faults = workdir / f"{node}.jsonl"
-    faults.touch()
-    record = cluster.spawn(
-        f"bench-probe-{node}",
-        [
-            *gpusched_command(),
-            "probe",
-            f"--node={node}",
-            f"--kubeconfig={kubeconfig}",
-            f"--fake={fixture_path(FIXTURE)}",
-            f"--fake-faults={faults}",
-            f"--metrics-port={port}",
-            "--metrics-address=127.0.0.1",
-            "--log-level=warning",
-            *args,
-        ],
-        env={**os.environ, **env},
+    running = start_fake_probe(
+        cluster,
+        node,
+        fixture_path(FIXTURE),
+        kubeconfig=kubeconfig,
+        args=(*args, "--log-level=warning"),
     )
-    running = _Running(record, port, faults, node)
     deadline = time.monotonic() + 60
     while True:
         try:
-            if _metric(port, "gpusched_probe_cycles_total") >= 1:
+            if _metric(running.metrics_port, "gpusched_probe_cycles_total") >= 1:
                 return running
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise click.ClickException(f"probe for {node} did not start; see {record.log}")
+            raise click.ClickException(f"probe for {node} did not start; see {running.record.log}")
         time.sleep(0.2)
 
 
-def _footprint(cluster: Any, kubeconfig: Path, workdir: Path, seconds: float) -> dict[str, Any]:
+def _footprint(cluster: Any, kubeconfig: Path, seconds: float) -> dict[str, Any]:
     """RSS and CPU of two probe processes running side by side: the default reading interval,
     and a fast one that makes the per-cycle cost dominate."""
     variants = {"interval 10s (default)": "--interval=10", "interval 0.5s": "--interval=0.5"}
     running = {
-        name: _start(cluster, f"bench-fp-{i}", kubeconfig, workdir, {}, flag)
+        name: _start(cluster, f"bench-fp-{i}", kubeconfig, flag)
         for i, (name, flag) in enumerate(variants.items())
     }
     time.sleep(5)  # past start-up and the first publication
     start = {
-        name: (_proc(r.record.pid), _metric(r.port, "gpusched_probe_cycles_total"))
+        name: (_proc(r.record.pid), _metric(r.metrics_port, "gpusched_probe_cycles_total"))
         for name, r in running.items()
     }
     time.sleep(seconds)
@@ -149,7 +124,7 @@ def _footprint(cluster: Any, kubeconfig: Path, workdir: Path, seconds: float) ->
     for name, r in running.items():
         (rss, hwm, cpu), cycles = (
             _proc(r.record.pid),
-            _metric(r.port, "gpusched_probe_cycles_total"),
+            _metric(r.metrics_port, "gpusched_probe_cycles_total"),
         )
         (_, _, cpu0), cycles0 = start[name]
         figures[name] = {
@@ -158,19 +133,17 @@ def _footprint(cluster: Any, kubeconfig: Path, workdir: Path, seconds: float) ->
             "cycles": int(cycles - cycles0),
             "cpu_ms_per_cycle": round((cpu - cpu0) / max(cycles - cycles0, 1) * 1000, 2),
             "cpu_percent": round((cpu - cpu0) / seconds * 100, 2),
-            "api_writes": int(_metric(r.port, "gpusched_probe_api_writes_total")),
+            "api_writes": int(_metric(r.metrics_port, "gpusched_probe_api_writes_total")),
         }
         cluster.stop_process(r.record)
     return figures
 
 
-def _event_latency(cluster: Any, kube: Any, kubeconfig: Path, workdir: Path) -> dict[str, Any]:
+def _event_latency(cluster: Any, kube: Any, kubeconfig: Path) -> dict[str, Any]:
     """Seconds from an XID in the fault file to the published status, per GPU."""
     from kubernetes import client
 
-    running = _start(
-        cluster, "bench-xid", kubeconfig, workdir, {}, "--interval=3600", "--resync=3600"
-    )
+    running = _start(cluster, "bench-xid", kubeconfig, "--interval=3600", "--resync=3600")
     custom = client.CustomObjectsApi(kube)
     latencies = []
     try:
@@ -209,9 +182,9 @@ def _event_latency(cluster: Any, kube: Any, kubeconfig: Path, workdir: Path) -> 
 )
 def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) -> None:
     """Device-probe footprint (RSS, CPU per cycle) and XID-to-API latency on an 8-GPU node."""
+    from gpusched.device_probe.local import probe_kubeconfig
     from gpusched.localcluster import LocalCluster, ensure_toolchain
     from gpusched.localcluster.binaries import repo_root
-    from gpusched.localcluster.components import service_account_kubeconfig
     from gpusched.localcluster.nodes import add_gpu_nodes, delete_nodes, wait_nodes_ready
 
     figures: dict[str, Any] = {
@@ -243,11 +216,9 @@ def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) 
         try:
             add_gpu_nodes(kube, nodes)
             wait_nodes_ready(kube, nodes)
-            kubeconfig = service_account_kubeconfig(
-                cluster, repo_root() / "device-probe" / "rbac.yaml", "gpusched-device-probe"
-            )
-            figures["process"] = _footprint(cluster, kubeconfig, workdir, seconds)
-            figures["xid_to_api"] = _event_latency(cluster, kube, kubeconfig, workdir)
+            kubeconfig = probe_kubeconfig(cluster)
+            figures["process"] = _footprint(cluster, kubeconfig, seconds)
+            figures["xid_to_api"] = _event_latency(cluster, kube, kubeconfig)
         finally:
             delete_nodes(kube, nodes)
             if owned:

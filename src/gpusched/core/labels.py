@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from gpusched.api import keys
-from gpusched.core.graph import build_graph, nvlink_islands
-from gpusched.core.topology import NodeTopology
+from gpusched.core import NodeTopology, build_graph, nvlink_islands
 
 MAX_LABEL_VALUE: Final = 63
 _LABEL_VALUE_INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")

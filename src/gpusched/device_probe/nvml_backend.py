@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from gpusched.api.nodegputopology import LinkType
-from gpusched.core.topology import Gpu, Link, Nic, NicLink, NodeTopology
+from gpusched.core import Gpu, Link, Nic, NicLink, NodeTopology
 from gpusched.device_probe.pcie import (
     PciAddressError,
     PciPath,

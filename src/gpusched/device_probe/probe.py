@@ -29,6 +29,7 @@ from gpusched import __version__
 from gpusched.api import keys
 from gpusched.api.meta import Condition
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopology, NodeGpuTopologyStatus
+from gpusched.core import NodeTopology
 from gpusched.core.health import (
     GpuHealthRecord,
     GpuObservation,
@@ -37,7 +38,6 @@ from gpusched.core.health import (
     restore,
 )
 from gpusched.core.labels import GFD_KEYS, gfd_managed_keys, node_labels
-from gpusched.core.topology import NodeTopology
 from gpusched.device_probe.events import EventWatcher, GpuEvent
 from gpusched.device_probe.nvml_backend import (
     HealthSample,
@@ -171,6 +171,16 @@ class Probe:
         with self._pending_lock:
             self._pending.append(event)
         self._wake.set()
+
+    @property
+    def pending_events(self) -> int:
+        """Events received and not yet judged."""
+        with self._pending_lock:
+            return len(self._pending)
+
+    def request_inventory(self) -> None:
+        """Re-read identities and wiring at the next cycle (not only health)."""
+        self._need_inventory = True
 
     def _drain(self) -> list[GpuEvent]:
         with self._pending_lock:

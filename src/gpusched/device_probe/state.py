@@ -16,8 +16,8 @@ from typing import Any, Final
 from gpusched.api import keys
 from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.api.nodegputopology import NodeGpuTopologyStatus
+from gpusched.core import Gpu, Link, NicLink, NodeTopology
 from gpusched.core.health import GpuHealthRecord
-from gpusched.core.topology import Gpu, Link, NicLink, NodeTopology
 
 CONDITION_NVML_READY: Final = "NvmlReady"
 #: Status fields that change on every reading and alone never justify a write.

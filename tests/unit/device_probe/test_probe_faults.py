@@ -76,7 +76,7 @@ def test_each_injected_fault_gives_its_documented_health(
         assert {_state(first, i) for i in range(8)} == {(HEALTHY, "Healthy")}
         fake.nvml.inject(fault)
         if fault.xid is not None or fault.ecc is not None:  # delivered as events
-            _wait_for(lambda: bool(probe._pending), "the event")
+            _wait_for(lambda: probe.pending_events > 0, "the event")
         probe.cycle()
         clock.advance(30)  # a slowdown has to last before it counts
         result = probe.cycle()
@@ -189,7 +189,7 @@ def test_xid_events_are_counted_by_code_and_action(make_node: MakeNode) -> None:
         probe.cycle()
         fake.nvml.inject(Fault(gpu=1, xid=13))
         fake.nvml.inject(Fault(gpu=2, xid=79))
-        _wait_for(lambda: len(probe._pending) == 2, "two events")
+        _wait_for(lambda: probe.pending_events == 2, "two events")
         probe.cycle()
     finally:
         probe.close()

@@ -12,8 +12,14 @@ import pytest
 from probe_testdata import A100, BRIDGED, H100, RTX4090, TREES, WORKSTATION, MakeNode, backend_for
 
 from gpusched.api.nodegputopology import LinkType
-from gpusched.core import build_graph, nic_groups, numa_groups, nvlink_islands, switch_trees
-from gpusched.core.topology import NodeTopology
+from gpusched.core import (
+    NodeTopology,
+    build_graph,
+    nic_groups,
+    numa_groups,
+    nvlink_islands,
+    switch_trees,
+)
 
 NV = LinkType.NV
 PIX, PXB, PHB, NODE, SYS = LinkType.PIX, LinkType.PXB, LinkType.PHB, LinkType.NODE, LinkType.SYS

@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 from probe_testdata import H100
 
 from gpusched.api import keys
-from gpusched.core import parse_topo_matrix
-from gpusched.core.topology import Gpu, NodeTopology
+from gpusched.core import Gpu, NodeTopology, parse_topo_matrix
 from gpusched.device_probe.state import (
     label_ownership,
     labels_in_place,

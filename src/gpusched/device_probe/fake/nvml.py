@@ -39,8 +39,7 @@ from typing import Any, Final
 import pynvml
 
 from gpusched.api.nodegputopology import LinkType
-from gpusched.core.bandwidth import generation_for
-from gpusched.core.topology import Gpu, NodeTopology
+from gpusched.core import Gpu, NodeTopology, generation_for
 from gpusched.device_probe.fake.faults import THROTTLE_BITS, Fault, FaultError, FaultFeed
 from gpusched.device_probe.fake.pcie_plan import FakeTopologyError, PciePlan, plan_pcie
 from gpusched.device_probe.pcie import LEVEL_TO_NVML, mask_from_cpulist, nvml_bus_id

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from gpusched.api.nodegputopology import LinkType
-from gpusched.core.topology import NodeTopology
+from gpusched.core import NodeTopology
 from gpusched.device_probe.pcie import PciPath, pcie_distance
 
 DeviceKey = tuple[Literal["gpu", "nic"], int]

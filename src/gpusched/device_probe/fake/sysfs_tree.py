@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from gpusched.core.topology import NodeTopology
+from gpusched.core import NodeTopology
 from gpusched.device_probe.fake.pcie_plan import PciePlan, PlannedDevice
 
 _NVIDIA: Final = "0x10de"
