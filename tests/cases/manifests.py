@@ -12,39 +12,35 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def gpujob(name: str = "job", **spec: Any) -> dict[str, Any]:
-    """A valid GpuJob with ``spec`` fields overridden (None deletes a field)."""
-    body: dict[str, Any] = {
-        "gpusPerReplica": 4,
-        "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
-    }
-    for key, value in spec.items():
+def _manifest(
+    kind: str, name: str, base: dict[str, Any], overrides: dict[str, Any]
+) -> dict[str, Any]:
+    body = dict(base)
+    for key, value in overrides.items():
         if value is None:
             body.pop(key, None)
         else:
             body[key] = value
     return {
         "apiVersion": "gpusched.io/v1alpha1",
-        "kind": "GpuJob",
+        "kind": kind,
         "metadata": {"name": name},
         "spec": body,
     }
+
+
+def gpujob(name: str = "job", **spec: Any) -> dict[str, Any]:
+    """A valid GpuJob with ``spec`` fields overridden (None deletes a field)."""
+    base = {
+        "gpusPerReplica": 4,
+        "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
+    }
+    return _manifest("GpuJob", name, base, spec)
 
 
 def tenantquota(name: str = "tenant", **spec: Any) -> dict[str, Any]:
     """A valid TenantQuota with ``spec`` fields overridden (None deletes a field)."""
-    body: dict[str, Any] = {"namespaces": ["team"], "guaranteedGpus": 8}
-    for key, value in spec.items():
-        if value is None:
-            body.pop(key, None)
-        else:
-            body[key] = value
-    return {
-        "apiVersion": "gpusched.io/v1alpha1",
-        "kind": "TenantQuota",
-        "metadata": {"name": name},
-        "spec": body,
-    }
+    return _manifest("TenantQuota", name, {"namespaces": ["team"], "guaranteedGpus": 8}, spec)
 
 
 def _template(**pod_spec: Any) -> dict[str, Any]:
