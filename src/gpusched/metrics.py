@@ -141,3 +141,106 @@ class ProbeMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+
+
+# --- operator (admission) -------------------------------------------------------------------
+
+#: Queue-wait buckets: seconds to hours, as GPU queues go.
+QUEUE_WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+
+
+class OperatorMetrics:
+    """Metrics of the GpuJob operator. Gauges describe the last admission cycle; counters count
+    this process's decisions; GPU-seconds come from TenantQuota status, so they survive
+    restarts."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else new_registry()
+        self.jobs = Gauge(
+            "jobs",
+            "GpuJobs by tenant and phase (Queued, Admitted, Running, Preempted, ...).",
+            ["tenant", "phase"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.queue_wait = Histogram(
+            "queue_wait_seconds",
+            "Time from submission (or requeue) to admission, by tenant and priority.",
+            ["tenant", "priority"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=QUEUE_WAIT_BUCKETS,
+        )
+        self.admissions = Counter(
+            "admissions",
+            "Jobs admitted, by tenant and reason (WithinGuarantee, Borrowing).",
+            ["tenant", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.preemptions = Counter(
+            "preemptions",
+            "Jobs preempted, by the victim's tenant and reason (HigherPriority, ReclaimGuarantee).",
+            ["tenant", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.requeues = Counter(
+            "requeues",
+            "Admitted gangs released and queued again, by tenant and reason (PodsReadyTimeout, "
+            "PodsLost).",
+            ["tenant", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpus_used = Gauge(
+            "tenant_used_gpus",
+            "GPUs held by the tenant's admitted and running jobs.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpus_guaranteed = Gauge(
+            "tenant_guaranteed_gpus",
+            "The tenant's guaranteed GPUs (TenantQuota spec).",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpus_borrowed = Gauge(
+            "tenant_borrowed_gpus",
+            "Part of the tenant's used GPUs above its guarantee.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.fair_share = Gauge(
+            "tenant_fair_share_gpus",
+            "GPUs the tenant is entitled to now: guarantee plus weighted share of idle GPUs.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpu_seconds = Gauge(
+            "tenant_gpu_seconds",
+            "GPU-seconds consumed by the tenant's running jobs since its TenantQuota was "
+            "created (monotonic; use rate() for GPUs in use over time).",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.cycle_seconds = Histogram(
+            "admission_cycle_duration_seconds",
+            "Time of one admission cycle: snapshot, decisions and API writes.",
+            ["stage"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.api_errors = Counter(
+            "operator_api_errors",
+            "API calls of the operator that failed, by operation.",
+            ["operation"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )

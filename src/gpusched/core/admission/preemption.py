@@ -38,10 +38,17 @@ class Candidate:
     """GPU-seconds of work since its start or last checkpoint."""
 
     @property
-    def cost(self) -> tuple[int, int, float, float, str]:
-        """Sort key, cheapest first; ties go to the job submitted last (last in queue order)."""
+    def cost(self) -> tuple[int, int, float, float]:
+        """Sort key, cheapest first; ties go to the job submitted last. (Sort by key, reversed,
+        first: among equals the job last in queue order is the cheapest.)"""
         job = self.job
-        return (job.priority, 0 if self.borrowed else 1, self.lost, -job.submitted_at, job.key)
+        return (job.priority, 0 if self.borrowed else 1, self.lost, -job.submitted_at)
+
+
+def by_cost(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Cheapest first, deterministic."""
+    by_key = sorted(candidates, key=lambda c: c.job.key, reverse=True)
+    return sorted(by_key, key=lambda c: c.cost)
 
 
 def gpu_seconds_lost(job: Job, now: float) -> float:
@@ -103,7 +110,7 @@ def find_victims(
     stay held by them (they are terminating). Returns None when no subset works, or the
     placement failure with every candidate gone (for the wait message).
     """
-    ordered = sorted(candidates, key=lambda c: c.cost)
+    ordered = by_cost(candidates)
     own_all = [c.job for c in ordered if c.reason is PreemptReason.HIGHER_PRIORITY]
     if not ordered or not quota_ok(own_all, len(own_all) < len(ordered)):
         # Victims of other tenants may be what breaks the quota rule; try without them.

@@ -1,0 +1,97 @@
+"""``gpusched operator``: run the GpuJob operator (admission cycle, kopf watches, metrics)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+
+def _labels(value: str) -> dict[str, str]:
+    out = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        key, sep, val = part.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{part!r}: expected key=value")
+        out[key] = val
+    return out
+
+
+@click.command()
+@click.option(
+    "--kubeconfig", type=click.Path(path_type=Path), help="Default: $KUBECONFIG or in-cluster."
+)
+@click.option(
+    "--metrics-port", default=8080, show_default=True, help="Prometheus endpoint; 0 disables it."
+)
+@click.option(
+    "--resync", default=5.0, show_default=True, help="Seconds between cycles when nothing changes."
+)
+@click.option(
+    "--pods-ready-timeout",
+    default=300.0,
+    show_default=True,
+    help="Seconds an admitted gang may take until all its pods run; then it is released and "
+    "requeued.",
+)
+@click.option(
+    "--backoff-base",
+    default=10.0,
+    show_default=True,
+    help="First requeue delay after a gang timeout (doubles each time).",
+)
+@click.option("--backoff-max", default=600.0, show_default=True, help="Longest requeue delay.")
+@click.option("--node-selector", default="", help="Only use nodes with these labels (k=v,k2=v2).")
+@click.option(
+    "--max-preemption-searches", default=32, show_default=True, help="Victim searches per cycle."
+)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=False,
+    show_default=True,
+    help="Run cycles only while holding the Lease (for several replicas).",
+)
+@click.option("--lease-namespace", default="gpusched-system", show_default=True)
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def operator(
+    *,
+    kubeconfig: Path | None,
+    metrics_port: int,
+    resync: float,
+    pods_ready_timeout: float,
+    backoff_base: float,
+    backoff_max: float,
+    node_selector: str,
+    max_preemption_searches: int,
+    leader_elect: bool,
+    lease_namespace: str,
+    verbose: bool,
+) -> None:
+    """Run the GpuJob / TenantQuota operator until interrupted."""
+    from gpusched.operator.controller import OperatorConfig
+    from gpusched.operator.main import RunOptions, run
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not verbose:
+        for noisy in ("kopf", "kubernetes", "urllib3", "aiohttp"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    run(
+        RunOptions(
+            kubeconfig=kubeconfig,
+            config=OperatorConfig(
+                pods_ready_timeout=pods_ready_timeout,
+                backoff_base=backoff_base,
+                backoff_max=backoff_max,
+                node_selector=_labels(node_selector),
+                max_preemption_searches=max_preemption_searches,
+            ),
+            metrics_port=metrics_port,
+            resync=resync,
+            leader_elect=leader_elect,
+            lease_namespace=lease_namespace,
+        )
+    )

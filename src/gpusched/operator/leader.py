@@ -1,0 +1,123 @@
+"""Leader election over a coordination.k8s.io Lease, so that of several operator replicas exactly
+one runs admission cycles (the others keep watching and take over when its lease lapses).
+
+The holder renews the lease every ``renew`` seconds; a lease not renewed for ``duration`` seconds
+may be taken by another replica. Every write is conditional on the lease's resourceVersion, so two
+replicas never both believe they hold it after the same read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "gpusched-operator"
+
+
+def default_identity() -> str:
+    """``<hostname>-<pid>`` (the pod name in a cluster)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _micro(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str) and value:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return None
+
+
+class LeaderElector:
+    """Holds or watches one Lease."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        identity: str | None = None,
+        *,
+        name: str = LEASE_NAME,
+        duration: float = 15.0,
+    ) -> None:
+        self.coordination = client.CoordinationV1Api(api)
+        self.namespace = namespace
+        self.identity = identity or default_identity()
+        self.name = name
+        self.duration = duration
+        self.leading = False
+
+    def ensure(self) -> bool:
+        """Acquire or renew the lease; True while this replica leads."""
+        now = datetime.now(UTC)
+        try:
+            lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("lease %s/%s unreadable: %s", self.namespace, self.name, err.reason)
+                return self._lost()
+            return self._create(now)
+        spec = lease.spec or client.V1LeaseSpec()
+        holder = spec.holder_identity
+        renewed = _parse(spec.renew_time) or _parse(spec.acquire_time)
+        duration = float(spec.lease_duration_seconds or self.duration)
+        expired = renewed is None or now - renewed > timedelta(seconds=duration)
+        if holder != self.identity and not expired:
+            return self._lost()
+        transitions = int(spec.lease_transitions or 0)
+        acquired = _parse(spec.acquire_time) if holder == self.identity else None
+        new_spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.duration),
+            "renewTime": _micro(now),
+            "acquireTime": _micro(acquired or now),
+            "leaseTransitions": transitions if holder == self.identity else transitions + 1,
+        }
+        version = lease.metadata.resource_version if lease.metadata else None
+        patch = {"metadata": {"resourceVersion": version}, "spec": new_spec}
+        try:
+            self.coordination.patch_namespaced_lease(self.name, self.namespace, patch)
+        except ApiException as err:
+            log.info("lease %s/%s not renewed: %s", self.namespace, self.name, err.reason)
+            return self._lost()
+        if not self.leading:
+            log.info("leading as %s (lease %s/%s)", self.identity, self.namespace, self.name)
+        self.leading = True
+        return True
+
+    def _create(self, now: datetime) -> bool:
+        body = {
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.duration),
+                "acquireTime": _micro(now),
+                "renewTime": _micro(now),
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            self.coordination.create_namespaced_lease(self.namespace, body)  # type: ignore[arg-type]
+        except ApiException as err:
+            log.info("lease %s/%s not created: %s", self.namespace, self.name, err.reason)
+            return self._lost()
+        log.info("leading as %s (new lease %s/%s)", self.identity, self.namespace, self.name)
+        self.leading = True
+        return True
+
+    def _lost(self) -> bool:
+        if self.leading:
+            log.warning("lost the lease %s/%s", self.namespace, self.name)
+        self.leading = False
+        return False

@@ -1,0 +1,100 @@
+"""The pods of an admitted gang, built from the GpuJob's template.
+
+Names are deterministic, ``<job>-<admission>-<replica>``: creating a pod twice (an operator that
+restarted halfway through a gang) answers AlreadyExists instead of making a duplicate, and a
+requeued job's new gang never collides with the pods of its previous admission.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any, Final
+
+from gpusched.api import keys
+from gpusched.api.gpujob import GpuJob, ReplicaPlacement
+
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+MAX_NAME: Final = 253
+
+
+def pod_name(job: str, admission: int, replica: int) -> str:
+    """``<job>-<admission>-<replica>``, shortened with a digest if the job name is very long."""
+    suffix = f"-{admission}-{replica}"
+    if len(job) + len(suffix) <= MAX_NAME:
+        return job + suffix
+    digest = hashlib.sha256(job.encode()).hexdigest()[:10]
+    return f"{job[: MAX_NAME - len(suffix) - 11]}-{digest}{suffix}"
+
+
+def pod_manifest(
+    job: GpuJob,
+    *,
+    tenant: str,
+    admission: int,
+    replica: int,
+    placement: ReplicaPlacement | None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """One replica's pod. ``placement`` pins it to the planned node (None for a dry run)."""
+    meta = job.metadata
+    spec = job.spec
+    name = meta.name or ""
+    template = copy.deepcopy(spec.template)
+    tmeta = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {}
+    labels = {
+        **(tmeta.get("labels") or {}),
+        keys.LABEL_JOB_NAME: name,
+        keys.LABEL_JOB_UID: meta.uid or "",
+        keys.LABEL_TENANT: tenant,
+        keys.LABEL_REPLICA_INDEX: str(replica),
+        keys.LABEL_ADMISSION: str(admission),
+    }
+    annotations = {
+        **(tmeta.get("annotations") or {}),
+        keys.ANNOTATION_TOPOLOGY_SCOPE: spec.topology.scope.value,
+        keys.ANNOTATION_TOPOLOGY_MODE: spec.topology.mode.value,
+        keys.ANNOTATION_GANG_SIZE: str(spec.replicas),
+    }
+    pod_spec["schedulerName"] = keys.SCHEDULER_NAME
+    containers = pod_spec.get("containers") or []
+    if containers:
+        first = containers[0]
+        resources = first.setdefault("resources", {})
+        limits = resources.setdefault("limits", {})
+        limits[keys.GPU_RESOURCE] = str(spec.gpus_per_replica)
+        requests = resources.get("requests")
+        if isinstance(requests, dict) and keys.GPU_RESOURCE in requests:
+            requests[keys.GPU_RESOURCE] = str(spec.gpus_per_replica)
+    if placement is not None:
+        annotations[keys.ANNOTATION_PLANNED_NODE] = placement.node
+        if placement.gpu_indices:
+            annotations[keys.ANNOTATION_PLANNED_GPU_INDICES] = ",".join(
+                str(i) for i in placement.gpu_indices
+            )
+        # Binding follows the admission decision even without the extender.
+        pod_spec["nodeSelector"] = {
+            **(pod_spec.get("nodeSelector") or {}),
+            HOSTNAME_LABEL: placement.node,
+        }
+    metadata: dict[str, Any] = {
+        "namespace": meta.namespace,
+        "labels": labels,
+        "annotations": annotations,
+    }
+    if dry_run:
+        metadata["generateName"] = f"{name[:200]}-dry-run-"
+    else:
+        metadata["name"] = pod_name(name, admission, replica)
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": keys.API_VERSION,
+                "kind": "GpuJob",
+                "name": name,
+                "uid": meta.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -1,0 +1,341 @@
+"""GpuJob status transitions: phase, reason, message and the standard conditions.
+
+Each function takes the current status and returns the next one; the loop writes it only when it
+differs. Conditions keep their ``lastTransitionTime`` while their status does not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from gpusched.api import keys
+from gpusched.api.gpujob import (
+    GpuJobStatus,
+    JobPhase,
+    PreemptionRecord,
+    ReplicaPlacement,
+)
+from gpusched.api.meta import Condition, ConditionStatus
+from gpusched.core.admission import Admission, Preemption, WaitReason
+from gpusched.core.placement import SCOPES, scope_rank
+from gpusched.operator.records import PodInfo
+
+#: Topology classes, tightest first (as the placement engine ranks them).
+SCOPE_ORDER = [scope.value for scope in SCOPES]
+
+
+class Cond(StrEnum):
+    """Condition types of a GpuJob."""
+
+    QUOTA_RESERVED = "QuotaReserved"
+    ADMITTED = "Admitted"
+    PODS_READY = "PodsReady"
+    PREEMPTED = "Preempted"
+    FINISHED = "Finished"
+
+
+class Reason(StrEnum):
+    """Machine reasons the operator writes besides the core's wait and admit reasons."""
+
+    INVALID_POD_TEMPLATE = "InvalidPodTemplate"
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+    QUEUED = "Queued"
+    WAITING_FOR_PREEMPTION = "WaitingForPreemption"
+    PODS_CREATED = "PodsCreated"
+    RUNNING = "Running"
+    PODS_READY_TIMEOUT = "PodsReadyTimeout"
+    PODS_LOST = "PodsLost"
+    PREEMPTED_BY = "PreemptedBy"
+    REQUEUED = "Requeued"
+    SUCCEEDED = "Succeeded"
+    POD_FAILED = "PodFailed"
+    SUSPENDED = "Suspended"
+
+
+#: Reasons of a job that was never queued because its spec cannot run.
+INVALID_REASONS = frozenset({Reason.INVALID_POD_TEMPLATE, Reason.PRIORITY_CLASS_NOT_FOUND})
+
+
+def _condition(
+    conditions: Sequence[Condition],
+    type_: Cond,
+    *,
+    status: bool,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int | None,
+) -> list[Condition]:
+    value = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+    out = []
+    found = False
+    for c in conditions:
+        if c.type == type_.value:
+            found = True
+            since = c.last_transition_time if c.status == value else now
+            out.append(
+                Condition(
+                    type=type_.value,
+                    status=value,
+                    reason=reason,
+                    message=message[:32000],
+                    last_transition_time=since,
+                    observed_generation=generation,
+                )
+            )
+        else:
+            out.append(c)
+    if not found:
+        out.append(
+            Condition(
+                type=type_.value,
+                status=value,
+                reason=reason,
+                message=message[:32000],
+                last_transition_time=now,
+                observed_generation=generation,
+            )
+        )
+    order = {t.value: i for i, t in enumerate(Cond)}
+    return sorted(out, key=lambda c: order.get(c.type, len(order)))
+
+
+class Transition:
+    """Builds the next status of one job from its current one."""
+
+    def __init__(self, status: GpuJobStatus, now: datetime, generation: int) -> None:
+        self.status = status.model_copy(deep=True)
+        self.now = now
+        self.generation = generation
+
+    def cond(self, type_: Cond, status: bool, reason: str, message: str) -> Transition:
+        self.status.conditions = _condition(
+            self.status.conditions,
+            type_,
+            status=status,
+            reason=reason,
+            message=message,
+            now=self.now,
+            generation=self.generation,
+        )
+        return self
+
+    def has(self, type_: Cond) -> bool:
+        return any(
+            c.type == type_.value and c.status == ConditionStatus.TRUE
+            for c in self.status.conditions
+        )
+
+    def set(self, **fields: Any) -> Transition:
+        for name, value in fields.items():
+            setattr(self.status, name, value)
+        return self
+
+    def stop_metering(self, gpus: int) -> Transition:
+        """Add the current run's GPU-seconds (if it ran) to the total."""
+        started = self.status.started_at
+        if started is not None:
+            self.status.gpu_seconds = round(
+                self.status.gpu_seconds + max(0.0, (self.now - started).total_seconds()) * gpus, 1
+            )
+        return self
+
+
+def queued(t: Transition, tenant: str | None, gpus: int) -> Transition:
+    """First time in the queue (after validation)."""
+    if t.status.submitted_at is None:
+        t.set(submitted_at=t.now)
+    return t.set(
+        phase=JobPhase.QUEUED,
+        tenant=tenant,
+        gpus=gpus,
+        reason=Reason.QUEUED.value,
+        message="waiting for the next admission cycle",
+        observed_generation=t.generation,
+    ).cond(Cond.QUOTA_RESERVED, False, Reason.QUEUED, "waiting for the next admission cycle")
+
+
+def invalid(t: Transition, reason: Reason, message: str, gpus: int) -> Transition:
+    return t.set(
+        phase=JobPhase.FAILED,
+        reason=reason.value,
+        message=message[:4000],
+        gpus=gpus,
+        queue_position=None,
+        observed_generation=t.generation,
+    ).cond(Cond.QUOTA_RESERVED, False, reason, message)
+
+
+def waiting(
+    t: Transition,
+    tenant: str | None,
+    reason: WaitReason,
+    message: str,
+    position: int | None,
+) -> Transition:
+    """Still queued after a cycle."""
+    t.set(
+        phase=JobPhase.QUEUED,
+        tenant=tenant,
+        reason=reason.value,
+        message=message,
+        queue_position=position,
+    )
+    return t.cond(Cond.QUOTA_RESERVED, False, reason.value, message)
+
+
+def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[str]) -> Transition:
+    """Admitted with a planned placement; waits for victims to leave if it preempted some."""
+    placement = [
+        ReplicaPlacement(
+            replica=p.replica,
+            node=p.node,
+            gpu_indices=[] if p.node in counts_only else list(p.gpus),
+            topology_class=p.topology_class.value,
+            score=round(p.score, 2),
+        )
+        for p in admission.placement
+    ]
+    worst = max(admission.placement, key=lambda p: scope_rank(p.topology_class))
+    t.set(
+        phase=JobPhase.ADMITTED,
+        tenant=tenant,
+        admission=t.status.admission + 1,
+        admitted_at=t.now,
+        started_at=None,
+        placement=placement,
+        placement_quality=worst.topology_class.value,
+        queue_position=None,
+        requeue_at=None,
+        reason=admission.reason.value,
+        message=admission.message,
+    )
+    t.cond(Cond.QUOTA_RESERVED, True, admission.reason.value, admission.message)
+    t.cond(Cond.PODS_READY, False, Reason.PODS_CREATED, "pods not all running yet")
+    if t.has(Cond.PREEMPTED):
+        t.cond(Cond.PREEMPTED, False, "Readmitted", "admitted again after a preemption")
+    if admission.victims:
+        names = ", ".join(v.victim for v in admission.victims)
+        text = f"waiting for preempted jobs to release their GPUs: {names}"
+        t.set(reason=Reason.WAITING_FOR_PREEMPTION.value, message=text)
+        t.cond(Cond.ADMITTED, False, Reason.WAITING_FOR_PREEMPTION, text)
+    else:
+        t.cond(Cond.ADMITTED, True, Reason.PODS_CREATED, "all pods of the gang created")
+    return t
+
+
+def pods_created(t: Transition) -> Transition:
+    text = "all pods of the gang created"
+    return t.set(reason=Reason.PODS_CREATED.value, message=text).cond(
+        Cond.ADMITTED, True, Reason.PODS_CREATED, text
+    )
+
+
+def running(t: Transition, replicas: int, bound: Sequence[PodInfo] = ()) -> Transition:
+    """All pods run; the placement records the GPUs the extender actually bound, if it did."""
+    text = f"all {replicas} pod{'s' if replicas > 1 else ''} running"
+    by_replica = {p.replica: p for p in bound}
+    placement = []
+    for plan in t.status.placement:
+        pod = by_replica.get(plan.replica)
+        update: dict[str, Any] = {}
+        if pod is not None:
+            if pod.node:
+                update["node"] = pod.node
+            indices = pod.annotations.get(keys.ANNOTATION_GPU_INDICES)
+            uuids = pod.annotations.get(keys.ANNOTATION_GPUS)
+            achieved = pod.annotations.get(keys.ANNOTATION_TOPOLOGY_CLASS)
+            if indices:
+                update["gpu_indices"] = [int(i) for i in indices.split(",") if i.strip().isdigit()]
+            if uuids:
+                update["gpu_uuids"] = [u for u in uuids.split(",") if u]
+            if achieved:
+                update["topology_class"] = achieved
+        placement.append(plan.model_copy(update=update))
+    worst = max(
+        (p.topology_class for p in placement if p.topology_class in SCOPE_ORDER),
+        key=SCOPE_ORDER.index,
+        default=t.status.placement_quality,
+    )
+    t.set(placement=placement, placement_quality=worst)
+    return t.set(
+        phase=JobPhase.RUNNING, started_at=t.now, reason=Reason.RUNNING.value, message=text
+    ).cond(Cond.PODS_READY, True, Reason.RUNNING, text)
+
+
+def preempted(t: Transition, victim: Preemption, gpus: int) -> Transition:
+    t.stop_metering(gpus)
+    record = PreemptionRecord(
+        time=t.now, preemptor=victim.preemptor, reason=victim.reason.value, message=victim.message
+    )
+    text = f"preempted by {victim.preemptor}: {victim.message}"
+    t.set(
+        phase=JobPhase.PREEMPTED,
+        reason=Reason.PREEMPTED_BY.value,
+        message=text,
+        started_at=None,
+        preemptions=[*t.status.preemptions, record][-20:],
+        preemption_count=t.status.preemption_count + 1,
+    )
+    t.cond(Cond.PREEMPTED, True, victim.reason.value, text)
+    t.cond(Cond.QUOTA_RESERVED, False, Reason.PREEMPTED_BY, text)
+    t.cond(Cond.ADMITTED, False, Reason.PREEMPTED_BY, text)
+    return t.cond(Cond.PODS_READY, False, Reason.PREEMPTED_BY, text)
+
+
+def requeued(
+    t: Transition,
+    reason: Reason,
+    message: str,
+    gpus: int,
+    requeue_at: datetime | None = None,
+) -> Transition:
+    """Released (gang timeout, pods lost) or back from preemption: queued again."""
+    t.stop_metering(gpus)
+    t.set(
+        phase=JobPhase.QUEUED,
+        reason=reason.value,
+        message=message,
+        started_at=None,
+        placement=[],
+        placement_quality=None,
+        requeue_at=requeue_at,
+    )
+    if reason is not Reason.REQUEUED:
+        t.set(requeue_count=t.status.requeue_count + (1 if requeue_at else 0))
+        t.cond(Cond.PODS_READY, False, reason, message)
+    t.cond(Cond.QUOTA_RESERVED, False, reason, message)
+    return t.cond(Cond.ADMITTED, False, reason, message)
+
+
+def finished(t: Transition, ok: bool, message: str, gpus: int) -> Transition:
+    t.stop_metering(gpus)
+    reason = Reason.SUCCEEDED if ok else Reason.POD_FAILED
+    t.set(
+        phase=JobPhase.SUCCEEDED if ok else JobPhase.FAILED,
+        reason=reason.value,
+        message=message,
+        finished_at=t.now,
+        queue_position=None,
+    )
+    t.cond(Cond.PODS_READY, False, reason, message)
+    return t.cond(Cond.FINISHED, True, reason, message)
+
+
+def suspended(t: Transition, gpus: int) -> Transition:
+    t.stop_metering(gpus)
+    text = "spec.suspend is true; pods released"
+    t.set(
+        phase=JobPhase.SUSPENDED,
+        reason=Reason.SUSPENDED.value,
+        message=text,
+        started_at=None,
+        placement=[],
+        placement_quality=None,
+        queue_position=None,
+    )
+    t.cond(Cond.QUOTA_RESERVED, False, Reason.SUSPENDED, text)
+    return t.cond(Cond.ADMITTED, False, Reason.SUSPENDED, text)

@@ -1,0 +1,205 @@
+"""From API objects to the admission core's snapshot types.
+
+Nodes: every Ready, schedulable node that advertises ``nvidia.com/gpu``. Its wiring comes from its
+NodeGpuTopology; a node without one is modelled as a count-only topology (GPUs with no known
+links), which serves jobs whose scope is ``node`` or only *preferred*; jobs that *require* a
+tighter scope never land there. Its model is the ``nvidia.com/gpu.product`` label (what
+``spec.gpuModel`` names), else ``gpusched.io/gpu.model``, else the topology's first GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpusched.api import keys
+from gpusched.api.gpujob import GpuJob
+from gpusched.api.nodegputopology import NodeGpuTopology
+from gpusched.api.tenantquota import TenantQuota
+from gpusched.core import NodeTopology, Policy, TopologyError, prepare
+from gpusched.core.admission import (
+    AcrossReplicas,
+    Node,
+    Taint,
+    Tenant,
+    Toleration,
+    count_only_topology,
+)
+from gpusched.core.prepared import PreparedNode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TenantMap:
+    """Which TenantQuota owns each namespace (the oldest claim wins)."""
+
+    owner: dict[str, str]
+    conflicts: dict[str, list[str]]
+    """TenantQuota name -> namespaces it names but an older TenantQuota owns."""
+
+
+def tenant_map(quotas: Iterable[TenantQuota]) -> TenantMap:
+    """Assign namespaces to TenantQuotas, oldest first (then by name)."""
+
+    def age(q: TenantQuota) -> tuple[float, str]:
+        created = q.metadata.creation_timestamp
+        return (created.timestamp() if created else 0.0, q.metadata.name or "")
+
+    owner: dict[str, str] = {}
+    conflicts: dict[str, list[str]] = {}
+    for quota in sorted(quotas, key=age):
+        name = quota.metadata.name or ""
+        for namespace in quota.spec.namespaces:
+            if namespace in owner and owner[namespace] != name:
+                conflicts.setdefault(name, []).append(namespace)
+            else:
+                owner.setdefault(namespace, name)
+    return TenantMap(owner, conflicts)
+
+
+def core_tenant(quota: TenantQuota) -> Tenant:
+    spec = quota.spec
+    return Tenant(
+        name=quota.metadata.name or "",
+        guaranteed=spec.guaranteed_gpus,
+        guaranteed_by_model=dict(spec.guaranteed_gpus_by_model),
+        borrowing_limit=spec.borrowing_limit,
+        weight=spec.weight,
+        within_tenant=spec.preemption.within_tenant,
+        reclaim=spec.preemption.reclaim_borrowed,
+    )
+
+
+def job_shape(job: GpuJob) -> dict[str, Any]:
+    """The spec-derived fields of a core Job (what the job asks for)."""
+    spec = job.spec
+    template_spec = spec.template.get("spec") or {}
+    across = spec.topology.across_replicas
+    selector = template_spec.get("nodeSelector") or {}
+    tolerations = tuple(
+        Toleration(
+            key=t.get("key") or "",
+            operator=t.get("operator") or "Equal",
+            value=t.get("value") or "",
+            effect=t.get("effect") or "",
+        )
+        for t in template_spec.get("tolerations") or []
+        if isinstance(t, dict)
+    )
+    return {
+        "replicas": spec.replicas,
+        "gpus_per_replica": spec.gpus_per_replica,
+        "policy": Policy.from_api(spec.topology, replicas=spec.replicas),
+        "gpu_model": spec.gpu_model,
+        "across": (
+            AcrossReplicas(across.node_label, across.mode.value == "required")
+            if across is not None
+            else None
+        ),
+        "node_selector": tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        "tolerations": tolerations,
+        "preemptible": spec.preemptible,
+        "min_runtime_seconds": float(spec.min_runtime_seconds),
+    }
+
+
+def _allocatable_gpus(node: Mapping[str, Any]) -> int:
+    value = str(((node.get("status") or {}).get("allocatable") or {}).get(keys.GPU_RESOURCE, "0"))
+    return int(value) if value.isdigit() else 0
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def node_model(labels: Mapping[str, str], topology: NodeTopology | None) -> str | None:
+    """The GPU model jobs name in ``spec.gpuModel``."""
+    for key in (keys.GFD_PRODUCT, keys.LABEL_GPU_MODEL):
+        if labels.get(key):
+            return labels[key]
+    if topology is not None and topology.gpus and topology.gpus[0].model:
+        return topology.gpus[0].model.replace(" ", "-")
+    return None
+
+
+class NodeReader:
+    """Turns Node and NodeGpuTopology objects into core nodes, caching prepared topologies by
+    resource version (the wiring is analysed once per hardware type anyway)."""
+
+    def __init__(self, node_selector: Mapping[str, str] | None = None) -> None:
+        self.node_selector = dict(node_selector or {})
+        self._cache: dict[str, tuple[str, int, PreparedNode, bool]] = {}
+
+    def _prepared(
+        self, name: str, gpus: int, model_hint: str | None, topo: Mapping[str, Any] | None
+    ) -> tuple[PreparedNode, bool]:
+        version = (topo or {}).get("metadata", {}).get("resourceVersion", "") if topo else ""
+        cached = self._cache.get(name)
+        if cached is not None and cached[0] == version and cached[1] == gpus:
+            return cached[2], cached[3]
+        prepared: PreparedNode | None = None
+        count_only = True
+        if topo is not None:
+            try:
+                obj = NodeGpuTopology.model_validate(topo)
+                topology = NodeTopology.from_api(obj.spec, obj.status)
+                if topology.gpus:
+                    prepared = prepare(topology)
+                    count_only = False
+            except (ValidationError, TopologyError) as err:
+                log.warning(
+                    "NodeGpuTopology %s unusable, treating node as count-only: %s", name, err
+                )
+        if prepared is None:
+            prepared = prepare(count_only_topology(name, gpus, model_hint))
+        self._cache[name] = (version, gpus, prepared, count_only)
+        return prepared, count_only
+
+    def nodes(
+        self,
+        raw_nodes: Iterable[Mapping[str, Any]],
+        topologies: Mapping[str, Mapping[str, Any]],
+        busy: Mapping[str, tuple[set[int], int]],
+    ) -> list[Node]:
+        """Schedulable GPU nodes; ``busy`` gives per node the GPU indices held by pods outside
+        any GpuJob and the count of such GPUs whose indices are unknown."""
+        out = []
+        for raw in raw_nodes:
+            meta = raw.get("metadata") or {}
+            name = meta.get("name") or ""
+            labels = meta.get("labels") or {}
+            if any(labels.get(k) != v for k, v in self.node_selector.items()):
+                continue
+            if (raw.get("spec") or {}).get("unschedulable") or not _ready(raw):
+                continue
+            gpus = _allocatable_gpus(raw)
+            topo = topologies.get(name)
+            if gpus <= 0 and topo is None:
+                continue
+            prepared, count_only = self._prepared(name, gpus, labels.get(keys.GFD_PRODUCT), topo)
+            taints = tuple(
+                Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")
+                for t in (raw.get("spec") or {}).get("taints") or []
+            )
+            indices, unknown = busy.get(name, (set(), 0))
+            out.append(
+                Node(
+                    name=name,
+                    topology=prepared,
+                    model=node_model(labels, None if count_only else prepared.topology),
+                    labels=dict(labels),
+                    busy=frozenset(indices),
+                    busy_count=unknown,
+                    count_only=count_only,
+                    taints=taints,
+                )
+            )
+        return out

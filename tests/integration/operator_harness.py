@@ -1,0 +1,256 @@
+"""Running the operator as a real process against the local cluster, and small helpers to
+submit jobs and wait for what the operator writes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpusched.api import keys
+from gpusched.localcluster import LocalCluster
+from gpusched.localcluster.binaries import repo_root
+from gpusched.localcluster.components import gpusched_command, service_account_kubeconfig
+from gpusched.localcluster.processes import ProcessRecord, is_running
+from gpusched.localcluster.topologies import fixture_objects
+
+G, V = keys.GROUP, keys.VERSION
+#: Label on every node of these tests; the operator only uses nodes carrying it.
+POOL_LABEL = "gpusched.io/test-pool"
+POOL = "operator"
+H100 = "NVIDIA-H100-80GB-HBM3"
+_ids = itertools.count()
+
+T = TypeVar("T")
+
+
+class OperatorProcess:
+    """``gpusched operator`` under its own ServiceAccount (operator/rbac.yaml)."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.kubeconfig = service_account_kubeconfig(
+            cluster, repo_root() / "operator" / "rbac.yaml", "gpusched-operator"
+        )
+        self.record: ProcessRecord | None = None
+        self.starts = 0
+
+    def start(self, failpoints: str = "") -> None:
+        env = {**os.environ}
+        env.pop("GPUSCHED_FAILPOINTS", None)
+        if failpoints:
+            env["GPUSCHED_FAILPOINTS"] = failpoints
+        self.starts += 1
+        self.record = self.cluster.spawn(
+            f"gpusched-operator-{self.starts}",
+            [
+                *gpusched_command(),
+                "operator",
+                f"--kubeconfig={self.kubeconfig}",
+                "--metrics-port=0",
+                "--resync=1",
+                "--pods-ready-timeout=30",
+                "--backoff-base=1",
+                f"--node-selector={POOL_LABEL}={POOL}",
+            ],
+            env=env,
+        )
+
+    def running(self) -> bool:
+        return self.record is not None and is_running(self.record)
+
+    def kill(self) -> None:
+        """SIGKILL, like a crash."""
+        if self.record is not None:
+            if is_running(self.record):
+                os.killpg(self.record.pid, signal.SIGKILL)
+            self.cluster.stop_process(self.record)
+            self.record = None
+
+    def wait_exit(self, timeout: float = 60) -> None:
+        """Wait for the process to exit by itself (a failpoint)."""
+        assert self.record is not None
+        wait_for(lambda: not is_running(self.record) or None, timeout, "operator to exit")  # type: ignore[arg-type]
+        self.cluster.stop_process(self.record)
+        self.record = None
+
+    def log(self) -> str:
+        if self.record is None:
+            return ""
+        return Path(self.record.log).read_text(errors="replace")[-5000:]
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Poll ``check`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Scenario:
+    """One test's namespaces, tenants and jobs (all removed afterwards)."""
+
+    def __init__(self, kube: Any, make_nodes: Callable[..., list[str]]) -> None:
+        self.kube = kube
+        self.core = client.CoreV1Api(kube)
+        self.custom = client.CustomObjectsApi(kube)
+        self.make_nodes = make_nodes
+        self.id = f"op{next(_ids)}-{int(time.time()) % 100000}"
+        self.namespaces: list[str] = []
+        self.quotas: list[str] = []
+        self.priorities: list[str] = []
+
+    # --- setup ----------------------------------------------------------------------------
+
+    def nodes(
+        self, count: int, *, fixture: str = "hgx-h100-sxm-8gpu-8nic", **labels: str
+    ) -> list[str]:
+        """kwok nodes with the fixture's NodeGpuTopology, in the operator's pool."""
+        names = [f"{self.id}-n{i}" for i in range(count)]
+        for name in names:
+            spec, status = fixture_objects(fixture, name)
+            self.make_nodes(
+                1,
+                8,
+                names=[name],
+                labels={POOL_LABEL: POOL, keys.GFD_PRODUCT: H100, **labels},
+                topology=spec,
+                status=status,
+            )
+        return names
+
+    def namespace(self, suffix: str) -> str:
+        name = f"{self.id}-{suffix}"
+        self.core.create_namespace({"metadata": {"name": name}})
+        self.namespaces.append(name)
+        return name
+
+    def tenant(self, suffix: str, *, guaranteed: int = 0, **spec: Any) -> tuple[str, str]:
+        """A TenantQuota owning one fresh namespace; returns (quota name, namespace)."""
+        namespace = self.namespace(suffix)
+        name = f"{self.id}-{suffix}"
+        body = {
+            "apiVersion": keys.API_VERSION,
+            "kind": "TenantQuota",
+            "metadata": {"name": name},
+            "spec": {"namespaces": [namespace], "guaranteedGpus": guaranteed, **spec},
+        }
+        self.custom.create_cluster_custom_object(G, V, "tenantquotas", body)
+        self.quotas.append(name)
+        return name, namespace
+
+    def priority(self, suffix: str, value: int) -> str:
+        name = f"{self.id}-{suffix}"
+        client.SchedulingV1Api(self.kube).create_priority_class(
+            {"metadata": {"name": name}, "value": value}  # type: ignore[arg-type]
+        )
+        self.priorities.append(name)
+        return name
+
+    def submit(
+        self,
+        namespace: str,
+        name: str,
+        gpus: int,
+        *,
+        replicas: int = 1,
+        runtime: str = "1h",
+        grace: int = 0,
+        **spec: Any,
+    ) -> str:
+        body = {
+            "apiVersion": keys.API_VERSION,
+            "kind": "GpuJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "replicas": replicas,
+                "gpusPerReplica": gpus,
+                "checkpointGracePeriodSeconds": grace,
+                "template": {
+                    "metadata": {"annotations": {keys.SIM_RUNTIME: runtime}},
+                    "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+                },
+                **spec,
+            },
+        }
+        self.custom.create_namespaced_custom_object(G, V, namespace, "gpujobs", body)
+        return name
+
+    def cleanup(self) -> None:
+        for name in self.quotas:
+            with suppress(ApiException):
+                self.custom.delete_cluster_custom_object(G, V, "tenantquotas", name)
+        for name in self.priorities:
+            with suppress(ApiException):
+                client.SchedulingV1Api(self.kube).delete_priority_class(name)
+        for name in self.namespaces:
+            with suppress(ApiException):
+                self.core.delete_namespace(name, grace_period_seconds=0)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_namespaced_custom_object(G, V, namespace, "gpujobs", name))
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.job(namespace, name).get("status") or {})
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+        for c in self.status(namespace, name).get("conditions") or []:
+            if c["type"] == type_:
+                return dict(c)
+        return None
+
+    def pods(self, namespace: str, job: str | None = None) -> list[Any]:
+        selector = f"{keys.LABEL_JOB_NAME}={job}" if job else keys.LABEL_JOB_NAME
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def quota_status(self, name: str) -> dict[str, Any]:
+        obj = self.custom.get_cluster_custom_object(G, V, "tenantquotas", name)
+        return dict(obj.get("status") or {})
+
+    def wait_phase(
+        self, namespace: str, name: str, phase: str, timeout: float = 60
+    ) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            status = self.status(namespace, name)
+            return status if status.get("phase") == phase else None
+
+        return wait_for(check, timeout, f"{namespace}/{name} to be {phase}")
+
+    def wait_reason(
+        self, namespace: str, name: str, reason: str, timeout: float = 60
+    ) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            status = self.status(namespace, name)
+            return status if status.get("reason") == reason else None
+
+        return wait_for(check, timeout, f"{namespace}/{name} to have reason {reason}")
+
+    def events(self, namespace: str, name: str) -> list[tuple[str, str]]:
+        items = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        return [(e.reason, e.message) for e in items]
+
+
+@contextmanager
+def scenario(kube: Any, make_nodes: Callable[..., list[str]]) -> Iterator[Scenario]:
+    s = Scenario(kube, make_nodes)
+    try:
+        yield s
+    finally:
+        s.cleanup()

@@ -1,0 +1,246 @@
+"""The operator against the real control plane: quotas, borrowing and reclaim, priority
+preemption with grace periods, all-or-nothing gangs, completion, deletion, restarts in the middle
+of admissions and preemptions, and jobs nobody owns.
+
+The operator runs as a real process under operator/rbac.yaml's ServiceAccount, with the gpusched
+extender and its kube-scheduler binding the pods onto simulated H100 nodes; kwok runs the pods
+for the simulated runtime in their template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gpusched.api import keys
+from gpusched.localcluster import LocalCluster
+from gpusched.localcluster.components import SchedulerProcesses, start_scheduler
+from tests.integration.operator_harness import OperatorProcess, Scenario, scenario, wait_for
+
+
+@pytest.fixture(scope="module")
+def extender(local_cluster: LocalCluster) -> Iterator[SchedulerProcesses]:
+    processes = start_scheduler(local_cluster)
+    yield processes
+    local_cluster.stop_process(processes.kube_scheduler)
+    local_cluster.stop_process(processes.extender)
+
+
+@pytest.fixture(scope="module")
+def operator(
+    local_cluster: LocalCluster, extender: SchedulerProcesses
+) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(local_cluster)
+    process.start()
+    yield process
+    process.kill()
+
+
+@pytest.fixture
+def sc(
+    kube: Any, gpu_nodes: Callable[..., list[str]], operator: OperatorProcess
+) -> Iterator[Scenario]:
+    if not operator.running():
+        operator.start()
+    with scenario(kube, gpu_nodes) as s:
+        yield s
+
+
+def test_job_over_its_tenants_limit_waits_with_quota_exceeded(sc: Scenario) -> None:
+    sc.nodes(2)
+    _, ns = sc.tenant("capped", guaranteed=8, borrowingLimit=8)
+    sc.submit(ns, "first", 8)
+    sc.wait_phase(ns, "first", "Running")
+    sc.submit(ns, "second", 4)
+    status = sc.wait_reason(ns, "second", "QuotaExceeded")
+    assert status["phase"] == "Queued"
+    assert status["queuePosition"] == 1
+    assert "borrowing limit 8" in status["message"]
+    reserved = sc.condition(ns, "second", "QuotaReserved")
+    assert reserved is not None
+    assert (reserved["status"], reserved["reason"]) == ("False", "QuotaExceeded")
+    assert not sc.pods(ns, "second")
+
+
+def test_job_in_a_namespace_no_tenant_owns_waits_with_a_clear_reason(sc: Scenario) -> None:
+    ns = sc.namespace("ownerless")
+    sc.submit(ns, "lonely", 1)
+    status = sc.wait_reason(ns, "lonely", "NoTenant")
+    assert status["phase"] == "Queued"
+    assert f"namespace {ns} is not owned by any TenantQuota" in status["message"]
+    assert ("NoTenant", status["message"]) in sc.events(ns, "lonely")
+
+
+def test_bad_pod_template_becomes_a_condition_instead_of_failing_pods(sc: Scenario) -> None:
+    _, ns = sc.tenant("bad", guaranteed=8)
+    body_spec = {
+        "template": {
+            "spec": {"restartPolicy": "Sometimes", "containers": [{"name": "c", "image": "x"}]}
+        }
+    }
+    sc.submit(ns, "broken", 1, **body_spec)
+    status = sc.wait_reason(ns, "broken", "InvalidPodTemplate")
+    assert "restartPolicy" in status["message"]
+    assert not sc.pods(ns, "broken")
+
+
+def test_borrowed_gpus_go_back_to_their_owner_by_preemption(sc: Scenario) -> None:
+    sc.nodes(2)
+    owner, owner_ns = sc.tenant("owner", guaranteed=16)
+    borrower, borrower_ns = sc.tenant("borrower", guaranteed=0)
+    for name in ("b1", "b2"):
+        sc.submit(borrower_ns, name, 8, grace=2)
+    for name in ("b1", "b2"):
+        sc.wait_phase(borrower_ns, name, "Running")
+        assert sc.condition(borrower_ns, name, "QuotaReserved")["reason"] == "Borrowing"  # type: ignore[index]
+    wait_for(lambda: sc.quota_status(borrower).get("borrowedGpus") == 16, 30, "borrowed GPUs")
+
+    sc.submit(owner_ns, "mine", 8)
+    sc.wait_phase(owner_ns, "mine", "Running", timeout=90)
+    statuses = {name: sc.status(borrower_ns, name) for name in ("b1", "b2")}
+    victims = [n for n, s in statuses.items() if s.get("preemptionCount")]
+    assert len(victims) == 1
+    victim = statuses[victims[0]]
+    record = victim["preemptions"][-1]
+    assert record["preemptor"] == f"{owner_ns}/mine"
+    assert record["reason"] == "ReclaimGuarantee"
+    preempted = sc.condition(borrower_ns, victims[0], "Preempted")
+    assert preempted is not None
+    assert (preempted["status"], preempted["reason"]) == ("True", "ReclaimGuarantee")
+    # The victim is back in the queue, not lost.
+    sc.wait_phase(borrower_ns, victims[0], "Queued")
+    mine = sc.status(owner_ns, "mine")
+    assert sc.condition(owner_ns, "mine", "QuotaReserved")["reason"] == "WithinGuarantee"  # type: ignore[index]
+    assert mine["placementQuality"] == "nvlink"
+    usage = wait_for(
+        lambda: q if (q := sc.quota_status(owner)).get("usedGpus") == 8 else None,
+        30,
+        "owner usage",
+    )
+    assert usage["borrowedGpus"] == 0
+
+
+def test_higher_priority_job_preempts_after_the_victims_grace_period(sc: Scenario) -> None:
+    sc.nodes(1)
+    low = sc.priority("low", 10)
+    high = sc.priority("high", 1000)
+    _, ns = sc.tenant("team", guaranteed=8, borrowingLimit=8)
+    sc.submit(ns, "sweep", 8, grace=4, priorityClassName=low)
+    sc.wait_phase(ns, "sweep", "Running")
+    sc.submit(ns, "deadline", 8, priorityClassName=high)
+
+    status = sc.wait_reason(ns, "deadline", "WaitingForPreemption", timeout=30)
+    assert status["phase"] == "Admitted"
+    victim_pods = sc.pods(ns, "sweep")
+    assert len(victim_pods) == 1
+    pod = victim_pods[0]
+    assert pod.metadata.deletion_timestamp is not None
+    assert pod.metadata.deletion_grace_period_seconds == 4
+    assert pod.metadata.annotations[keys.ANNOTATION_PREEMPTED_BY] == f"{ns}/deadline"
+    assert not sc.pods(ns, "deadline")  # its GPUs are still taken: no pod yet
+
+    sc.wait_phase(ns, "deadline", "Running", timeout=60)
+    started = sc.pods(ns, "deadline")[0].metadata.creation_timestamp
+    assert started >= pod.metadata.deletion_timestamp
+    sweep = sc.status(ns, "sweep")
+    assert sweep["preemptions"][-1]["reason"] == "HigherPriority"
+    assert sweep["phase"] == "Queued"
+    assert any(reason == "PreemptedBy" for reason, _ in sc.events(ns, "sweep"))
+
+
+def test_gang_of_four_eight_gpu_pods_is_admitted_all_or_nothing(sc: Scenario) -> None:
+    sc.nodes(4)
+    _, ns = sc.tenant("big", guaranteed=32)
+    sc.submit(ns, "blocker", 1, runtime="6s")
+    sc.wait_phase(ns, "blocker", "Running")
+    sc.submit(ns, "gang", 8, replicas=4)
+    status = sc.wait_reason(ns, "gang", "WaitingForCapacity")
+    assert not sc.pods(ns, "gang")  # never a partial gang
+    assert "needs 4 x 8 GPUs" in status["message"]
+
+    status = sc.wait_phase(ns, "gang", "Running", timeout=90)
+    pods = sc.pods(ns, "gang")
+    assert sorted(p.metadata.name for p in pods) == [f"gang-1-{r}" for r in range(4)]
+    assert len({p.spec.node_name for p in pods}) == 4
+    assert all(p.spec.scheduler_name == keys.SCHEDULER_NAME for p in pods)
+    assert all(p.metadata.owner_references[0].kind == "GpuJob" for p in pods)
+    assert {p.metadata.labels[keys.LABEL_REPLICA_INDEX] for p in pods} == {"0", "1", "2", "3"}
+    assert [r["replica"] for r in status["placement"]] == [0, 1, 2, 3]
+    assert all(len(r["gpuIndices"]) == 8 for r in status["placement"])
+
+
+def test_completion_frees_quota_and_admits_the_next_job(sc: Scenario) -> None:
+    sc.nodes(2)
+    quota, ns = sc.tenant("serial", guaranteed=8, borrowingLimit=8)
+    sc.submit(ns, "first", 8, runtime="4s")
+    sc.wait_phase(ns, "first", "Running")
+    sc.submit(ns, "second", 8, runtime="4s")
+    sc.wait_reason(ns, "second", "QuotaExceeded")
+    first = sc.wait_phase(ns, "first", "Succeeded", timeout=60)
+    assert first["gpuSeconds"] > 0
+    assert sc.condition(ns, "first", "Finished")["status"] == "True"  # type: ignore[index]
+    sc.wait_phase(ns, "second", "Running", timeout=60)
+    sc.wait_phase(ns, "second", "Succeeded", timeout=60)
+    usage = wait_for(
+        lambda: q if (q := sc.quota_status(quota)).get("usedGpus") == 0 else None,
+        30,
+        "the quota to be free again",
+    )
+    assert usage["gpuSeconds"] > 0
+    assert usage["runningJobs"] == 0
+
+
+def test_deleting_a_job_removes_its_pods(sc: Scenario) -> None:
+    sc.nodes(1)
+    _, ns = sc.tenant("del", guaranteed=8)
+    sc.submit(ns, "doomed", 4, replicas=2)
+    sc.wait_phase(ns, "doomed", "Running")
+    assert len(sc.pods(ns, "doomed")) == 2
+    sc.custom.delete_namespaced_custom_object("gpusched.io", "v1alpha1", ns, "gpujobs", "doomed")
+    wait_for(lambda: not sc.pods(ns, "doomed"), 60, "pods of the deleted job to go")
+
+
+@pytest.mark.parametrize("point", ["admission-after-status", "admission-after-first-pod"])
+def test_restart_in_the_middle_of_an_admission_creates_no_duplicate(
+    sc: Scenario, operator: OperatorProcess, point: str
+) -> None:
+    sc.nodes(2)
+    _, ns = sc.tenant("crash", guaranteed=16)
+    operator.kill()
+    operator.start(failpoints=point)
+    sc.submit(ns, "gang", 8, replicas=2)
+    operator.wait_exit()
+    assert sc.status(ns, "gang")["phase"] == "Admitted"
+    before = {p.metadata.name for p in sc.pods(ns, "gang")}
+    assert before <= {"gang-1-0", "gang-1-1"}
+    operator.start()
+    sc.wait_phase(ns, "gang", "Running", timeout=60)
+    pods = sc.pods(ns, "gang")
+    assert sorted(p.metadata.name for p in pods) == ["gang-1-0", "gang-1-1"]
+    assert sc.status(ns, "gang")["admission"] == 1
+
+
+@pytest.mark.parametrize("point", ["preemption-after-victims-marked", "preemption-after-evict"])
+def test_restart_in_the_middle_of_a_preemption_loses_no_job(
+    sc: Scenario, operator: OperatorProcess, point: str
+) -> None:
+    sc.nodes(1)
+    low = sc.priority("low", 1)
+    high = sc.priority("high", 100)
+    _, ns = sc.tenant("crash", guaranteed=8, borrowingLimit=8)
+    sc.submit(ns, "victim", 8, grace=1, priorityClassName=low)
+    sc.wait_phase(ns, "victim", "Running")
+    operator.kill()
+    operator.start(failpoints=point)
+    sc.submit(ns, "winner", 8, priorityClassName=high)
+    operator.wait_exit()
+    assert sc.status(ns, "victim")["phase"] == "Preempted"
+    operator.start()
+    sc.wait_phase(ns, "winner", "Running", timeout=60)
+    victim = sc.wait_phase(ns, "victim", "Queued", timeout=30)
+    assert victim["preemptionCount"] == 1
+    assert victim["preemptions"][-1]["preemptor"] == f"{ns}/winner"
+    assert [p.metadata.name for p in sc.pods(ns, "winner")] == ["winner-1-0"]
+    assert all(p.metadata.deletion_timestamp for p in sc.pods(ns, "victim"))

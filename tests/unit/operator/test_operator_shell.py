@@ -1,0 +1,247 @@
+"""The operator's pure parts: pod manifests, status transitions, merge patches, tenant ownership
+of namespaces and the translation of Node / NodeGpuTopology objects into core nodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpusched.api import keys
+from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase, ReplicaPlacement
+from gpusched.api.tenantquota import TenantQuota
+from gpusched.core.admission import (
+    Admission,
+    AdmitReason,
+    Preemption,
+    PreemptReason,
+    ReplicaPlan,
+)
+from gpusched.core.placement import TopologyScope
+from gpusched.localcluster.topologies import fixture_objects
+from gpusched.operator import status as st
+from gpusched.operator.controller import merge_patch
+from gpusched.operator.pods import pod_manifest, pod_name
+from gpusched.operator.records import PodInfo
+from gpusched.operator.translate import NodeReader, tenant_map
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def gpujob(name: str = "train", **spec: Any) -> GpuJob:
+    return GpuJob.model_validate(
+        {
+            "metadata": {"name": name, "namespace": "ns", "uid": "uid-1", "generation": 1},
+            "spec": {
+                "replicas": 2,
+                "gpusPerReplica": 4,
+                "topology": {"scope": "nvlink", "mode": "required"},
+                "template": {
+                    "metadata": {"labels": {"app": "x"}, "annotations": {"a": "b"}},
+                    "spec": {
+                        "nodeSelector": {"pool": "p"},
+                        "containers": [
+                            {"name": "main", "image": "img", "resources": {"limits": {"cpu": "1"}}},
+                            {"name": "side", "image": "img"},
+                        ],
+                    },
+                },
+                **spec,
+            },
+        }
+    )
+
+
+def test_pod_of_a_replica_carries_identity_plan_and_gpu_limit() -> None:
+    plan = ReplicaPlacement(replica=1, node="node-a", gpu_indices=[4, 5, 6, 7])
+    pod = pod_manifest(gpujob(), tenant="t", admission=3, replica=1, placement=plan)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "train-3-1"
+    assert meta["labels"] == {
+        "app": "x",
+        keys.LABEL_JOB_NAME: "train",
+        keys.LABEL_JOB_UID: "uid-1",
+        keys.LABEL_TENANT: "t",
+        keys.LABEL_REPLICA_INDEX: "1",
+        keys.LABEL_ADMISSION: "3",
+    }
+    assert meta["annotations"]["a"] == "b"
+    assert meta["annotations"][keys.ANNOTATION_TOPOLOGY_SCOPE] == "nvlink"
+    assert meta["annotations"][keys.ANNOTATION_TOPOLOGY_MODE] == "required"
+    assert meta["annotations"][keys.ANNOTATION_PLANNED_NODE] == "node-a"
+    assert meta["annotations"][keys.ANNOTATION_PLANNED_GPU_INDICES] == "4,5,6,7"
+    assert meta["annotations"][keys.ANNOTATION_GANG_SIZE] == "2"
+    owner = meta["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "GpuJob",
+        "train",
+        "uid-1",
+        True,
+    )
+    assert spec["schedulerName"] == keys.SCHEDULER_NAME
+    assert spec["nodeSelector"] == {"pool": "p", "kubernetes.io/hostname": "node-a"}
+    assert spec["containers"][0]["resources"]["limits"] == {"cpu": "1", keys.GPU_RESOURCE: "4"}
+    assert "resources" not in spec["containers"][1]
+
+
+def test_dry_run_pod_is_unnamed_and_unpinned() -> None:
+    pod = pod_manifest(gpujob(), tenant="t", admission=0, replica=0, placement=None, dry_run=True)
+    assert "name" not in pod["metadata"]
+    assert pod["metadata"]["generateName"].startswith("train-")
+    assert pod["spec"]["nodeSelector"] == {"pool": "p"}
+
+
+def test_pod_names_stay_valid_for_long_job_names() -> None:
+    long = "j" * 250
+    name = pod_name(long, 12, 3)
+    assert len(name) <= 253
+    assert name.endswith("-12-3")
+    assert name != pod_name("j" * 249 + "k", 12, 3)
+
+
+def test_merge_patch_nulls_what_disappeared() -> None:
+    old = {"a": 1, "b": {"x": 1, "y": 2}, "c": [1], "gone": True}
+    new = {"a": 1, "b": {"x": 1, "z": 3}, "c": [2]}
+    assert merge_patch(old, new) == {"b": {"y": None, "z": 3}, "c": [2], "gone": None}
+    assert merge_patch(new, new) is None
+
+
+def _quota(name: str, namespaces: list[str], age: int) -> TenantQuota:
+    return TenantQuota.model_validate(
+        {
+            "metadata": {
+                "name": name,
+                "creationTimestamp": (NOW + timedelta(seconds=age)).isoformat(),
+            },
+            "spec": {"namespaces": namespaces},
+        }
+    )
+
+
+def test_oldest_tenant_quota_owns_a_contested_namespace() -> None:
+    mapping = tenant_map([_quota("new", ["shared", "b"], 10), _quota("old", ["shared", "a"], 0)])
+    assert mapping.owner == {"shared": "old", "a": "old", "b": "new"}
+    assert mapping.conflicts == {"new": ["shared"]}
+
+
+def _admission(victims: tuple[Preemption, ...] = ()) -> Admission:
+    plans = (
+        ReplicaPlan(0, "n0", (0, 1, 2, 3), TopologyScope.NVLINK, 90.0),
+        ReplicaPlan(1, "n1", (0, 1, 2, 3), TopologyScope.NUMA, 60.0),
+    )
+    return Admission("ns/train", "t", AdmitReason.BORROWING, "placed", plans, victims)
+
+
+def test_admission_reserves_the_plan_and_names_the_gang() -> None:
+    t = st.admitted(st.Transition(GpuJobStatus(admission=2), NOW, 1), _admission(), "t", set())
+    s = t.status
+    assert s.phase is JobPhase.ADMITTED
+    assert s.admission == 3
+    assert [(p.node, p.gpu_indices) for p in s.placement] == [
+        ("n0", [0, 1, 2, 3]),
+        ("n1", [0, 1, 2, 3]),
+    ]
+    assert s.placement_quality == "numa"
+    conditions = {c.type: (c.status.value, c.reason) for c in s.conditions}
+    assert conditions["QuotaReserved"] == ("True", "Borrowing")
+    assert conditions["Admitted"] == ("True", "PodsCreated")
+
+
+def test_admission_with_victims_waits_for_them() -> None:
+    victim = Preemption("ns/old", "t", "ns/train", PreemptReason.HIGHER_PRIORITY, "why", 8, 10.0)
+    t = st.admitted(st.Transition(GpuJobStatus(), NOW, 1), _admission((victim,)), "t", set())
+    assert t.status.reason == "WaitingForPreemption"
+    conditions = {c.type: (c.status.value, c.reason) for c in t.status.conditions}
+    assert conditions["Admitted"] == ("False", "WaitingForPreemption")
+
+
+def test_preemption_is_recorded_with_who_and_why_and_meters_the_run() -> None:
+    victim = Preemption("ns/old", "t", "ns/new", PreemptReason.RECLAIM_GUARANTEE, "lent", 8, 1.0)
+    running = GpuJobStatus(phase=JobPhase.RUNNING, started_at=NOW - timedelta(seconds=100))
+    s = st.preempted(st.Transition(running, NOW, 1), victim, 8).status
+    assert s.phase is JobPhase.PREEMPTED
+    assert s.reason == "PreemptedBy"
+    assert s.preemption_count == 1
+    assert (s.preemptions[-1].preemptor, s.preemptions[-1].reason) == ("ns/new", "ReclaimGuarantee")
+    assert s.gpu_seconds == 800.0
+    assert s.started_at is None
+    preempted = next(c for c in s.conditions if c.type == "Preempted")
+    assert (preempted.status.value, preempted.reason) == ("True", "ReclaimGuarantee")
+
+
+def test_condition_keeps_its_transition_time_while_unchanged() -> None:
+    t = st.Transition(GpuJobStatus(), NOW, 1)
+    t.cond(st.Cond.QUOTA_RESERVED, False, "QuotaExceeded", "a")
+    later = st.Transition(t.status, NOW + timedelta(minutes=5), 1)
+    later.cond(st.Cond.QUOTA_RESERVED, False, "WaitingForCapacity", "b")
+    c = later.status.conditions[0]
+    assert c.last_transition_time == NOW
+    assert c.reason == "WaitingForCapacity"
+    later.cond(st.Cond.QUOTA_RESERVED, True, "WithinGuarantee", "c")
+    assert later.status.conditions[0].last_transition_time == NOW + timedelta(minutes=5)
+
+
+def test_running_records_the_gpus_the_extender_bound() -> None:
+    status = GpuJobStatus(
+        phase=JobPhase.ADMITTED,
+        placement=[ReplicaPlacement(replica=0, node="n0", gpu_indices=[0, 1])],
+    )
+    pod = PodInfo(
+        name="train-1-0",
+        namespace="ns",
+        phase="Running",
+        node="n0",
+        deleting=False,
+        created=NOW,
+        labels={keys.LABEL_REPLICA_INDEX: "0"},
+        annotations={
+            keys.ANNOTATION_GPU_INDICES: "2,3",
+            keys.ANNOTATION_GPUS: "GPU-a,GPU-b",
+            keys.ANNOTATION_TOPOLOGY_CLASS: "nvlink",
+        },
+        gpus=2,
+    )
+    s = st.running(st.Transition(status, NOW, 1), 1, [pod]).status
+    assert s.phase is JobPhase.RUNNING
+    assert s.started_at == NOW
+    assert s.placement[0].gpu_indices == [2, 3]
+    assert s.placement[0].gpu_uuids == ["GPU-a", "GPU-b"]
+    assert s.placement_quality == "nvlink"
+
+
+def _node(name: str, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "labels": {keys.GFD_PRODUCT: "H100"}},
+        "spec": {},
+        "status": {
+            "allocatable": {keys.GPU_RESOURCE: "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    for key, value in extra.items():
+        body[key].update(value)
+    return body
+
+
+def test_nodes_without_topology_are_count_only_and_unusable_nodes_are_skipped() -> None:
+    spec, status = fixture_objects("hgx-h100-sxm-8gpu-8nic", "wired")
+    topology = {
+        "metadata": {"name": "wired", "resourceVersion": "1"},
+        "spec": spec.to_k8s(),
+        "status": status.to_k8s(),
+    }
+    raw = [
+        _node("wired"),
+        _node("plain"),
+        _node("cordoned", spec={"unschedulable": True}),
+        _node("down", status={"conditions": [{"type": "Ready", "status": "False"}]}),
+        _node("cpu", status={"allocatable": {}}),
+    ]
+    nodes = {n.name: n for n in NodeReader().nodes(raw, {"wired": topology}, {"plain": ({1}, 2)})}
+    assert set(nodes) == {"wired", "plain"}
+    assert not nodes["wired"].count_only
+    assert nodes["wired"].topology.wiring.n == 8
+    assert nodes["plain"].count_only
+    assert nodes["plain"].model == "H100"
+    assert (nodes["plain"].busy, nodes["plain"].busy_count) == (frozenset({1}), 2)
+    only_pool = NodeReader({"pool": "x"}).nodes(raw, {}, {})
+    assert only_pool == []
