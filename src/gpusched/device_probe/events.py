@@ -92,26 +92,33 @@ class EventWatcher:
             self._event_set = None
 
     def _loop(self) -> None:
-        nvml = self.nvml
         while not self._stop.is_set():
             try:
-                data = nvml.nvmlEventSetWait(self._event_set, self.timeout_ms)
-            except nvml.NVMLError as err:
-                if getattr(err, "value", None) == _TIMEOUT:
-                    continue
-                if self._stop.is_set():
-                    return
-                self.on_event(GpuEvent("error", detail=f"nvmlEventSetWait: {err}"))
+                self._wait_once()
+            except Exception as err:  # keep listening whatever one event did
+                log.exception("event loop")
+                self.on_event(GpuEvent("error", detail=f"event loop: {err}"))
                 self._stop.wait(ERROR_BACKOFF_SECONDS)
-                continue
-            try:
-                uuid: str | None = nvml.nvmlDeviceGetUUID(data.device)
-                if isinstance(uuid, bytes):
-                    uuid = uuid.decode()
-            except nvml.NVMLError:
-                uuid = None  # the GPU stopped answering; the next cycle finds out which
-            event_type = int(data.eventType)
-            if event_type & EVENT_XID:
-                self.on_event(GpuEvent("xid", uuid=uuid, xid=int(data.eventData)))
-            elif event_type & EVENT_DOUBLE_BIT_ECC:
-                self.on_event(GpuEvent("ecc", uuid=uuid, detail="double-bit ECC error"))
+
+    def _wait_once(self) -> None:
+        """Wait for one event (or the timeout) and hand it on."""
+        nvml = self.nvml
+        try:
+            data = nvml.nvmlEventSetWait(self._event_set, self.timeout_ms)
+        except nvml.NVMLError as err:
+            if getattr(err, "value", None) == _TIMEOUT or self._stop.is_set():
+                return
+            self.on_event(GpuEvent("error", detail=f"nvmlEventSetWait: {err}"))
+            self._stop.wait(ERROR_BACKOFF_SECONDS)
+            return
+        try:
+            uuid: str | None = nvml.nvmlDeviceGetUUID(data.device)
+            if isinstance(uuid, bytes):
+                uuid = uuid.decode()
+        except nvml.NVMLError:
+            uuid = None  # the GPU stopped answering; the next cycle finds out which
+        event_type = int(data.eventType)
+        if event_type & EVENT_XID:
+            self.on_event(GpuEvent("xid", uuid=uuid, xid=int(data.eventData)))
+        elif event_type & EVENT_DOUBLE_BIT_ECC:
+            self.on_event(GpuEvent("ecc", uuid=uuid, detail="double-bit ECC error"))

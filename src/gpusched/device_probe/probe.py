@@ -466,6 +466,10 @@ class Probe:
             ownership = label_ownership(view.managed_fields, self._manager())
             need_labels = not labels_in_place(labels, view.labels, ownership.ours)
             need_taint = taints_with(view.taints, wanted_taint) is not None
+            if not need_labels:
+                self.applied.labels = labels
+            if not need_taint:
+                self.applied.taint = wanted_taint
         if not (need_spec or need_status or need_labels or need_taint):
             return
         if not resync:  # something changed: look at the Node as it is now
@@ -523,13 +527,14 @@ class Probe:
     def run(self) -> None:
         """Cycle every ``interval`` seconds (sooner on events) until :meth:`stop` is called."""
         while not self._stopping.is_set():
+            # Cleared before the cycle: an event arriving during it wakes the next one at once.
+            self._wake.clear()
             try:
                 self.cycle()
             except Exception:  # a bug must not take the node's health reporting down
                 log.exception("probe cycle failed")
                 self.metrics.cycles.labels("error").inc()
             self._wake.wait(self.config.interval)
-            self._wake.clear()
         self.close()
 
     def stop(self) -> None:

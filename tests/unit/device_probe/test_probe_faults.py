@@ -8,15 +8,19 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import pynvml
 import pytest
 from probe_testdata import H100, Clock, MakeNode, backend_for
 
 from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState
 from gpusched.core.health import HealthPolicy
-from gpusched.device_probe.fake import FakeNode, Fault
+from gpusched.device_probe.fake import FakeNode, FakeNvml, Fault
+from gpusched.device_probe.nvml_backend import NvmlBackend
 from gpusched.device_probe.probe import CycleResult, Probe, ProbeConfig
+from gpusched.device_probe.sysfs import Sysfs
 
 HEALTHY, DEGRADED = GpuHealthState.HEALTHY, GpuHealthState.DEGRADED
 UNSCHEDULABLE, UNHEALTHY = GpuHealthState.UNSCHEDULABLE, GpuHealthState.UNHEALTHY
@@ -214,3 +218,34 @@ def test_xid_events_are_counted_by_code_and_action(make_node: MakeNode) -> None:
 def test_a_probe_without_a_cluster_makes_no_writes(make_node: MakeNode) -> None:
     probe = _probe(make_node(H100), Clock())
     assert probe.cycle().writes == 0
+
+
+class _WaitFailsOnce(FakeNvml):
+    failed = False
+
+    def nvmlEventSetWait(self, event_set: Any, timeoutms: int) -> Any:  # noqa: N802 - pynvml's name
+        if not self.failed:
+            self.failed = True
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return super().nvmlEventSetWait(event_set, timeoutms)
+
+
+def test_a_failed_event_wait_rereads_the_node_and_keeps_listening(make_node: MakeNode) -> None:
+    fake = make_node(H100)
+    nvml = _WaitFailsOnce(fake.topology, fake.nvml.plan)
+    probe = Probe(
+        NvmlBackend(nvml, Sysfs(fake.sysfs_root)),
+        ProbeConfig(node_name="node-a", event_timeout_ms=100),
+        clock=Clock(),
+    )
+    try:
+        probe.cycle()
+        _wait_for(lambda: probe.pending_events > 0, "the wait error")
+        reads = nvml.calls["nvmlDeviceGetNvLinkState"]
+        assert probe.cycle().outcome == "ok"
+        assert nvml.calls["nvmlDeviceGetNvLinkState"] > reads  # inventory read again
+        nvml.inject(Fault(gpu=6, xid=79))
+        _wait_for(lambda: probe.pending_events > 0, "the XID after the failure")
+        assert _state(probe.cycle(), 6) == (UNHEALTHY, "Xid79")
+    finally:
+        probe.close()
