@@ -155,7 +155,7 @@ def _dry_run_document(result: Any, node: str) -> str:
     "--taint-unhealthy/--no-taint-unhealthy",
     default=False,
     show_default=True,
-    help=f"Taint {keys.TAINT_NO_HEALTHY_GPU}:NoSchedule when no GPU is placeable.",
+    help=f"Taint {keys.TAINT_NO_HEALTHY_GPU}:NoSchedule when no GPU is Healthy or Degraded.",
 )
 @click.option(
     "--gfd-labels",

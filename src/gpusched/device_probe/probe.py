@@ -95,7 +95,7 @@ class ProbeConfig:
     policy: HealthPolicy = field(default_factory=HealthPolicy)
     taint_unhealthy: bool = False
     """Taint the node ``gpusched.io/no-healthy-gpu:NoSchedule`` when it has GPUs but none is
-    placeable."""
+    Healthy or Degraded."""
     gfd_labels: Literal["auto", "never"] = "auto"
     """``auto``: write ``nvidia.com/`` labels only where GFD does not; ``never``: never."""
     event_timeout_ms: int = 1000
@@ -446,8 +446,8 @@ class Probe:
         assert self.publisher is not None
         spec = topology.to_api()[0].to_k8s()
         status_body = status.to_k8s()
-        wanted_taint = (
-            self.config.taint_unhealthy and bool(topology.gpus) and not topology.placeable_gpus
+        wanted_taint = (  # judged on health only: MIG-split GPUs are busy, not broken
+            self.config.taint_unhealthy and bool(topology.gpus) and status.healthy_gpus == 0
         )
         due = time.monotonic() - self.applied.telemetry_at >= self.config.telemetry_refresh
         if resync:
