@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from gpusched.api import keys
+from gpusched.cli import main
 from gpusched.localcluster import LocalCluster
 from gpusched.localcluster.components import SchedulerProcesses, start_scheduler
 from tests.integration.operator_harness import OperatorProcess, Scenario, scenario, wait_for
@@ -48,7 +50,9 @@ def sc(
         yield s
 
 
-def test_job_over_its_tenants_limit_waits_with_quota_exceeded(sc: Scenario) -> None:
+def test_job_over_its_tenants_limit_waits_with_quota_exceeded(
+    sc: Scenario, local_cluster: LocalCluster
+) -> None:
     sc.nodes(2)
     _, ns = sc.tenant("capped", guaranteed=8, borrowingLimit=8)
     sc.submit(ns, "first", 8)
@@ -62,6 +66,17 @@ def test_job_over_its_tenants_limit_waits_with_quota_exceeded(sc: Scenario) -> N
     assert reserved is not None
     assert (reserved["status"], reserved["reason"]) == ("False", "QuotaExceeded")
     assert not sc.pods(ns, "second")
+
+    # `gpusched explain` says the same, from the same cycle, and writes nothing.
+    version = sc.job(ns, "second")["metadata"]["resourceVersion"]
+    result = CliRunner().invoke(
+        main, ["explain", f"{ns}/second", f"--kubeconfig={local_cluster.kubeconfig}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "the next cycle leaves it waiting: QuotaExceeded" in result.output
+    assert "queue: position 1 of 1" in result.output
+    assert "using 8 (borrowed 0)" in result.output
+    assert sc.job(ns, "second")["metadata"]["resourceVersion"] == version
 
 
 def test_job_in_a_namespace_no_tenant_owns_waits_with_a_clear_reason(sc: Scenario) -> None:

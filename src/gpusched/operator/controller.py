@@ -209,6 +209,12 @@ class Controller:
         report.waiting = len(result.waiting)
         return report
 
+    def dry_snapshot(self) -> tuple[Snapshot, World]:
+        """The snapshot a cycle would decide over now (with a read-only API: no writes)."""
+        world = self.observe()
+        views = self.settle(world, tenant_map(world.quotas))
+        return self.snapshot(world, views), world
+
     # --- writes ----------------------------------------------------------------------------
 
     def _write(self, view: JobView, t: st.Transition, *, conditional: bool = False) -> bool:

@@ -243,7 +243,7 @@ class Cycle:
             self._borrowed[tenant] = found
         return found
 
-    def _candidates(
+    def candidates(
         self, job: Job, tenant: Tenant, request: Request
     ) -> tuple[list[Candidate], bool]:
         """Who may be evicted for ``job``, and whether any of them belongs to another tenant."""
@@ -311,7 +311,7 @@ class Cycle:
             return None
         if self.searches >= self.snapshot.config.max_preemption_searches:
             return None
-        candidates, _ = self._candidates(job, tenant, request)
+        candidates, _ = self.candidates(job, tenant, request)
         if not candidates:
             return None
         self.searches += 1

@@ -1,0 +1,254 @@
+"""Why a job is where it is: the admission cycle's own answer, with the evidence behind it.
+
+``gpusched explain`` runs exactly the cycle the operator runs over the same snapshot, then looks
+at the job in the state the cycle left: its decision and reason, its tenant's standing, whether it
+may preempt and whom, and what every node would say to one of its replicas right now.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpusched.api.gpujob import TopologyScope
+from gpusched.core.admission.cycle import Cycle
+from gpusched.core.admission.model import JobState, Snapshot
+from gpusched.core.admission.pool import Request
+from gpusched.core.admission.preemption import by_cost, may_be_victim, protected_until
+from gpusched.core.placement import Placement, place
+
+#: Nodes listed in detail (the rest are counted by reason).
+DETAIL_NODES = 5
+
+
+@dataclass
+class NodeVerdict:
+    """What one node says to one replica of the job now."""
+
+    node: str
+    ok: bool
+    reason: str
+    """``Fits`` or a machine reason (``NotEnoughFreeGpus``, ``ModelMismatch``, ...)."""
+    detail: str
+    free_gpus: int
+
+
+@dataclass
+class Explanation:
+    """Everything ``gpusched explain`` prints."""
+
+    job: str
+    found: bool
+    tenant: str | None = None
+    state: str = ""
+    decision: str = ""
+    """``admitted``, ``waiting``, ``running`` (holds GPUs) or ``terminating``."""
+    reason: str = ""
+    message: str = ""
+    queue_position: int | None = None
+    queue_length: int = 0
+    priority: int = 0
+    tenant_summary: dict[str, Any] = field(default_factory=dict)
+    claims_guarantee: bool = False
+    """Inside the tenant's guarantee given all its demand: may reclaim lent GPUs."""
+    borrowed: bool = False
+    """For a job holding GPUs: it runs on capacity borrowed from other tenants."""
+    placement: list[dict[str, Any]] = field(default_factory=list)
+    victims: list[str] = field(default_factory=list)
+    preemption: list[str] = field(default_factory=list)
+    """Sentences on who this job may preempt (waiting) or who may preempt it (holding GPUs)."""
+    nodes: list[NodeVerdict] = field(default_factory=list)
+    node_summary: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["nodes"] = [n.__dict__ for n in self.nodes[:DETAIL_NODES]]
+        return out
+
+
+def explain(snapshot: Snapshot, key: str) -> Explanation:
+    """Run the cycle over ``snapshot`` and explain job ``key``."""
+    cycle = Cycle(snapshot)
+    result = cycle.run()
+    job = cycle.jobs.get(key)
+    if job is None:
+        return Explanation(key, found=False, message="the job is not part of the snapshot")
+    out = Explanation(key, found=True, tenant=job.tenant, state=job.state.value)
+    out.priority = job.priority
+    tenant = cycle.tenants.get(job.tenant or "")
+    if tenant is not None:
+        ledger = cycle.ledgers[tenant.name]
+        usage = next((u for u in result.tenants if u.name == tenant.name), None)
+        out.tenant_summary = {
+            "name": tenant.name,
+            "guaranteed": tenant.guaranteed,
+            "guaranteed_by_model": dict(tenant.guaranteed_by_model),
+            "borrowing_limit": tenant.borrowing_limit,
+            "weight": tenant.weight,
+            "used": ledger.used,
+            "borrowed": ledger.borrowed(),
+            "fair_share": usage.fair_share if usage else 0.0,
+            "demand": cycle.demand.get(tenant.name, 0),
+            "within_tenant": tenant.within_tenant.value,
+            "reclaim": tenant.reclaim.value,
+        }
+        out.claims_guarantee = key in cycle.claims.get(tenant.name, set())
+        out.queue_length = len(cycle.queued.get(tenant.name, []))
+    admission = result.admission_of(key)
+    waiting = result.waiting_of(key)
+    request = Request.of(job)
+    if admission is not None:
+        out.decision = "admitted"
+        out.reason = admission.reason.value
+        out.message = admission.message
+        out.placement = [
+            {
+                "replica": p.replica,
+                "node": p.node,
+                "gpus": list(p.gpus),
+                "topology_class": p.topology_class.value,
+                "score": p.score,
+            }
+            for p in admission.placement
+        ]
+        out.victims = [f"{v.victim} ({v.reason.value}): {v.message}" for v in admission.victims]
+        return out
+    if waiting is not None:
+        out.decision = "waiting"
+        out.reason = waiting.reason.value
+        out.message = waiting.message
+        out.queue_position = waiting.queue_position
+        if tenant is not None:
+            out.preemption = _may_preempt(cycle, key)
+        out.nodes, out.node_summary = _nodes(cycle, request)
+        return out
+    if job.state is JobState.ADMITTED:
+        out.decision = "running"
+        out.placement = [
+            {"replica": i, "node": a.node, "gpus": list(a.gpus) or a.size}
+            for i, a in enumerate(job.placement)
+        ]
+        if tenant is not None:
+            out.borrowed = key in cycle.borrowed_jobs(tenant.name)
+            out.reason = "Borrowing" if out.borrowed else "WithinGuarantee"
+        out.preemption = _may_be_preempted(cycle, key)
+        return out
+    out.decision = "terminating"
+    out.message = (
+        f"its pods are leaving their GPUs; they are kept for {job.reserved_for}"
+        if job.reserved_for
+        else "its pods are leaving their GPUs"
+    )
+    return out
+
+
+def _may_preempt(cycle: Cycle, key: str) -> list[str]:
+    job = cycle.jobs[key]
+    assert job.tenant is not None
+    tenant = cycle.tenants[job.tenant]
+    lines = []
+    candidates, _ = cycle.candidates(job, tenant, Request.of(job))
+    if tenant.within_tenant.value == "Never":
+        lines.append(f"tenant {tenant.name} does not preempt its own jobs (withinTenant: Never)")
+    if key in cycle.claims[tenant.name]:
+        lines.append(
+            "inside the tenant's guarantee: may reclaim GPUs lent to other tenants"
+            + (" (reclaimBorrowed: Never)" if tenant.reclaim.value == "Never" else "")
+        )
+    else:
+        lines.append(
+            "beyond the tenant's guarantee (given its higher-priority and older jobs): may not "
+            "reclaim lent GPUs"
+        )
+    if candidates:
+        names = ", ".join(f"{c.job.key} ({c.reason.value})" for c in by_cost(candidates)[:5])
+        more = f" and {len(candidates) - 5} more" if len(candidates) > 5 else ""
+        searched_out = cycle.searches >= cycle.snapshot.config.max_preemption_searches
+        lines.append(
+            f"{len(candidates)} preemptible job(s) qualify, cheapest first: {names}{more}; "
+            + (
+                "but this cycle's victim searches went to jobs ahead of it"
+                if searched_out
+                else "no set of them makes the gang placeable within the tenant's quota"
+            )
+        )
+    else:
+        lines.append("no running job qualifies as a victim now")
+    protected = [
+        j
+        for jobs in cycle.admitted.values()
+        for j in jobs.values()
+        if j.preemptible and j.started_at is not None and not may_be_victim(j, cycle.now)
+    ]
+    if protected:
+        soonest = min(protected, key=lambda j: protected_until(j) or 0.0)
+        until = (protected_until(soonest) or cycle.now) - cycle.now
+        lines.append(
+            f"{len(protected)} running job(s) are inside their minimum runtime; the first "
+            f"({soonest.key}) becomes preemptible in {until:.0f}s"
+        )
+    return lines
+
+
+def _may_be_preempted(cycle: Cycle, key: str) -> list[str]:
+    job = cycle.jobs[key]
+    lines = []
+    if not job.preemptible:
+        return ["not preemptible (spec.preemptible: false)"]
+    until = protected_until(job)
+    if until is None:
+        lines.append("not started yet: protected until all its pods run")
+    elif until > cycle.now:
+        lines.append(f"protected by its minimum runtime for another {until - cycle.now:.0f}s")
+    tenant = cycle.tenants.get(job.tenant or "")
+    if tenant is not None:
+        borrowed = key in cycle.borrowed_jobs(tenant.name)
+        lines.append(
+            "runs on borrowed GPUs: a tenant reclaiming its guarantee may preempt it"
+            if borrowed and key not in cycle.claims[tenant.name]
+            else "runs inside its tenant's guarantee: other tenants cannot reclaim it"
+        )
+        if tenant.within_tenant.value == "LowerPriority":
+            lines.append(
+                f"jobs of tenant {tenant.name} with priority above {job.priority} may preempt it"
+            )
+    return lines
+
+
+def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str, int]]:
+    """What every node says to one replica, in the state the cycle left."""
+    pool = cycle.pool
+    verdicts = []
+    k = request.gpus_per_replica
+    for slot in pool.slots.values():
+        node = slot.node
+        free = slot.free_count
+        if request.gpu_model is not None and node.model != request.gpu_model:
+            verdicts.append(
+                NodeVerdict(node.name, False, "ModelMismatch", f"GPU model {node.model}", free)
+            )
+            continue
+        if not pool.eligible(slot, request):
+            if node.count_only and request.policy.scope is not TopologyScope.NODE:
+                reason, text = "NoTopology", "no NodeGpuTopology: only scope node can be met"
+            elif any(node.labels.get(k_) != v for k_, v in request.node_selector):
+                reason, text = "SelectorMismatch", "labels do not match the nodeSelector"
+            else:
+                reason, text = "Taints", "a NoSchedule/NoExecute taint is not tolerated"
+            verdicts.append(NodeVerdict(node.name, False, reason, text, free))
+            continue
+        result = place(node.topology, k, request.policy, free_mask=slot.free)
+        if isinstance(result, Placement):
+            ok = result.scope_satisfied or not request.policy.required
+            text = "; ".join(result.reasons[:2])
+            verdicts.append(
+                NodeVerdict(node.name, ok, "Fits" if ok else "ScopeUnsatisfiable", text, free)
+            )
+        else:
+            verdicts.append(
+                NodeVerdict(node.name, False, result.reason.value, "; ".join(result.reasons), free)
+            )
+    order = {"Fits": 0, "ScopeUnsatisfiable": 1, "NotEnoughFreeGpus": 2}
+    verdicts.sort(key=lambda v: (order.get(v.reason, 3), -v.free_gpus, v.node))
+    return verdicts, dict(Counter(v.reason for v in verdicts).most_common())

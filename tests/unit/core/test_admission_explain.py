@@ -1,0 +1,69 @@
+"""``explain`` gives the cycle's own verdict on a job, with the evidence behind it."""
+
+from __future__ import annotations
+
+from gpusched.api.gpujob import TopologyMode, TopologyScope
+from gpusched.core.admission import Snapshot, Tenant
+from gpusched.core.admission.explain import explain
+from tests.unit.core.admission_testdata import job, node
+
+NOW = 10_000.0
+
+
+def test_waiting_job_gets_its_reason_and_what_each_node_says() -> None:
+    tenants = [Tenant("a", guaranteed=8)]
+    nodes = [node("busy", busy=range(6)), node("other", model="A100")]
+    jobs = [job("a/j", "a", 4, gpu_model="H100", submitted=1)]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), tuple(nodes)), "a/j")
+    assert e.decision == "waiting"
+    assert e.reason == "WaitingForCapacity"
+    assert e.queue_position == 1
+    assert e.claims_guarantee
+    assert e.node_summary == {"NotEnoughFreeGpus": 1, "ModelMismatch": 1}
+    assert e.nodes[0].node == "busy"
+    assert "2 of 8 placeable GPUs are free" in e.nodes[0].detail
+    assert any("no running job qualifies" in line for line in e.preemption)
+
+
+def test_admission_names_its_placement_and_victims() -> None:
+    tenants = [Tenant("a", guaranteed=8)]
+    jobs = [
+        job("a/low", "a", 8, priority=0, running_on=[("n0", tuple(range(8)))]),
+        job("a/high", "a", 8, priority=9, submitted=1),
+    ]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), (node("n0"),)), "a/high")
+    assert e.decision == "admitted"
+    assert e.placement[0]["node"] == "n0"
+    assert e.victims[0].startswith("a/low (HigherPriority)")
+
+
+def test_running_job_says_whether_it_is_borrowed_and_protected() -> None:
+    tenants = [Tenant("a", guaranteed=0)]
+    jobs = [
+        job(
+            "a/run",
+            "a",
+            8,
+            running_on=[("n0", tuple(range(8)))],
+            started=NOW - 10,
+            min_runtime_seconds=100,
+        )
+    ]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), (node("n0"),)), "a/run")
+    assert e.decision == "running"
+    assert e.borrowed
+    assert any("minimum runtime for another 90s" in line for line in e.preemption)
+    assert any("borrowed GPUs" in line for line in e.preemption)
+
+
+def test_required_scope_refusals_are_explained_per_node() -> None:
+    tenants = [Tenant("a", guaranteed=8)]
+    dgx = node("dgx", "dgx1", busy=[1, 2, 3, 4, 5, 7])
+    jobs = [job("a/j", "a", 2, scope=TopologyScope.NVLINK, mode=TopologyMode.REQUIRED)]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), (dgx,)), "a/j")
+    assert e.reason == "TopologyUnsatisfiable"
+    assert e.nodes[0].reason == "ScopeUnsatisfiable"
+
+
+def test_unknown_job_is_reported_as_absent() -> None:
+    assert not explain(Snapshot(NOW), "x/y").found
