@@ -18,6 +18,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import click
@@ -277,4 +278,220 @@ def admission(
         f"per cycle: {result['admissions_per_cycle']} admissions, "
         f"{result['preemptions_per_cycle']} preemptions, "
         f"{result['preemption_searches_per_cycle']} victim searches"
+    )
+
+
+# --- end to end: GpuJobs per second on the local control plane -----------------------------
+
+
+def _job_manifest(name: str, gpus: int) -> dict[str, Any]:
+    from gpusched.api import keys
+
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "GpuJob",
+        "metadata": {"name": name},
+        "spec": {
+            "gpusPerReplica": gpus,
+            "template": {
+                "metadata": {"annotations": {keys.SIM_RUNTIME: "1h"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "main", "image": "busybox"}],
+                },
+            },
+        },
+    }
+
+
+def run_e2e(jobs: int, nodes: int, gpus_per_job: int, workers: int) -> dict[str, Any]:
+    """Apply ``jobs`` GpuJobs at once to a fresh local cluster running the operator, the extender
+    and its kube-scheduler; time from the first create to the last job Running."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from kubernetes import client
+
+    from gpusched.api import keys
+    from gpusched.localcluster import LocalCluster, ensure_toolchain
+    from gpusched.localcluster.binaries import repo_root
+    from gpusched.localcluster.components import (
+        gpusched_command,
+        service_account_kubeconfig,
+        start_scheduler,
+    )
+    from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+    from gpusched.localcluster.topologies import fixture_objects
+
+    namespace = "bench"
+    with tempfile.TemporaryDirectory(prefix="gpusched-bench-") as tmp:
+        cluster = LocalCluster(Path(tmp) / "cluster", ensure_toolchain())
+        cluster.up()
+        try:
+            cluster.install_crds(repo_root() / "crds")
+            api = cluster.api_client()
+            names = [f"node-{i:04d}" for i in range(nodes)]
+            for name in names:
+                topology, health = fixture_objects("hgx-h100-sxm-8gpu-8nic", name)
+                add_gpu_nodes(
+                    api,
+                    [name],
+                    8,
+                    labels={keys.GFD_PRODUCT: "NVIDIA-H100-80GB-HBM3"},
+                    topology=topology,
+                    status=health,
+                )
+            wait_nodes_ready(api, names, timeout=180)
+            core = client.CoreV1Api(api)
+            custom = client.CustomObjectsApi(api)
+            core.create_namespace({"metadata": {"name": namespace}})  # type: ignore[arg-type]
+            custom.create_cluster_custom_object(
+                keys.GROUP,
+                keys.VERSION,
+                "tenantquotas",
+                {
+                    "apiVersion": keys.API_VERSION,
+                    "kind": "TenantQuota",
+                    "metadata": {"name": "bench"},
+                    "spec": {"namespaces": [namespace], "guaranteedGpus": nodes * 8},
+                },
+            )
+            start_scheduler(cluster)
+            kubeconfig = service_account_kubeconfig(
+                cluster, repo_root() / "operator" / "rbac.yaml", "gpusched-operator"
+            )
+            cluster.spawn(
+                "gpusched-operator",
+                [*gpusched_command(), "operator", f"--kubeconfig={kubeconfig}", "--metrics-port=0"],
+            )
+            time.sleep(3)  # operator start-up (imports, first list) is not part of the figure
+            created: dict[str, float] = {}
+
+            def create(i: int) -> None:
+                name = f"job-{i:04d}"
+                created[name] = time.time()
+                custom.create_namespaced_custom_object(
+                    keys.GROUP,
+                    keys.VERSION,
+                    namespace,
+                    "gpujobs",
+                    _job_manifest(name, gpus_per_job),
+                )
+
+            started = time.time()
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(create, range(jobs)))
+            applied = time.time()
+            running: dict[str, float] = {}
+            deadline = time.monotonic() + 600
+            while len(running) < jobs and time.monotonic() < deadline:
+                listed: Any = custom.list_namespaced_custom_object(
+                    keys.GROUP, keys.VERSION, namespace, "gpujobs"
+                )
+                for item in listed["items"]:
+                    job_status = item.get("status") or {}
+                    name = item["metadata"]["name"]
+                    if job_status.get("phase") == "Running" and name not in running:
+                        stamp = job_status.get("startedAt")
+                        running[name] = (
+                            datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                            if stamp
+                            else time.time()
+                        )
+                time.sleep(0.2)
+            finished = max(running.values()) if running else time.time()
+            latencies = sorted(running[n] - created[n] for n in running)
+            baseline = _plain_pods_per_second(core, custom, namespace, count=jobs, workers=workers)
+            return {
+                "jobs": jobs,
+                "running": len(running),
+                "nodes": nodes,
+                "gpus_per_job": gpus_per_job,
+                "apply_seconds": round(applied - started, 2),
+                "wall_seconds": round(finished - started, 2),
+                "jobs_per_second": round(len(running) / max(1e-9, finished - started), 1),
+                "apply_to_running_p50_s": round(_percentile(latencies, 0.5), 2),
+                "apply_to_running_p99_s": round(_percentile(latencies, 0.99), 2),
+                "plain_pods_per_second": baseline,
+                "ratio_to_plain_pods": round(
+                    len(running) / max(1e-9, finished - started) / max(1e-9, baseline), 2
+                ),
+            }
+        finally:
+            cluster.down()
+
+
+def _plain_pods_per_second(
+    core: Any, custom: Any, namespace: str, *, count: int, workers: int
+) -> float:
+    """Side by side on the same cluster: the same number of plain 1-GPU pods created straight
+    for the gpusched scheduler (no operator), created-to-Running per second."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpusched.api import keys
+
+    custom.delete_collection_namespaced_custom_object(
+        keys.GROUP, keys.VERSION, namespace, "gpujobs"
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if not core.list_namespaced_pod(namespace, limit=1).items:
+            break
+        time.sleep(0.5)
+    plain = "bench-plain"
+    core.create_namespace({"metadata": {"name": plain}})
+
+    def create(i: int) -> None:
+        core.create_namespaced_pod(
+            plain,
+            {
+                "metadata": {"name": f"pod-{i:04d}", "annotations": {keys.SIM_RUNTIME: "1h"}},
+                "spec": {
+                    "schedulerName": keys.SCHEDULER_NAME,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"limits": {keys.GPU_RESOURCE: "1"}},
+                        }
+                    ],
+                },
+            },
+        )
+
+    started = time.time()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(create, range(count)))
+    while time.monotonic() < deadline:
+        pods = core.list_namespaced_pod(plain).items
+        if sum(1 for p in pods if p.status and p.status.phase == "Running") >= count:
+            break
+        time.sleep(0.2)
+    return round(count / max(1e-9, time.time() - started), 1)
+
+
+@click.command("admission-e2e")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--jobs", default=500, show_default=True, help="GpuJobs applied at once.")
+@click.option("--nodes", default=64, show_default=True, help="Simulated 8-GPU H100 nodes.")
+@click.option("--gpus", "gpus_per_job", default=1, show_default=True, help="GPUs per job.")
+@click.option("--workers", default=16, show_default=True, help="Parallel creates.")
+def admission_e2e(*, as_json: bool, jobs: int, nodes: int, gpus_per_job: int, workers: int) -> None:
+    """GpuJobs per second from apply to Running, through the operator, the extender and a
+    kube-scheduler on a fresh local control plane."""
+    result = run_e2e(jobs, nodes, gpus_per_job, workers)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(
+        f"{result['running']}/{jobs} GpuJobs Running in {result['wall_seconds']} s "
+        f"({result['jobs_per_second']} jobs/s; apply took {result['apply_seconds']} s); "
+        f"apply->Running p50 {result['apply_to_running_p50_s']} s, "
+        f"p99 {result['apply_to_running_p99_s']} s"
+    )
+    click.echo(
+        f"same count of plain 1-GPU pods straight to the gpusched scheduler: "
+        f"{result['plain_pods_per_second']} pods/s (GpuJobs at {result['ratio_to_plain_pods']}x)"
     )

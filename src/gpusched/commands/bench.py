@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gpusched.bench.admission import admission
+from gpusched.bench.admission import admission, admission_e2e
 from gpusched.bench.extender import extender
 from gpusched.bench.placement import placement
 from gpusched.bench.probe import probe
@@ -21,3 +21,4 @@ bench.add_command(probe)
 bench.add_command(extender)
 bench.add_command(scheduling)
 bench.add_command(admission)
+bench.add_command(admission_e2e)

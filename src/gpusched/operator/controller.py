@@ -82,6 +82,9 @@ class JobView:
     tenant: str | None
     priority: int
     status: GpuJobStatus
+    """The status as this cycle means it to be."""
+    server: GpuJobStatus
+    """The status as last read from or written to the API server."""
     resource_version: str
     state: JobState | None = None
     placement: tuple[Assignment, ...] = ()
@@ -148,6 +151,7 @@ class Controller:
         # task never waits for a slot of the pool it occupies.
         self._writer = ThreadPoolExecutor(self.config.write_workers, "gpusched-job")
         self._pods = ThreadPoolExecutor(self.config.write_workers, "gpusched-pod")
+        self._events = ThreadPoolExecutor(4, "gpusched-event")
         self._quota_written: dict[str, float] = {}
         self._leaving: dict[str, list[str]] = {}
         """Preemptor key -> its victims whose pods are still on the GPUs (this cycle)."""
@@ -155,6 +159,7 @@ class Controller:
     def close(self) -> None:
         self._writer.shutdown(wait=True)
         self._pods.shutdown(wait=True)
+        self._events.shutdown(wait=True)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -218,12 +223,12 @@ class Controller:
     # --- writes ----------------------------------------------------------------------------
 
     def _write(self, view: JobView, t: st.Transition, *, conditional: bool = False) -> bool:
-        """Write the job's status if it changed; keeps the view current."""
-        old = view.status.to_k8s()
+        """Write the job's status if it differs from the server's; keeps the view current."""
+        old = view.server.to_k8s()
         new = t.status.to_k8s()
         patch = merge_patch(old, new)
         if patch is None:
-            view.status = t.status
+            view.status = view.server = t.status
             return True
         version = self.api.patch_job_status(
             view.record.namespace,
@@ -234,12 +239,28 @@ class Controller:
         if version is None:
             self.metrics.api_errors.labels("job-status").inc()
             return False
-        view.status = t.status
+        view.status = view.server = t.status
         view.resource_version = version
         return True
 
+    def _stage(self, view: JobView, t: st.Transition) -> None:
+        """Change the status in memory only; the cycle's next write of the job carries it (a
+        new job admitted at once costs one status write, not two)."""
+        view.status = t.status
+
+    def _flush(self, views: Iterable[JobView]) -> None:
+        """Write staged statuses no decision wrote."""
+        dirty = [v for v in views if v.status is not v.server]
+        for _ in self._writer.map(
+            lambda v: self._write(v, st.Transition(v.status, self.clock(), v.record.generation)),
+            dirty,
+        ):
+            pass
+
     def _event(self, view: JobView, reason: str, message: str, warning: bool = False) -> None:
-        self.api.event(
+        """Record an event in the background (events never hold up decisions)."""
+        self._events.submit(
+            self.api.event,
             view.record.raw,
             "GpuJob",
             event_type="Warning" if warning else "Normal",
@@ -333,6 +354,7 @@ class Controller:
                 tenant=tenants.owner.get(record.namespace),
                 priority=priority,
                 status=job.status,
+                server=job.status,
                 resource_version=record.resource_version,
             )
             views[record.key] = view
@@ -389,8 +411,7 @@ class Controller:
                 ):
                     self._event(view, reason.value, message, warning=True)
                 return
-            self._write(view, st.queued(transition(), view.tenant, gpus))
-            self._event(view, "Queued", f"queued for tenant {view.tenant or '(none)'}")
+            self._stage(view, st.queued(transition(), view.tenant, gpus))
             phase = view.status.phase
 
         if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
@@ -405,7 +426,7 @@ class Controller:
             self._terminating(view, current, None)
             return
         if phase is JobPhase.SUSPENDED:
-            self._write(view, st.queued(transition(), view.tenant, gpus))
+            self._stage(view, st.queued(transition(), view.tenant, gpus))
             phase = JobPhase.QUEUED
 
         if phase is JobPhase.PREEMPTED:
@@ -606,12 +627,16 @@ class Controller:
             for n in world.nodes
             if n["metadata"]["name"] not in world.topologies
         }
-        for admission in result.admissions:
-            view = views[admission.job]
-            if not self._apply_admission(view, views, admission, now, count_only):
-                continue
-            report.admitted.append(admission.job)
-            report.preempted.extend(v.victim for v in admission.victims)
+        # Admissions are independent of each other (the cycle already gave each its own GPUs),
+        # so their writes go out in parallel.
+        applied = self._writer.map(
+            lambda a: (a, self._apply_admission(views[a.job], views, a, now, count_only)),
+            result.admissions,
+        )
+        for admission, ok in applied:
+            if ok:
+                report.admitted.append(admission.job)
+                report.preempted.extend(v.victim for v in admission.victims)
 
         def wait(w: Any) -> None:
             view = views.get(w.job)
@@ -631,6 +656,7 @@ class Controller:
 
         for _ in self._writer.map(wait, result.waiting):
             pass
+        self._flush(views.values())
 
     def _apply_admission(
         self,
@@ -644,7 +670,7 @@ class Controller:
         # 1. Victims first: their status names the preemptor, which reserves their GPUs for it
         #    even if this process dies before writing anything else.
         marked = list(
-            self._writer.map(
+            self._pods.map(
                 lambda pair: self._write(
                     pair[0],
                     st.preempted(

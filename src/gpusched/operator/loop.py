@@ -60,12 +60,13 @@ class AdmissionLoop:
                 self.cycles += 1
                 if report.admitted or report.preempted:
                     log.info(
-                        "cycle %d: admitted %s, preempted %s, %d waiting (%.0f ms)",
+                        "cycle %d: admitted %d, preempted %s, %d waiting (%.0f ms: %s)",
                         self.cycles,
-                        report.admitted,
+                        len(report.admitted),
                         report.preempted,
                         report.waiting,
                         (time.perf_counter() - started) * 1000,
+                        ", ".join(f"{k} {v * 1000:.0f}" for k, v in report.seconds.items()),
                     )
             interval = self.resync
             if self.leader is not None and not leading:
