@@ -20,10 +20,10 @@ from typing import Any
 import click
 
 from gpusched.api import keys
-from gpusched.api.extender import ExtenderArgs, ExtenderFilterResult, HostPriority
+from gpusched.api.extender import ExtenderArgs, ExtenderFilterResult
 from gpusched.core.placement import clear_placement_cache
 from gpusched.core.prepared import clear_caches
-from gpusched.core.scheduling import filter_nodes, gpu_request, prioritize
+from gpusched.core.scheduling import filter_nodes, gpu_request, priorities
 from gpusched.localcluster.topologies import FIXTURE_NAMES, fixture_objects
 from gpusched.scheduler.cache import ClusterCache, settle_heap
 
@@ -121,9 +121,10 @@ def run(nodes: int, iterations: int, occupancy: float, seed: int) -> dict[str, A
         )
         json.dumps(answer.to_wire())
         t1 = time.perf_counter()
+        # What the server does: the pod's priorities come from its filter verdicts.
         args = ExtenderArgs.model_validate(json.loads(body))
-        scores = prioritize(cache.views(args.candidate_names()), gpu_request(args.pod))
-        json.dumps([HostPriority(host=n, score=s).to_wire() for n, s in scores.items()])
+        scores = priorities(outcome.verdicts)
+        json.dumps([{"Host": n, "Score": scores.get(n, 0)} for n in args.candidate_names()])
         t2 = time.perf_counter()
 
         filter_ms.append((t1 - t0) * 1000)

@@ -139,9 +139,9 @@ class NodeView:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Whether one node can host the request, and with which set."""
+    """Whether a node can host the request, and with which set (shared by nodes in the same
+    state, so it does not name one)."""
 
-    node: str
     placement: Placement | None
     reason: str | None = None
     """Why not, for FailedNodes: ``<Code>: <sentence>``."""
@@ -174,14 +174,13 @@ def _refused(view: NodeView, request: GpuRequest, refusal: Refusal) -> Verdict:
         empty = place(view.prepared, request.gpus, request.policy)
         resolvable = empty.ok
     reason = f"{refusal.reason.value}: {_sentence(refusal, request.gpus)}"
-    return Verdict(view.name, None, reason, resolvable=resolvable)
+    return Verdict(None, reason, resolvable=resolvable)
 
 
 def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
     """Best set for ``request`` on one node, or why there is none."""
     if view.prepared is None:
         return Verdict(
-            view.name,
             None,
             "NoTopology: node has no NodeGpuTopology (is the gpusched device probe running?)",
             resolvable=False,
@@ -194,12 +193,11 @@ def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
         free = bin(view.prepared.placeable_mask & ~view.prepared.mask(view.busy)).count("1")
         if free - view.unaccounted < request.gpus:
             return Verdict(
-                view.name,
                 None,
                 f"{RefusalReason.NOT_ENOUGH_FREE_GPUS.value}: fewer than {request.gpus} free "
                 "GPUs (some are held by pods gpusched did not place)",
             )
-    return Verdict(view.name, result)
+    return Verdict(result)
 
 
 def _planned_set(view: NodeView, request: GpuRequest) -> Placement | None:
@@ -219,6 +217,30 @@ def _planned_set(view: NodeView, request: GpuRequest) -> Placement | None:
     return placement
 
 
+def evaluate_all(views: Iterable[NodeView], request: GpuRequest) -> dict[str, Verdict]:
+    """Verdicts of many nodes, deciding once per distinct node state: a large cluster has
+    thousands of nodes but only dozens of (wiring, health, occupancy) combinations."""
+    memo: dict[object, Verdict] = {}
+    verdicts: dict[str, Verdict] = {}
+    for view in views:
+        prepared = view.prepared
+        if prepared is None or view.name == request.planned_node:
+            verdicts[view.name] = evaluate(view, request)
+            continue
+        state = (
+            prepared.wiring.key,
+            prepared.placeable_mask,
+            prepared.degraded_mask,
+            view.busy,
+            view.unaccounted,
+        )
+        verdict = memo.get(state)
+        if verdict is None:
+            verdict = memo[state] = evaluate(view, request)
+        verdicts[view.name] = verdict
+    return verdicts
+
+
 @dataclass(frozen=True, slots=True)
 class FilterOutcome:
     """Filter verdicts split the way the extender protocol reports them."""
@@ -232,7 +254,7 @@ class FilterOutcome:
 def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcome:
     """Nodes that can host the request. When the operator planned a node for the pod and it
     fits, only that node passes: admission reserved those GPUs for this gang."""
-    verdicts = {view.name: evaluate(view, request) for view in views}
+    verdicts = evaluate_all(views, request)
     fits = tuple(name for name, v in verdicts.items() if v.placement is not None)
     failed = {
         n: v.reason or "" for n, v in verdicts.items() if v.placement is None and v.resolvable
@@ -258,4 +280,9 @@ def priority(placement: Placement | None) -> int:
 
 def prioritize(views: Iterable[NodeView], request: GpuRequest) -> dict[str, int]:
     """Priority of every candidate node; nodes that cannot host the request score 0."""
-    return {view.name: priority(evaluate(view, request).placement) for view in views}
+    return priorities(evaluate_all(views, request))
+
+
+def priorities(verdicts: Mapping[str, Verdict]) -> dict[str, int]:
+    """Priority per node from verdicts already computed (filter's, for the same pod)."""
+    return {name: priority(verdict.placement) for name, verdict in verdicts.items()}

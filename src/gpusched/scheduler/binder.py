@@ -51,6 +51,8 @@ class SeenPod:
 
     resource_version: str
     request: GpuRequest
+    priorities: dict[str, int]
+    """Node priorities from the filter verdicts, for the prioritize call that follows."""
 
 
 class PodMemory:
@@ -60,15 +62,20 @@ class PodMemory:
         self._capacity = capacity
         self._seen: OrderedDict[str, SeenPod] = OrderedDict()
 
-    def remember(self, pod: dict[str, Any], request: GpuRequest) -> None:
+    def remember(
+        self, pod: dict[str, Any], request: GpuRequest, priorities: dict[str, int]
+    ) -> None:
         meta = pod.get("metadata") or {}
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not uid or not version:
             return
-        self._seen[uid] = SeenPod(version, request)
+        self._seen[uid] = SeenPod(version, request, priorities)
         self._seen.move_to_end(uid)
         while len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
+
+    def peek(self, uid: str) -> SeenPod | None:
+        return self._seen.get(uid)
 
     def take(self, uid: str) -> SeenPod | None:
         return self._seen.pop(uid, None)
@@ -128,7 +135,7 @@ class Binder:
             if self._already_bound(pod, args):
                 return
             try:
-                seen = SeenPod(pod["metadata"]["resourceVersion"], gpu_request(pod))
+                seen = SeenPod(pod["metadata"]["resourceVersion"], gpu_request(pod), {})
             except RequestError as err:
                 raise BindError("InvalidRequest", str(err)) from err
 

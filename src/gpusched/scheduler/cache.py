@@ -92,6 +92,18 @@ class ClusterCache:
     assumptions: dict[str, Assumption] = field(default_factory=dict)
     synced: set[str] = field(default_factory=set)
     topology_errors: dict[str, str] = field(default_factory=dict)
+    _views: dict[str, NodeView] = field(default_factory=dict)
+    """Views computed since the node last changed: filter asks for hundreds of nodes per pod
+    while only the few nodes touched by the last binds differ."""
+
+    def _touch(self, node: str) -> None:
+        self._views.pop(node, None)
+
+    def _pop_assumption(self, uid: str) -> Assumption | None:
+        assumption = self.assumptions.pop(uid, None)
+        if assumption is not None:
+            self._touch(assumption.node)
+        return assumption
 
     # --- watch input ---------------------------------------------------------------------
 
@@ -101,9 +113,11 @@ class ClusterCache:
         try:
             model = NodeGpuTopology.model_validate(obj)
             topology = NodeTopology.from_api(model.spec, model.status)
+            self._touch(name)
             self.topologies[name] = prepare(topology)
         except (ValidationError, ValueError) as err:
             # A malformed object must not take down scheduling for every other node.
+            self._touch(name)
             self.topologies.pop(name, None)
             self.topology_errors[name] = str(err).splitlines()[0]
             return
@@ -112,12 +126,14 @@ class ClusterCache:
 
     def delete_topology(self, name: str) -> None:
         """Forget a node's topology."""
+        self._touch(name)
         self.topologies.pop(name, None)
         self.models.pop(name, None)
         self.topology_errors.pop(name, None)
 
     def replace_topologies(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Initial list or re-list: exactly these objects exist."""
+        self._views.clear()
         self.topologies.clear()
         self.models.clear()
         self.topology_errors.clear()
@@ -143,9 +159,10 @@ class ClusterCache:
         self._unindex(key)
         self.pods[key] = record
         self.by_node.setdefault(node, {})[key] = record
+        self._touch(node)
         assumption = self.assumptions.get(record.uid)
         if assumption is not None and gpus is not None and assumption.node == node:
-            del self.assumptions[record.uid]
+            self._pop_assumption(record.uid)
 
     def delete_pod(self, obj: Mapping[str, Any]) -> None:
         """A pod is gone (or no longer matches the watch)."""
@@ -154,6 +171,7 @@ class ClusterCache:
 
     def replace_pods(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Initial list or re-list: exactly these pods exist."""
+        self._views.clear()
         self.pods.clear()
         self.by_node.clear()
         for obj in objects:
@@ -163,6 +181,7 @@ class ClusterCache:
     def _unindex(self, key: str) -> PodRecord | None:
         record = self.pods.pop(key, None)
         if record is not None:
+            self._touch(record.node)
             on_node = self.by_node.get(record.node, {})
             on_node.pop(key, None)
             if not on_node:
@@ -172,9 +191,9 @@ class ClusterCache:
     def _drop_pod(self, key: str, uid: str) -> None:
         record = self._unindex(key)
         if record is not None:
-            self.assumptions.pop(record.uid, None)
+            self._pop_assumption(record.uid)
         if uid:
-            self.assumptions.pop(uid, None)
+            self._pop_assumption(uid)
 
     # --- assumptions (the binder) --------------------------------------------------------
 
@@ -182,7 +201,9 @@ class ClusterCache:
         """Reserve GPUs for a pod being bound."""
         if not assumption.created_at:
             assumption.created_at = self.clock()
+        self._pop_assumption(assumption.uid)
         self.assumptions[assumption.uid] = assumption
+        self._touch(assumption.node)
 
     def mark_bound(self, uid: str) -> None:
         """The bind call succeeded; keep the reservation until the watch confirms it."""
@@ -192,7 +213,7 @@ class ClusterCache:
 
     def forget(self, uid: str) -> None:
         """The bind failed: release its reservation."""
-        self.assumptions.pop(uid, None)
+        self._pop_assumption(uid)
 
     def expire(self) -> int:
         """Drop reservations of binds that returned long ago and were never confirmed, and of
@@ -205,7 +226,7 @@ class ClusterCache:
             or now - a.created_at > ABANDONED_BIND_SECONDS
         ]
         for uid in stale:
-            del self.assumptions[uid]
+            self._pop_assumption(uid)
         return len(stale)
 
     # --- snapshot ------------------------------------------------------------------------
@@ -234,6 +255,15 @@ class ClusterCache:
 
     def views(self, nodes: Iterable[str], *, excluding_uid: str = "") -> list[NodeView]:
         """Views of several nodes, computed in one pass over the pods."""
+        names = list(nodes)
+        if excluding_uid:
+            return self._compute_views(names, excluding_uid)
+        missing = [name for name in names if name not in self._views]
+        if missing:
+            self._views.update(zip(missing, self._compute_views(missing, ""), strict=True))
+        return [self._views[name] for name in names]
+
+    def _compute_views(self, nodes: list[str], excluding_uid: str) -> list[NodeView]:
         assumed: dict[str, set[int]] = {}
         for assumption in self.assumptions.values():
             if assumption.uid != excluding_uid:

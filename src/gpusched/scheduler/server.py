@@ -26,9 +26,14 @@ from gpusched.api.extender import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
-    HostPriority,
 )
-from gpusched.core.scheduling import RequestError, filter_nodes, gpu_request, prioritize
+from gpusched.core.scheduling import (
+    RequestError,
+    filter_nodes,
+    gpu_request,
+    priorities,
+    prioritize,
+)
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.binder import Binder
@@ -188,8 +193,8 @@ class Extender:
             refused = dict.fromkeys(names, f"InvalidRequest: {err}")
             result = ExtenderFilterResult(failed_and_unresolvable_nodes=refused)
             return web.json_response(result.to_wire())
-        self.binder.memory.remember(args.pod, gpu)
         outcome = filter_nodes(self.cache.views(names), gpu)
+        self.binder.memory.remember(args.pod, gpu, priorities(outcome.verdicts))
         for reason in (*outcome.failed.values(), *outcome.unresolvable.values()):
             self.metrics.refused_nodes.labels(reason.split(":", 1)[0]).inc()
         result = ExtenderFilterResult(
@@ -204,15 +209,19 @@ class Extender:
         self._require_ready()
         args = ExtenderArgs.model_validate(await request.json())
         names = args.candidate_names()
-        try:
-            gpu = gpu_request(args.pod)
-        except RequestError:
-            scores = dict.fromkeys(names, 0)
+        uid = (args.pod.get("metadata") or {}).get("uid", "")
+        seen = self.binder.memory.peek(uid) if uid else None
+        if seen is not None and all(name in seen.priorities for name in names):
+            # Filter just decided these nodes for this pod; kube-scheduler asks again.
+            scores = seen.priorities
         else:
-            scores = prioritize(self.cache.views(names), gpu)
-        return web.json_response(
-            [HostPriority(host=name, score=score).to_wire() for name, score in scores.items()]
-        )
+            try:
+                gpu = gpu_request(args.pod)
+            except RequestError:
+                scores = {}
+            else:
+                scores = prioritize(self.cache.views(names), gpu)
+        return web.json_response([{"Host": name, "Score": scores.get(name, 0)} for name in names])
 
     async def bind(self, request: web.Request) -> web.Response:
         """Choose the GPUs, write them on the pod, bind it."""
