@@ -493,7 +493,7 @@ class Controller:
                 self._event(view, "Failed", text, warning=True)
             return
         if len(current) == replicas and all(p.phase == "Succeeded" for p in current):
-            text = f"all {replicas} pod{'s' if replicas > 1 else ''} succeeded"
+            text = f"all {replicas} pods succeeded" if replicas > 1 else "its pod succeeded"
             if self._write(view, st.finished(transition(), True, text, gpus)):
                 self._event(view, "Succeeded", text)
             return

@@ -236,7 +236,7 @@ def pods_created(t: Transition) -> Transition:
 
 def running(t: Transition, replicas: int, bound: Sequence[PodInfo] = ()) -> Transition:
     """All pods run; the placement records the GPUs the extender actually bound, if it did."""
-    text = f"all {replicas} pod{'s' if replicas > 1 else ''} running"
+    text = f"all {replicas} pods running" if replicas > 1 else "its pod is running"
     by_replica = {p.replica: p for p in bound}
     placement = []
     for plan in t.status.placement:
@@ -261,8 +261,15 @@ def running(t: Transition, replicas: int, bound: Sequence[PodInfo] = ()) -> Tran
         default=t.status.placement_quality,
     )
     t.set(placement=placement, placement_quality=worst)
+    # The reason column keeps saying on what capacity it runs (WithinGuarantee / Borrowing).
+    reserved = next((c for c in t.status.conditions if c.type == Cond.QUOTA_RESERVED.value), None)
+    reason = reserved.reason if reserved is not None and reserved.status.value == "True" else None
+    where = " on borrowed GPUs" if reason == "Borrowing" else ""
     return t.set(
-        phase=JobPhase.RUNNING, started_at=t.now, reason=Reason.RUNNING.value, message=text
+        phase=JobPhase.RUNNING,
+        started_at=t.now,
+        reason=reason or Reason.RUNNING.value,
+        message=text + where,
     ).cond(Cond.PODS_READY, True, Reason.RUNNING, text)
 
 
