@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -220,10 +221,19 @@ def test_extender_killed_and_restarted_mid_burst_still_never_shares_a_gpu(
         lambda: sum(assigned(p) is not None for p in pods(kube, namespace)) >= 30,
         what="the first pods bound",
     )
-    for i, size in enumerate(sizes[60:], start=60):
+    for i, size in enumerate(sizes[60:65], start=60):
         _create(kube, namespace, gpu_pod(f"burst-{i}", size, selector={"e2e-group": group}))
+    # Kill while the rest of the burst is still being created and bound.
+    rest = threading.Thread(
+        target=lambda: [
+            _create(kube, namespace, gpu_pod(f"burst-{i}", size, selector={"e2e-group": group}))
+            for i, size in enumerate(sizes[65:], start=65)
+        ]
+    )
+    rest.start()
     bound_at_crash = sum(assigned(p) is not None for p in pods(kube, namespace))
     gpusched_scheduler.restart_extender(local_cluster, kill=True)
+    rest.join()
     assert bound_at_crash < 100, "the burst finished before the crash; nothing was tested"
     wait_for(
         lambda: sum(assigned(p) is not None for p in pods(kube, namespace)) == 100,
