@@ -245,3 +245,44 @@ def test_nodes_without_topology_are_count_only_and_unusable_nodes_are_skipped() 
     assert (nodes["plain"].busy, nodes["plain"].busy_count) == (frozenset({1}), 2)
     only_pool = NodeReader({"pool": "x"}).nodes(raw, {}, {})
     assert only_pool == []
+
+
+def test_operator_metrics_have_the_documented_names() -> None:
+    from pathlib import Path
+
+    from prometheus_client import generate_latest
+
+    from gpusched.metrics import OperatorMetrics
+
+    metrics = OperatorMetrics()
+    metrics.jobs.labels("t", "Queued").set(1)
+    metrics.queue_wait.labels("t", "0").observe(3)
+    metrics.admissions.labels("t", "Borrowing").inc()
+    metrics.preemptions.labels("t", "HigherPriority").inc()
+    metrics.requeues.labels("t", "PodsLost").inc()
+    for gauge in (
+        metrics.gpus_used,
+        metrics.gpus_guaranteed,
+        metrics.gpus_borrowed,
+        metrics.fair_share,
+        metrics.gpu_seconds,
+    ):
+        gauge.labels("t").set(1)
+    metrics.cycle_seconds.labels("decide").observe(0.1)
+    metrics.api_errors.labels("job-status").inc()
+    exported = {
+        line.split("{")[0].split(" ")[0]
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line and not line.startswith("#")
+    }
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    documented = {
+        cell.strip("` ")
+        for line in docs.splitlines()
+        if line.startswith("| `gpusched_")
+        for cell in [line.split("|")[1]]
+    }
+    assert documented
+    histogram_parts = {"_bucket", "_count", "_sum"}
+    for name in documented:
+        assert name in exported or {name + p for p in histogram_parts} <= exported, name

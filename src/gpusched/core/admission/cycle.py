@@ -262,20 +262,22 @@ class Cycle:
                     )
         cross = False
         if tenant.reclaim is not ReclaimPolicy.NEVER and job.key in self.claims[tenant.name]:
+            eligible = self.pool.eligible_nodes(request).name_set
+            lower_only = tenant.reclaim is ReclaimPolicy.LOWER_PRIORITY
             for name in self.tenants:
                 if name == tenant.name or self.ledgers[name].borrowed() <= 0:
                     continue
                 borrowed = self.borrowed_jobs(name)
-                eligible = set(self.pool.eligible_nodes(request).names)
-                for victim in self.admitted[name].values():
+                claimed = self.claims[name]
+                admitted = self.admitted[name]
+                for key in borrowed:
+                    if key in claimed:
+                        continue
+                    victim = admitted[key]
+                    if lower_only and victim.priority >= job.priority:
+                        continue
                     # Another tenant's job helps only if it frees GPUs the job may use.
                     if not any(a.node in eligible for a in victim.placement):
-                        continue
-                    if victim.key not in borrowed or victim.key in self.claims[name]:
-                        continue
-                    if tenant.reclaim is ReclaimPolicy.LOWER_PRIORITY and (
-                        victim.priority >= job.priority
-                    ):
                         continue
                     if may_be_victim(victim, self.now):
                         cross = True

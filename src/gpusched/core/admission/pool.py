@@ -39,6 +39,7 @@ class _Eligible:
     """Nodes one kind of request may use, with what an empty cluster would offer it."""
 
     names: tuple[str, ...]
+    name_set: frozenset[str]
     placeable: int
     representatives: tuple[str, ...]
     """One node per distinct (wiring, placeable, degraded, count-only) state."""
@@ -292,7 +293,7 @@ class Pool:
                 placeable += usable.bit_count()
                 rep = (topo.wiring.key, usable, topo.degraded_mask, slot.node.count_only)
                 reps.setdefault(rep, name)
-            found = _Eligible(tuple(names), placeable, tuple(reps.values()))
+            found = _Eligible(tuple(names), frozenset(names), placeable, tuple(reps.values()))
             self._eligible[key] = found
         return found
 
