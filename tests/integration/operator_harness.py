@@ -43,7 +43,7 @@ class OperatorProcess:
         self.record: ProcessRecord | None = None
         self.starts = 0
 
-    def start(self, failpoints: str = "") -> None:
+    def start(self, failpoints: str = "", *, pods_ready_timeout: float = 30) -> None:
         env = {**os.environ}
         env.pop("GPUSCHED_FAILPOINTS", None)
         if failpoints:
@@ -57,7 +57,7 @@ class OperatorProcess:
                 f"--kubeconfig={self.kubeconfig}",
                 "--metrics-port=0",
                 "--resync=1",
-                "--pods-ready-timeout=30",
+                f"--pods-ready-timeout={pods_ready_timeout}",
                 "--backoff-base=1",
                 f"--node-selector={POOL_LABEL}={POOL}",
             ],

@@ -259,3 +259,71 @@ def test_restart_in_the_middle_of_a_preemption_loses_no_job(
     assert victim["preemptions"][-1]["preemptor"] == f"{ns}/winner"
     assert [p.metadata.name for p in sc.pods(ns, "winner")] == ["winner-1-0"]
     assert all(p.metadata.deletion_timestamp for p in sc.pods(ns, "victim"))
+
+
+def test_failed_pod_fails_the_job_and_suspend_releases_and_requeues(sc: Scenario) -> None:
+    sc.nodes(1)
+    _, ns = sc.tenant("life", guaranteed=8)
+    sc.submit(
+        ns,
+        "crash",
+        2,
+        template={
+            "metadata": {"annotations": {keys.SIM_RUNTIME: "2s", keys.SIM_EXIT_CODE: "3"}},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        },
+    )
+    failed = sc.wait_phase(ns, "crash", "Failed", timeout=60)
+    assert failed["reason"] == "PodFailed"
+    assert "exited with code 3" in failed["message"]
+    assert sc.condition(ns, "crash", "Finished")["status"] == "True"  # type: ignore[index]
+
+    sc.submit(ns, "pausable", 4)
+    sc.wait_phase(ns, "pausable", "Running")
+    sc.custom.patch_namespaced_custom_object(
+        "gpusched.io", "v1alpha1", ns, "gpujobs", "pausable", {"spec": {"suspend": True}}
+    )
+    sc.wait_phase(ns, "pausable", "Suspended")
+    wait_for(lambda: not sc.pods(ns, "pausable"), 30, "the suspended job's pods to go")
+    sc.custom.patch_namespaced_custom_object(
+        "gpusched.io", "v1alpha1", ns, "gpujobs", "pausable", {"spec": {"suspend": False}}
+    )
+    status = sc.wait_phase(ns, "pausable", "Running", timeout=60)
+    assert status["admission"] == 2
+    assert [p.metadata.name for p in sc.pods(ns, "pausable")] == ["pausable-2-0"]
+
+
+def test_gang_whose_pods_cannot_run_is_released_and_requeued_with_backoff(
+    sc: Scenario, operator: OperatorProcess
+) -> None:
+    sc.nodes(1)
+    _, ns = sc.tenant("stuck", guaranteed=8)
+    operator.kill()
+    operator.start(pods_ready_timeout=3)
+    try:
+        # GPUs are free, so the gang is admitted; no node has the CPUs it asks for, so the
+        # scheduler never binds its pod.
+        sc.submit(
+            ns,
+            "greedy",
+            8,
+            template={
+                "spec": {
+                    "containers": [
+                        {"name": "main", "image": "x", "resources": {"requests": {"cpu": "4096"}}}
+                    ]
+                }
+            },
+        )
+        status = sc.wait_reason(ns, "greedy", "RequeueBackoff", timeout=60)
+        assert status["phase"] == "Queued"
+        assert status["requeueCount"] >= 1
+        assert status["requeueAt"]
+        assert not status.get("placement")
+        ready = sc.condition(ns, "greedy", "PodsReady")
+        assert ready is not None
+        assert ready["reason"] == "PodsReadyTimeout"
+        assert any(reason == "PodsReadyTimeout" for reason, _ in sc.events(ns, "greedy"))
+    finally:
+        operator.kill()
+        operator.start()
