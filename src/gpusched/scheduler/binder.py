@@ -25,7 +25,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from kubernetes import client
@@ -103,10 +102,23 @@ class Binder:
         self.core = client.CoreV1Api(self.api)
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="bind")
 
-    async def run_blocking(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking client call on the bind pool."""
+    async def call(self, function: Callable[..., Any], *args: Any) -> bytes:
+        """Run one client call on the bind pool and return the raw response body.
+
+        The body is read and the connection handed back to the pool here: an unreleased
+        response makes the next call open (and TLS-handshake) a new connection.
+        """
+
+        def raw() -> bytes:
+            response = function(*args, _preload_content=False)
+            try:
+                body: bytes = response.data
+            finally:
+                response.release_conn()
+            return body
+
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, partial(function, *args, **kwargs))
+        return await loop.run_in_executor(self._pool, raw)
 
     def close(self) -> None:
         """Stop the worker threads."""
@@ -180,17 +192,12 @@ class Binder:
 
     async def _get_pod(self, args: ExtenderBindingArgs) -> dict[str, Any]:
         try:
-            response = await self.run_blocking(
-                self.core.read_namespaced_pod,
-                args.pod_name,
-                args.pod_namespace,
-                _preload_content=False,
-            )
+            body = await self.call(self.core.read_namespaced_pod, args.pod_name, args.pod_namespace)
         except ApiException as err:
             if err.status == 404:
                 raise BindError("PodGone", "pod no longer exists") from err
             raise
-        pod: dict[str, Any] = json.loads(response.data)
+        pod: dict[str, Any] = json.loads(body)
         if pod["metadata"].get("uid") != args.pod_uid:
             raise BindError("PodGone", "pod was deleted and recreated")
         return pod
@@ -210,12 +217,8 @@ class Binder:
             ),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=args.node),
         )
-        await self.run_blocking(
-            self.core.create_namespaced_pod_binding,
-            args.pod_name,
-            args.pod_namespace,
-            binding,
-            _preload_content=False,
+        await self.call(
+            self.core.create_namespaced_pod_binding, args.pod_name, args.pod_namespace, binding
         )
 
     async def _bound_anyway(self, args: ExtenderBindingArgs, assumption: Assumption) -> bool:
