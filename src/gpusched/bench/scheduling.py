@@ -125,6 +125,21 @@ def _measure(
     }
 
 
+def _delete_pods(api: Any, namespace: str, timeout: float = 600) -> None:
+    """Free the GPUs of a finished run before the next one starts."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    # Deleting the namespace lets the namespace controller remove the pods in batches; one
+    # delete-collection call of thousands of pods outlives the request timeout.
+    core.delete_namespace(namespace, _preload_content=False)
+    deadline = time.monotonic() + timeout
+    while core.list_namespaced_pod(namespace, limit=1).items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pods of {namespace} not gone after {timeout:.0f}s")
+        time.sleep(1)
+
+
 def _double_assignments(api: Any, namespace: str) -> int:
     from kubernetes import client
 
@@ -195,6 +210,8 @@ def run(nodes: int, pods: int, seed: int, progress: Any = default_progress) -> d
 
         plain = _measure(cluster, api, "bench-plain", pods, start=start_plain, timeout=900)
         progress(f"[bench] plain: {plain}")
+        progress("[bench] deleting the plain run's pods")
+        _delete_pods(api, "bench-plain")
 
         progress(f"[bench] kube-scheduler with the gpusched extender: {pods} pods")
         _create_pods(api, "bench-gpusched", keys.SCHEDULER_NAME, sizes)
