@@ -13,33 +13,26 @@ How the guarantee that two pods never hold the same GPU is kept:
    request did land, or a retry of a bind that already happened), that is a success;
 4. a restarted extender answers nothing until it has listed every bound pod.
 
-A bind costs a single API call: the pod's request is remembered from its filter call.
+A bind costs a single API call, made asynchronously (``gpusched.kubeasync``): the pod's request
+is remembered from its filter call.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
 from gpusched.api.extender import ExtenderBindingArgs
 from gpusched.core.scheduling import GpuRequest, RequestError, evaluate, gpu_request
+from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.cache import Assumption, ClusterCache, parse_indices
 
 log = logging.getLogger(__name__)
 
-#: Concurrent API calls of binds; kube-scheduler binds many pods at once.
-BIND_WORKERS = 32
 #: Pods remembered between their filter and bind calls.
 REMEMBERED_PODS = 20_000
 
@@ -92,37 +85,14 @@ class BindError(Exception):
 class Binder:
     """Performs binds against the API server, coordinating through the cache."""
 
-    api: client.ApiClient
+    api: AsyncApi
     cache: ClusterCache
     metrics: SchedulerMetrics
     memory: PodMemory = field(default_factory=PodMemory)
-    workers: int = BIND_WORKERS
 
-    def __post_init__(self) -> None:
-        self.core = client.CoreV1Api(self.api)
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="bind")
-
-    async def call(self, function: Callable[..., Any], *args: Any) -> bytes:
-        """Run one client call on the bind pool and return the raw response body.
-
-        The body is read and the connection handed back to the pool here: an unreleased
-        response makes the next call open (and TLS-handshake) a new connection.
-        """
-
-        def raw() -> bytes:
-            response = function(*args, _preload_content=False)
-            try:
-                body: bytes = response.data
-            finally:
-                response.release_conn()
-            return body
-
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, raw)
-
-    def close(self) -> None:
-        """Stop the worker threads."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    async def close(self) -> None:
+        """Close the API connections."""
+        await self.api.close()
 
     async def bind(self, args: ExtenderBindingArgs) -> str:
         """Bind the pod; returns "" on success, else the error for kube-scheduler."""
@@ -134,10 +104,10 @@ class Binder:
                 "bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, err
             )
             return str(err)
-        except ApiException as err:
+        except ApiError as err:
             self.metrics.bind_errors.labels("ApiError").inc()
             log.warning("bind %s/%s failed: %s", args.pod_namespace, args.pod_name, err)
-            return f"API error while binding: {err.status} {err.reason}"
+            return f"API error while binding: {err}"
         return ""
 
     async def _bind(self, args: ExtenderBindingArgs) -> None:
@@ -157,7 +127,7 @@ class Binder:
             assumption = self._choose(args, seen.request)
         try:
             await self._create_binding(args, assumption)
-        except ApiException:
+        except ApiError:
             if not await self._bound_anyway(args, assumption):
                 self.cache.forget(args.pod_uid)
                 raise
@@ -192,12 +162,13 @@ class Binder:
 
     async def _get_pod(self, args: ExtenderBindingArgs) -> dict[str, Any]:
         try:
-            body = await self.call(self.core.read_namespaced_pod, args.pod_name, args.pod_namespace)
-        except ApiException as err:
+            pod = await self.api.request(
+                "GET", f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}"
+            )
+        except ApiError as err:
             if err.status == 404:
                 raise BindError("PodGone", "pod no longer exists") from err
             raise
-        pod: dict[str, Any] = json.loads(body)
         if pod["metadata"].get("uid") != args.pod_uid:
             raise BindError("PodGone", "pod was deleted and recreated")
         return pod
@@ -205,20 +176,24 @@ class Binder:
     async def _create_binding(self, args: ExtenderBindingArgs, assumption: Assumption) -> None:
         prepared = self.cache.topologies.get(args.node)
         uuids = [prepared.topology.gpu(i).uuid or "" for i in assumption.gpus] if prepared else []
-        binding = client.V1Binding(
-            metadata=client.V1ObjectMeta(
-                name=args.pod_name,
-                uid=args.pod_uid,  # precondition: the pod we were asked to bind
-                annotations={
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": args.pod_name,
+                "uid": args.pod_uid,  # precondition: the pod we were asked to bind
+                "annotations": {
                     keys.ANNOTATION_GPUS: ",".join(uuids),
                     keys.ANNOTATION_GPU_INDICES: ",".join(str(i) for i in assumption.gpus),
                     keys.ANNOTATION_TOPOLOGY_CLASS: assumption.topology_class,
                 },
-            ),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=args.node),
-        )
-        await self.call(
-            self.core.create_namespaced_pod_binding, args.pod_name, args.pod_namespace, binding
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
+        }
+        await self.api.request(
+            "POST",
+            f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}/binding",
+            binding,
         )
 
     async def _bound_anyway(self, args: ExtenderBindingArgs, assumption: Assumption) -> bool:
@@ -227,7 +202,7 @@ class Binder:
             pod = await self._get_pod(args)
             if not self._already_bound(pod, args):
                 return False
-        except (BindError, ApiException):
+        except (BindError, ApiError):
             return False
         held = parse_indices(pod["metadata"]["annotations"].get(keys.ANNOTATION_GPU_INDICES))
         if held != assumption.gpus:

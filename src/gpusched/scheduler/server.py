@@ -34,6 +34,7 @@ from gpusched.core.scheduling import (
     priorities,
     prioritize,
 )
+from gpusched.kubeasync import AsyncApi
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.binder import Binder
@@ -74,7 +75,7 @@ class Extender:
         self.api = api
         self.cache = ClusterCache()
         self.metrics = metrics or SchedulerMetrics()
-        self.binder = Binder(api, self.cache, self.metrics)
+        self.binder = Binder(AsyncApi(api.configuration), self.cache, self.metrics)
         self._stop = threading.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -126,7 +127,7 @@ class Extender:
 
     async def on_cleanup(self, app: web.Application) -> None:
         self._stop.set()
-        self.binder.close()
+        await self.binder.close()
         for task in self._tasks:
             task.cancel()
 
