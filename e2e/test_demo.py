@@ -19,9 +19,18 @@ def test_demo_runs_the_examples_and_cleans_up() -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "kubectl get gpujobs -A" in out
-    for job in ("finetune-llama", "pretrain-vit", "sweep-lr-0001"):
-        assert job in out
+    # The probes published the fixtures' wiring.
+    assert "NVIDIA A100-SXM4-80GB" in out
+    # The extender put 2 GPUs on a bridged pair and explained the unsatisfiable request.
+    pair = next(line for line in out.splitlines() if line.startswith("pod/pair:"))
+    assert "(nvlink)" in pair
+    assert "ScopeUnsatisfiable" in out
+    # The failed GPU was reported and avoided.
+    assert "GPU 5: Unhealthy (Xid79" in out
+    assert "pod/rest: node a100-0, GPUs 4,6,7" in out
+    # The operator admitted, placed and preempted.
+    assert "PreemptedBy" in out
+    assert "WithinGuarantee" in out
     assert "export KUBECONFIG=" in out
     state_dir = Path(out.split("export KUBECONFIG=")[1].split()[0]).parent
     assert LocalCluster.attach(state_dir).status() == {}

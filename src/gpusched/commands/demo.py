@@ -1,39 +1,163 @@
-"""``gpusched demo``: a local cluster with simulated GPU nodes and the example workloads.
+"""``gpusched demo``: the whole product on one machine, without GPUs.
 
-It shows, on one machine and without GPUs, what gpusched does: simulated GPU nodes, the CRDs,
-two tenants with quotas, example GpuJobs, and what each one's status says. It stays up until
-interrupted (or exits at once with ``--no-wait``) and always tears the cluster down.
+A local control plane with simulated GPU nodes wired like real machines; the device probe
+publishing each node's wiring and health; the scheduler extender placing pods on well-wired GPU
+sets and saying why when it cannot; a GPU failure taking a GPU out of placement; and the
+operator admitting GpuJobs of two tenants with different priorities, placing a gang and
+preempting a borrower. It stays up until interrupted (or exits after the walk-through with
+``--no-wait``) and always tears the cluster down.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import click
 
+from gpusched.api import keys
 from gpusched.localcluster import LocalCluster, default_state_dir, ensure_toolchain
 from gpusched.localcluster.binaries import repo_root
 
-#: Simulated nodes: name prefix, count, GPU product label, rack label.
-DEMO_NODES = (
-    ("h100", 2, "NVIDIA-H100-80GB-HBM3", "rack-a"),
-    ("a100", 2, "NVIDIA-A100-SXM4-80GB", "rack-b"),
-)
-#: Apply order: what other manifests refer to comes first.
-EXAMPLE_ORDER = ("namespaces.yaml", "priorityclasses.yaml", "tenantquotas.yaml")
+#: Simulated nodes whose wiring the device probe publishes: name -> fixture.
+PROBED_NODES = {
+    "a100-0": "hgx-a100-sxm4-80gb-8gpu-8nic",
+    "pcie-0": "pcie-8gpu-nvlink-bridge-pairs-2socket",
+}
 
 
 def _section(title: str) -> None:
     click.echo(f"\n=== {title}")
 
 
-def _examples(directory: Path) -> list[Path]:
-    files = sorted(directory.glob("*.yaml"))
-    rank = {name: i for i, name in enumerate(EXAMPLE_ORDER)}
-    return sorted(files, key=lambda path: (rank.get(path.name, len(rank)), path.name))
+def _wait(check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    return None
+
+
+def _pod(name: str, node: str, gpus: int, **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {
+            "schedulerName": keys.SCHEDULER_NAME,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"limits": {keys.GPU_RESOURCE: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def _show_pod(cluster: LocalCluster, name: str) -> None:
+    pod = json.loads(cluster.kubectl("get", "pod", name, "-o", "json").stdout)
+    annotations = pod["metadata"].get("annotations", {})
+    node = pod["spec"].get("nodeName")
+    if node:
+        click.echo(
+            f"pod/{name}: node {node}, GPUs {annotations.get(keys.ANNOTATION_GPU_INDICES)} "
+            f"({annotations.get(keys.ANNOTATION_TOPOLOGY_CLASS)}), "
+            f"{keys.ANNOTATION_GPUS}={annotations.get(keys.ANNOTATION_GPUS, '')[:40]}..."
+        )
+        return
+    events = cluster.kubectl(
+        "get",
+        "events",
+        "--field-selector",
+        f"involvedObject.name={name},reason=FailedScheduling",
+        "-o",
+        "jsonpath={.items[-1:].message}",
+    ).stdout
+    click.echo(f"pod/{name}: Pending. kubectl describe pod says: {events}")
+
+
+def _probes_and_scheduling(cluster: LocalCluster) -> None:
+    from gpusched.device_probe.local import start_fake_probe
+    from gpusched.localcluster.components import start_scheduler
+    from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+    from gpusched.localcluster.topologies import fixture_path
+
+    api = cluster.api_client()
+    _section("Simulated GPU nodes, each with a device probe reading its (fake) NVML")
+    add_gpu_nodes(api, list(PROBED_NODES), 8)
+    wait_nodes_ready(api, list(PROBED_NODES))
+    probes = {
+        node: start_fake_probe(cluster, node, fixture_path(fixture))
+        for node, fixture in PROBED_NODES.items()
+    }
+    _wait(lambda: len(cluster.kubectl("get", "ngt", "-o", "name").stdout.split()) >= 2)
+    click.echo("$ kubectl get nodegputopologies")
+    click.echo(cluster.kubectl("get", "nodegputopologies").stdout)
+    click.echo(
+        "$ kubectl get nodes -L gpusched.io/nvlink.islands,gpusched.io/nvlink.largest-island,"
+        "gpusched.io/nvswitch,nvidia.com/gpu.product"
+    )
+    click.echo(
+        cluster.kubectl(
+            "get",
+            "nodes",
+            *PROBED_NODES,
+            "-L",
+            "gpusched.io/nvlink.islands,gpusched.io/nvlink.largest-island,gpusched.io/nvswitch,"
+            "nvidia.com/gpu.product",
+        ).stdout
+    )
+
+    _section("The scheduler extender places pods on well-wired GPU sets")
+    start_scheduler(cluster)
+    requests = [
+        ("pair", "pcie-0", 2, {}),
+        (
+            "quad-nvlink",
+            "pcie-0",
+            4,
+            {keys.ANNOTATION_TOPOLOGY_SCOPE: "nvlink", keys.ANNOTATION_TOPOLOGY_MODE: "required"},
+        ),
+        ("quad", "a100-0", 4, {}),
+    ]
+    for name, node, gpus, wanted in requests:
+        click.echo(f"- {name}: {gpus} GPUs on {node} {wanted or ''}")
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(_pod(name, node, gpus, **wanted)))
+    _wait(
+        lambda: (
+            "pair"
+            in cluster.kubectl(
+                "get", "pods", "--field-selector", "spec.nodeName!=", "-o", "name"
+            ).stdout
+        )
+    )
+    time.sleep(2)
+    for name, *_ in requests:
+        _show_pod(cluster, name)
+    click.echo("(on pcie-0 only GPU pairs 0-2, 1-3, 4-5, 6-7 are NVLink-bridged)")
+
+    _section("A GPU fails: XID 79 on a100-0 GPU 5 takes it out of placement within seconds")
+    probes["a100-0"].inject(gpu=5, xid=79)
+    _wait(lambda: "Xid79" in cluster.kubectl("get", "ngt", "a100-0", "-o", "yaml").stdout, 30)
+    status = json.loads(cluster.kubectl("get", "ngt", "a100-0", "-o", "json").stdout)["status"]
+    for gpu in status["gpus"]:
+        if gpu["state"] != "Healthy":
+            click.echo(f"GPU {gpu['index']}: {gpu['state']} ({gpu['reason']}: {gpu['message']})")
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(_pod("rest", "a100-0", 3)))
+    _wait(lambda: cluster.kubectl("get", "pod", "rest", "-o", "jsonpath={.spec.nodeName}").stdout)
+    time.sleep(1)
+    _show_pod(cluster, "rest")
+    click.echo("(GPUs 4-7 were free; the new pod gets the three healthy ones)")
 
 
 @click.command()
@@ -42,51 +166,30 @@ def _examples(directory: Path) -> list[Path]:
     "--wait/--no-wait",
     default=True,
     show_default=True,
-    help="Stay up until Ctrl-C (--no-wait: show everything, then tear down).",
+    help="Stay up until Ctrl-C (--no-wait: walk through, then tear down).",
 )
 def demo(name: str, wait: bool) -> None:
-    """Start a local cluster with simulated GPU nodes and run the example workloads."""
-    from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+    """Run the demo: probes, scheduler and operator on a local cluster with simulated GPUs."""
+    from gpusched.operator.demo import run_operator_demo
 
-    root = repo_root()
     cluster = LocalCluster(default_state_dir(name), ensure_toolchain())
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         _section("Starting a local control plane (etcd, kube-apiserver, controllers, kwok)")
         cluster.up()
-        cluster.install_crds(root / "crds")
-        api = cluster.api_client()
+        cluster.install_crds(repo_root() / "crds")
+        _probes_and_scheduling(cluster)
 
-        _section("Adding simulated GPU nodes")
-        for prefix, count, product, rack in DEMO_NODES:
-            names = add_gpu_nodes(
-                api,
-                [f"{prefix}-{i}" for i in range(count)],
-                8,
-                labels={"nvidia.com/gpu.product": product, "topology.kubernetes.io/rack": rack},
-            )
-            wait_nodes_ready(api, names)
-        click.echo(
-            cluster.kubectl(
-                "get", "nodes", "-L", "nvidia.com/gpu.product,topology.kubernetes.io/rack"
-            ).stdout
-        )
-
-        _section("Applying the examples in docs/examples")
-        for path in _examples(root / "docs" / "examples"):
-            click.echo(cluster.kubectl("apply", "-f", str(path)).stdout.rstrip())
-
-        time.sleep(1)
-        _section("kubectl get tenantquotas")
-        click.echo(cluster.kubectl("get", "tenantquotas").stdout)
-        _section("kubectl get gpujobs -A")
-        click.echo(cluster.kubectl("get", "gpujobs", "-A", "-o", "wide").stdout)
+        _section("Tenants, priorities, gangs and preemption: the GpuJob operator")
+        run_operator_demo(cluster, click.echo, start_extender=False)
 
         _section("Try it")
         click.echo(f"export KUBECONFIG={cluster.kubeconfig}")
-        click.echo(f"{cluster.binary('kubectl')} get gpujobs -A")
-        click.echo(f"{cluster.binary('kubectl')} explain gpujob.spec.topology")
+        click.echo(f"alias kubectl={cluster.binary('kubectl')}")
+        click.echo("kubectl get gpujobs -A; kubectl get tenantquotas; kubectl get ngt")
+        click.echo("gpusched explain demo-research/pretrain")
+        click.echo(f"kubectl apply -f {repo_root() / 'docs' / 'examples'}   # more jobs")
         if wait:
             click.echo("\nThe cluster stays up until you press Ctrl-C.")
             while not stop.wait(1.0):
