@@ -1,9 +1,9 @@
 """From API objects to the admission core's snapshot types.
 
-Nodes: every Ready, schedulable node that advertises ``nvidia.com/gpu``. Its wiring comes from its
-NodeGpuTopology; a node without one is modelled as a count-only topology (GPUs with no known
-links), which serves jobs whose scope is ``node`` or only *preferred*; jobs that *require* a
-tighter scope never land there. Its model is the ``nvidia.com/gpu.product`` label (what
+Nodes: every Ready, schedulable node that advertises ``nvidia.com/gpu`` and has a usable
+NodeGpuTopology. The gpusched scheduler binds GPU pods only to nodes whose GPUs it can name, so a
+node without one (no device probe there yet) is left out of admission rather than planned for
+pods that would never bind. Its model is the ``nvidia.com/gpu.product`` label (what
 ``spec.gpuModel`` names), else ``gpusched.io/gpu.model``, else the topology's first GPU.
 """
 
@@ -185,6 +185,8 @@ class NodeReader:
             if gpus <= 0 and topo is None:
                 continue
             prepared, count_only = self._prepared(name, gpus, labels.get(keys.GFD_PRODUCT), topo)
+            if count_only:
+                continue  # the extender refuses it (NoTopology): nothing admitted here could bind
             taints = tuple(
                 Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")
                 for t in (raw.get("spec") or {}).get("taints") or []

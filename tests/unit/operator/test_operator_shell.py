@@ -222,7 +222,7 @@ def _node(name: str, **extra: Any) -> dict[str, Any]:
     return body
 
 
-def test_nodes_without_topology_are_count_only_and_unusable_nodes_are_skipped() -> None:
+def test_only_ready_schedulable_gpu_nodes_with_a_topology_are_admission_candidates() -> None:
     spec, status = fixture_objects("hgx-h100-sxm-8gpu-8nic", "wired")
     topology = {
         "metadata": {"name": "wired", "resourceVersion": "1"},
@@ -231,18 +231,17 @@ def test_nodes_without_topology_are_count_only_and_unusable_nodes_are_skipped() 
     }
     raw = [
         _node("wired"),
-        _node("plain"),
+        _node("plain"),  # no NodeGpuTopology: the extender would refuse it
         _node("cordoned", spec={"unschedulable": True}),
         _node("down", status={"conditions": [{"type": "Ready", "status": "False"}]}),
         _node("cpu", status={"allocatable": {}}),
     ]
-    nodes = {n.name: n for n in NodeReader().nodes(raw, {"wired": topology}, {"plain": ({1}, 2)})}
-    assert set(nodes) == {"wired", "plain"}
+    busy = {"wired": ({1}, 2)}
+    nodes = {n.name: n for n in NodeReader().nodes(raw, {"wired": topology}, busy)}
+    assert set(nodes) == {"wired"}
     assert not nodes["wired"].count_only
     assert nodes["wired"].topology.wiring.n == 8
-    assert nodes["plain"].count_only
-    assert nodes["plain"].model == "H100"
-    assert (nodes["plain"].busy, nodes["plain"].busy_count) == (frozenset({1}), 2)
+    assert (nodes["wired"].busy, nodes["wired"].busy_count) == (frozenset({1}), 2)
     only_pool = NodeReader({"pool": "x"}).nodes(raw, {}, {})
     assert only_pool == []
 
