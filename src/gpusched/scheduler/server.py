@@ -195,11 +195,17 @@ class Extender:
             result = ExtenderFilterResult(failed_and_unresolvable_nodes=refused)
             return web.json_response(result.to_wire())
         outcome = filter_nodes(self.cache.views(names), gpu)
-        self.binder.memory.remember(args.pod, gpu, priorities(outcome.verdicts))
+        # Prioritize is asked only about the nodes that pass filter.
+        fitting = {name: outcome.verdicts[name] for name in outcome.fits}
+        self.binder.memory.remember(args.pod, gpu, priorities(fitting))
         for reason in (*outcome.failed.values(), *outcome.unresolvable.values()):
             self.metrics.refused_nodes.labels(reason.split(":", 1)[0]).inc()
+        if outcome.fits:
+            # kube-scheduler reads per-node reasons only to explain an unschedulable pod and
+            # to skip hopeless nodes in preemption; a pod that fits somewhere needs neither,
+            # and leaving them out keeps the answer small on large clusters.
+            return web.json_response({"NodeNames": list(outcome.fits), "Error": ""})
         result = ExtenderFilterResult(
-            node_names=list(outcome.fits),
             failed_nodes=outcome.failed,
             failed_and_unresolvable_nodes=outcome.unresolvable,
         )
