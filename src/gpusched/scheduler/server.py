@@ -204,7 +204,7 @@ class Extender:
             # kube-scheduler reads per-node reasons only to explain an unschedulable pod and
             # to skip hopeless nodes in preemption; a pod that fits somewhere needs neither,
             # and leaving them out keeps the answer small on large clusters.
-            return web.json_response({"NodeNames": list(outcome.fits), "Error": ""})
+            return web.json_response(ExtenderFilterResult(node_names=list(outcome.fits)).to_wire())
         result = ExtenderFilterResult(
             failed_nodes=outcome.failed,
             failed_and_unresolvable_nodes=outcome.unresolvable,
