@@ -29,7 +29,16 @@ class ApiError(Exception):
 class AsyncApi:
     """JSON requests to the API server described by a ``kubernetes`` configuration."""
 
-    def __init__(self, configuration: client.Configuration, *, connections: int = 64) -> None:
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        *,
+        connections: int = 64,
+        timeout_seconds: float = 20.0,
+    ) -> None:
+        """``timeout_seconds`` bounds each call; keep it below kube-scheduler's extender
+        ``httpTimeout`` so a bind never outlives the call kube-scheduler made."""
+        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds, connect=5)
         self._configuration = configuration
         self._host = configuration.host.rstrip("/")
         self._ssl = self._ssl_context(configuration)
@@ -64,7 +73,7 @@ class AsyncApi:
     async def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._connections)
-            self._session = aiohttp.ClientSession(connector=connector)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
     async def request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds a watch request stays open before it is renewed (the server may end it sooner).
 WATCH_TIMEOUT_SECONDS = 300
+#: Client-side deadlines: connecting, and a whole list.
+CONNECT_TIMEOUT_SECONDS = 10
+LIST_TIMEOUT_SECONDS = 120
 
 
 #: A ``list_*`` method of the generated client, e.g. ``CoreV1Api.list_pod_for_all_namespaces``.
@@ -83,7 +86,7 @@ class Reflector:
         return thread
 
     def _list(self) -> str:
-        response = self.list_function(**self._kwargs())
+        response = self.list_function(_request_timeout=LIST_TIMEOUT_SECONDS, **self._kwargs())
         try:
             body = json.loads(response.data)
         finally:
@@ -98,6 +101,9 @@ class Reflector:
             resource_version=version,
             allow_watch_bookmarks=True,
             timeout_seconds=WATCH_TIMEOUT_SECONDS,
+            # A read deadline beyond the server's own: a connection that dies silently (an API
+            # server or load balancer failing over) must end in a re-list, not a hung thread.
+            _request_timeout=(CONNECT_TIMEOUT_SECONDS, WATCH_TIMEOUT_SECONDS + 30),
             **self._kwargs(),
         )
         try:

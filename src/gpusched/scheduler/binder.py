@@ -34,7 +34,7 @@ from gpusched.scheduler.cache import Assumption, ClusterCache, parse_indices
 log = logging.getLogger(__name__)
 
 #: Pods remembered between their filter and bind calls.
-REMEMBERED_PODS = 20_000
+REMEMBERED_PODS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,8 @@ class Binder:
             await self._create_binding(args, assumption)
         except ApiError:
             if not await self._bound_anyway(args, assumption):
-                self.cache.forget(args.pod_uid)
+                if self.cache.assumptions.get(args.pod_uid) is assumption:
+                    self.cache.forget(args.pod_uid)
                 raise
         self.cache.mark_bound(args.pod_uid)
         self.metrics.placements.labels(assumption.topology_class).inc()
@@ -197,15 +198,30 @@ class Binder:
         )
 
     async def _bound_anyway(self, args: ExtenderBindingArgs, assumption: Assumption) -> bool:
-        """After a failed Binding call: whether the pod is bound to the node all the same."""
+        """After a failed Binding call: whether the pod is bound to the node all the same.
+
+        Whatever the answer, if the pod turns out bound (here, or elsewhere by an earlier
+        attempt kube-scheduler gave up on), the GPUs it really holds are reserved until the
+        watch confirms them, so they are never handed out meanwhile.
+        """
         try:
             pod = await self._get_pod(args)
-            if not self._already_bound(pod, args):
-                return False
         except (BindError, ApiError):
             return False
-        held = parse_indices(pod["metadata"]["annotations"].get(keys.ANNOTATION_GPU_INDICES))
-        if held != assumption.gpus:
-            # Bound earlier with another set: the pod holds that one (the watch will say so).
-            self.cache.forget(args.pod_uid)
-        return True
+        annotations = pod["metadata"].get("annotations") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        held = parse_indices(annotations.get(keys.ANNOTATION_GPU_INDICES))
+        if not node or held is None:
+            return False
+        actual = Assumption(
+            uid=args.pod_uid,
+            key=assumption.key,
+            node=node,
+            gpus=held,
+            topology_class=annotations.get(
+                keys.ANNOTATION_TOPOLOGY_CLASS, assumption.topology_class
+            ),
+        )
+        self.cache.assume(actual)
+        self.cache.mark_bound(args.pod_uid)
+        return bool(node == args.node)

@@ -161,7 +161,8 @@ class ClusterCache:
         self.by_node.setdefault(node, {})[key] = record
         self._touch(node)
         assumption = self.assumptions.get(record.uid)
-        if assumption is not None and gpus is not None and assumption.node == node:
+        if assumption is not None and gpus is not None:
+            # The pod's real holding is known now, wherever an earlier bind attempt aimed.
             self._pop_assumption(record.uid)
 
     def delete_pod(self, obj: Mapping[str, Any]) -> None:

@@ -153,3 +153,14 @@ def test_assumption_of_a_bind_that_never_returned_expires(cache: ClusterCache) -
     cache.assume(Assumption(uid="u1", key="ns/x", node="n1", gpus=(0,), topology_class="nvlink"))
     clock.now += ABANDONED_BIND_SECONDS + 1
     assert cache.expire() == 1
+
+
+def test_watch_confirmation_on_another_node_drops_a_stale_assumption(cache: ClusterCache) -> None:
+    # kube-scheduler retried the bind on n2 while the first attempt, on n1, landed.
+    cache.assume(
+        Assumption(uid="uid-x", key="ns/x", node="n2", gpus=(0, 1), topology_class="nvlink")
+    )
+    cache.apply_pod(pod("x", "n1", 2, "4,5"))
+    assert "uid-x" not in cache.assumptions
+    assert cache.view("n2").busy == frozenset()
+    assert cache.view("n1").busy == {4, 5}
