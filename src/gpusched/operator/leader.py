@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import UTC, datetime, timedelta
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -57,9 +58,30 @@ class LeaderElector:
         self.name = name
         self.duration = duration
         self.leading = False
+        self._observed: tuple[object, object] | None = None
+        self._observed_at = 0.0
 
     def ensure(self) -> bool:
-        """Acquire or renew the lease; True while this replica leads."""
+        """Acquire or renew the lease; True while this replica leads. Any failure to reach the
+        API server means not leading (never an exception: the loop must survive an API server
+        restart)."""
+        try:
+            return self._ensure()
+        except Exception as err:  # connection refused, timeouts, TLS errors, API errors
+            log.warning("lease %s/%s unreachable: %s", self.namespace, self.name, err)
+            return self._lost()
+
+    def _expired(self, holder: object, renew_time: object, duration: float) -> bool:
+        """Whether the holder stopped renewing, judged on this process's own clock: the time
+        since this replica last saw the lease change, never the holder's timestamps (clocks of
+        two machines disagree)."""
+        record = (holder, renew_time)
+        now = time.monotonic()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        return now - self._observed_at > duration
+
+    def _ensure(self) -> bool:
         now = datetime.now(UTC)
         try:
             lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
@@ -70,9 +92,8 @@ class LeaderElector:
             return self._create(now)
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity
-        renewed = _parse(spec.renew_time) or _parse(spec.acquire_time)
         duration = float(spec.lease_duration_seconds or self.duration)
-        expired = renewed is None or now - renewed > timedelta(seconds=duration)
+        expired = self._expired(holder, spec.renew_time or spec.acquire_time, duration)
         if holder != self.identity and not expired:
             return self._lost()
         transitions = int(spec.lease_transitions or 0)
