@@ -118,7 +118,6 @@ class Publisher:
                 field_manager=self.field_manager,
                 force=True,
                 _content_type=_APPLY,
-                _preload_content=False,
             )
         except ApiException as err:
             self._failed("labels")
@@ -213,7 +212,6 @@ class Publisher:
                     body,
                     field_manager=self.field_manager,
                     _content_type=_MERGE,
-                    _preload_content=False,
                 )
                 return True
             except ApiException as err:
