@@ -59,7 +59,9 @@ class Invalid:
     def named(self, name: str) -> dict[str, Any]:
         """The manifest with a unique object name."""
         manifest = copy.deepcopy(self.manifest)
-        manifest["metadata"]["name"] = name
+        too_long = len(manifest["metadata"]["name"]) > 63
+        # A case about an over-long name stays over-long.
+        manifest["metadata"]["name"] = f"{name}-{'x' * 64}" if too_long else name
         return manifest
 
 
@@ -160,4 +162,6 @@ INVALID: tuple[Invalid, ...] = (
         "spec.preemption.reclaimBorrowed",
     ),
     Invalid("tenantquota-unknown-field", tenantquota(maxGpus=4), "spec.maxGpus"),
+    Invalid("gpujob-name-too-long", gpujob("j" * 64), "metadata.name", upstream=True),
+    Invalid("tenantquota-name-too-long", tenantquota("t" * 64), "metadata.name", upstream=True),
 )

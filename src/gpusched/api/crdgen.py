@@ -82,6 +82,8 @@ class CrdSpec:
     short_names: tuple[str, ...]
     namespaced: bool
     columns: tuple[dict[str, Any], ...] = field(default=())
+    label_named: bool = False
+    """Objects whose name becomes a label value on pods, hence at most 63 characters."""
 
     @property
     def kind(self) -> str:
@@ -124,6 +126,7 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
         singular="gpujob",
         short_names=("gj",),
         namespaced=True,
+        label_named=True,
         columns=(
             _column("Tenant", "string", ".status.tenant", "TenantQuota owning the namespace."),
             _column("Replicas", "integer", ".spec.replicas", "Pods in the gang."),
@@ -148,6 +151,7 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
         singular="tenantquota",
         short_names=("tq",),
         namespaced=False,
+        label_named=True,
         columns=(
             _column("Guaranteed", "integer", ".spec.guaranteedGpus", "GPUs always available."),
             _column("Limit", "integer", ".spec.borrowingLimit", "Most GPUs held at once."),
@@ -359,6 +363,20 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
+def _with_name_rule(crd: CrdSpec) -> dict[str, Any]:
+    schema = structural_schema(crd.model)
+    if crd.label_named:
+        schema["x-kubernetes-validations"] = [
+            {
+                "rule": "size(self.metadata.name) <= 63",
+                "message": f"metadata.name must be at most 63 characters: the {crd.kind} name is "
+                "written as a label value on its pods",
+                "reason": "FieldValueInvalid",
+            }
+        ]
+    return schema
+
+
 def crd_manifest(crd: CrdSpec) -> dict[str, Any]:
     """The complete CustomResourceDefinition object for one kind."""
     return {
@@ -386,7 +404,7 @@ def crd_manifest(crd: CrdSpec) -> dict[str, Any]:
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": list(crd.columns),
-                    "schema": {"openAPIV3Schema": structural_schema(crd.model)},
+                    "schema": {"openAPIV3Schema": _with_name_rule(crd)},
                 }
             ],
         },
