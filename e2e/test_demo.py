@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from gpusched.localcluster import LocalCluster
+from gpusched.localcluster import LocalCluster, default_state_dir
 
 
 def test_demo_runs_the_examples_and_cleans_up() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "gpusched", "demo", "--name", "e2e-demo", "--no-wait"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    name = f"e2e-demo-{os.getpid()}"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "gpusched", "demo", "--name", name, "--no-wait"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    finally:
+        # Should the demo be killed (timeout), its cluster's processes live on in their own
+        # process groups: stop them so they do not load the rest of the run.
+        if (default_state_dir(name) / "state.json").exists():
+            LocalCluster.attach(default_state_dir(name)).down()
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     # The probes published the fixtures' wiring.
