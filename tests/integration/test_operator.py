@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
 from gpusched.cli import main
@@ -215,6 +216,50 @@ def test_deleting_a_job_removes_its_pods(sc: Scenario) -> None:
     assert len(sc.pods(ns, "doomed")) == 2
     sc.custom.delete_namespaced_custom_object("gpusched.io", "v1alpha1", ns, "gpujobs", "doomed")
     wait_for(lambda: not sc.pods(ns, "doomed"), 60, "pods of the deleted job to go")
+
+
+def test_job_recreated_under_the_same_name_does_not_adopt_the_old_jobs_pods(sc: Scenario) -> None:
+    sc.nodes(1)
+    _, ns = sc.tenant("again", guaranteed=8)
+    # The old pod takes 20 s to terminate (its grace period), so it is still there when the
+    # new job of the same name wants pod name job-1-0.
+    sc.submit(
+        ns,
+        "job",
+        4,
+        template={
+            "metadata": {"annotations": {keys.SIM_RUNTIME: "1h"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 20,
+                "containers": [{"name": "main", "image": "busybox"}],
+            },
+        },
+    )
+    sc.wait_phase(ns, "job", "Running")
+    old_uid = sc.job(ns, "job")["metadata"]["uid"]
+    sc.custom.delete_namespaced_custom_object("gpusched.io", "v1alpha1", ns, "gpujobs", "job")
+    wait_for(
+        lambda: all(p.metadata.deletion_timestamp for p in sc.pods(ns, "job")) or None,
+        30,
+        "the old pod to be terminating",
+    )
+    wait_for(lambda: _gone(sc, ns, "job"), 30, "the old GpuJob to be deleted")
+    sc.submit(ns, "job", 4)
+    new_uid = sc.job(ns, "job")["metadata"]["uid"]
+    assert new_uid != old_uid
+    sc.wait_phase(ns, "job", "Running", timeout=90)
+    pods = sc.pods(ns, "job")
+    assert pods
+    assert {p.metadata.labels[keys.LABEL_JOB_UID] for p in pods} == {new_uid}
+    assert all(p.metadata.deletion_timestamp is None for p in pods)
+
+
+def _gone(sc: Scenario, namespace: str, name: str) -> bool | None:
+    try:
+        sc.job(namespace, name)
+    except ApiException as err:
+        return err.status == 404 or None
+    return None
 
 
 @pytest.mark.parametrize("point", ["admission-after-status", "admission-after-first-pod"])

@@ -136,11 +136,25 @@ class OperatorApi:
             )
         except ApiException as err:
             if err.status == 409:
-                return True
+                # Ours only if the same job made it: a deleted job's pod of the same name may
+                # still be terminating; then wait for it to go.
+                return self._same_job(namespace, manifest)
             if err.status == 404:
                 return False
             raise
         return True
+
+    def _same_job(self, namespace: str, manifest: dict[str, Any]) -> bool:
+        name = manifest["metadata"]["name"]
+        try:
+            existing = self.core.read_namespaced_pod(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        labels = (existing.metadata.labels if existing.metadata else None) or {}
+        wanted = manifest["metadata"].get("labels", {}).get(keys.LABEL_JOB_UID)
+        return bool(labels.get(keys.LABEL_JOB_UID) == wanted)
 
     def dry_run_pod(self, manifest: dict[str, Any]) -> str | None:
         """Let the API server validate and admit a pod without creating it; None if it would

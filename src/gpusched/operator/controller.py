@@ -569,13 +569,14 @@ class Controller:
     # --- snapshot ----------------------------------------------------------------------------
 
     def snapshot(self, world: World, views: dict[str, JobView]) -> Snapshot:
-        accounted: set[tuple[str, str, int]] = set()
+        accounted: set[tuple[str, str, str | None, int]] = set()
         jobs: list[Job] = []
         for view in views.values():
             if view.state is None:
                 continue
             status = view.status
-            accounted.add((view.record.namespace, view.record.name, status.admission))
+            uid = view.record.raw["metadata"].get("uid")
+            accounted.add((view.record.namespace, view.record.name, uid, status.admission))
             checkpoint = view.record.last_checkpoint()
             # Creation time is the FIFO order users expect, and it never changes.
             submitted = view.job.metadata.creation_timestamp or status.submitted_at or world.now
@@ -599,7 +600,16 @@ class Controller:
         for pod in world.pods:
             if not pod.live or not pod.node or pod.gpus <= 0:
                 continue
-            if pod.job and (pod.namespace, pod.job, pod.admission) in accounted:
+            if pod.job and (pod.namespace, pod.job, pod.job_uid, pod.admission) in accounted:
+                continue
+            if (
+                pod.job
+                and pod.job_uid is None
+                and any(
+                    key[:2] == (pod.namespace, pod.job) and key[3] == pod.admission
+                    for key in accounted
+                )
+            ):
                 continue
             indices, unknown = busy.setdefault(pod.node, (set(), 0))
             gpus = pod.bound_gpus

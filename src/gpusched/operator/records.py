@@ -97,6 +97,12 @@ class PodInfo:
         return self.labels.get(keys.LABEL_JOB_NAME)
 
     @property
+    def job_uid(self) -> str | None:
+        """UID of the GpuJob that created the pod: a job deleted and recreated under the same
+        name is another job, whose pods must not be mistaken for the old one's."""
+        return self.labels.get(keys.LABEL_JOB_UID)
+
+    @property
     def admission(self) -> int | None:
         value = self.labels.get(keys.LABEL_ADMISSION, "")
         return int(value) if value.isdigit() else None
@@ -234,7 +240,12 @@ def build_world(
         if pod.job:
             by_job.setdefault((pod.namespace, pod.job), []).append(pod)
     for record in records:
-        record.pods = by_job.get((record.namespace, record.name), [])
+        uid = record.raw["metadata"].get("uid")
+        record.pods = [
+            pod
+            for pod in by_job.get((record.namespace, record.name), [])
+            if pod.job_uid in (None, uid)
+        ]
     quota_objects = []
     quota_raw = {}
     for raw in quotas:
