@@ -372,3 +372,25 @@ def test_gang_whose_pods_cannot_run_is_released_and_requeued_with_backoff(
     finally:
         operator.kill()
         operator.start()
+
+
+def test_pods_refused_by_a_resource_quota_release_the_gang_with_the_reason(
+    sc: Scenario, kube: Any
+) -> None:
+    from kubernetes import client
+
+    sc.nodes(1)
+    _, ns = sc.tenant("quota", guaranteed=8)
+    quota = {
+        "metadata": {"name": "no-gpus"},
+        "spec": {"hard": {f"requests.{keys.GPU_RESOURCE}": "0"}},
+    }
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_resource_quota(ns, quota)
+    sc.submit(ns, "blocked", 4)
+    status = sc.wait_reason(ns, "blocked", "PodsReadyTimeout", timeout=90)
+    # Not failed for good: the template is fine, the namespace's quota refused the pods.
+    assert status["phase"] == "Queued"
+    assert "exceeded quota" in status["message"]
+    core.delete_namespaced_resource_quota("no-gpus", ns)
+    sc.wait_phase(ns, "blocked", "Running", timeout=120)

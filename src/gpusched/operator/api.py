@@ -25,6 +25,17 @@ def _items(response: Any) -> list[dict[str, Any]]:
     return list(payload.get("items") or [])
 
 
+class PodRefusedError(Exception):
+    """The API server refused to create a pod (quota, admission policy, validation)."""
+
+
+def _message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body or "{}").get("message") or err.reason)
+    except (TypeError, ValueError):
+        return str(err.reason)
+
+
 class OperatorApi:
     """Thin wrapper over the Kubernetes client for the operator's reads and writes."""
 
@@ -141,6 +152,8 @@ class OperatorApi:
                 return self._same_job(namespace, manifest)
             if err.status == 404:
                 return False
+            if err.status in (400, 403, 422):
+                raise PodRefusedError(_message(err)) from err
             raise
         return True
 
@@ -163,11 +176,14 @@ class OperatorApi:
         try:
             self.core.create_namespaced_pod(namespace, manifest, dry_run="All")  # type: ignore[arg-type]
         except ApiException as err:
-            if err.status in (400, 403, 422):
-                try:
-                    return str(json.loads(err.body or "{}").get("message") or err.reason)
-                except (TypeError, ValueError):
-                    return str(err.reason)
+            if err.status in (400, 422):
+                return _message(err)
+            if err.status == 403:
+                # Forbidden is about this moment (a full ResourceQuota, a terminating
+                # namespace, a policy), not the template: do not fail the job for it; pod
+                # creation will meet the same refusal and the gang is requeued with its text.
+                log.info("dry run of %s refused for now: %s", namespace, _message(err))
+                return None
             raise
         return None
 

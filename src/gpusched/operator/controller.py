@@ -45,7 +45,7 @@ from gpusched.core.admission import (
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import failpoints
 from gpusched.operator import status as st
-from gpusched.operator.api import OperatorApi
+from gpusched.operator.api import OperatorApi, PodRefusedError
 from gpusched.operator.pods import pod_manifest
 from gpusched.operator.records import JobRecord, PodInfo, World, build_world
 from gpusched.operator.translate import NodeReader, TenantMap, core_tenant, job_shape, tenant_map
@@ -147,6 +147,7 @@ class Controller:
         self.clock = clock
         self.nodes = NodeReader(self.config.node_selector)
         self._validated: dict[str, tuple[float, str | None]] = {}
+        self._create_errors: dict[str, str] = {}
         # Per-job work runs on the outer pool and per-pod calls on the inner one, so a job's
         # task never waits for a slot of the pool it occupies.
         self._writer = ThreadPoolExecutor(self.config.write_workers, "gpusched-job")
@@ -292,7 +293,12 @@ class Controller:
         todo = [m for m in manifests if m["metadata"]["name"] not in existing]
 
         def create(manifest: dict[str, Any]) -> bool:
-            ok = self.api.create_pod(manifest)
+            try:
+                ok = self.api.create_pod(manifest)
+            except PodRefusedError as err:
+                # Kept for the release message; the pods-ready timeout releases the gang.
+                self._create_errors[view.key] = str(err)
+                return False
             failpoints.reach("admission-after-first-pod")
             return ok
 
@@ -515,44 +521,65 @@ class Controller:
         view.placement = self._held(view, current)
         if leaving.get(view.key):
             return  # victims still on the GPUs
+        created = [p.created for p in current if p.created is not None]
+        # The clock starts when the pods were created, or at admission if none could be
+        # (e.g. a ResourceQuota refuses them): a gang never sits Admitted forever.
+        started_waiting = min(created) if created else view.status.admitted_at
+        all_running = len(present) == replicas and all(p.phase == "Running" for p in current)
+        if (
+            view.status.phase is JobPhase.ADMITTED
+            and not all_running
+            and started_waiting is not None
+            and now > started_waiting + timedelta(seconds=self.config.pods_ready_timeout)
+        ):
+            self._release_unready(view, current, transition(), gpus, now)
+            return
         if len(present) < replicas:
             if self._create_pods(view) and not transition().has(st.Cond.ADMITTED):
                 self._write(view, st.pods_created(transition()))
                 self._event(view, "PodsCreated", f"created {replicas} pods")
             return
-        if all(p.phase == "Running" for p in current):
-            if view.status.phase is not JobPhase.RUNNING and self._write(
-                view, st.running(transition(), replicas, bound=current)
-            ):
-                nodes = ", ".join(sorted({p.node or "?" for p in current}))
-                self._event(view, "Running", f"all pods running on {nodes}")
-            return
-        created = [p.created for p in current if p.created is not None]
-        if view.status.phase is JobPhase.ADMITTED and created:
-            deadline = min(created) + timedelta(seconds=self.config.pods_ready_timeout)
-            if now > deadline:
-                count = view.status.requeue_count
-                delay = min(self.config.backoff_max, self.config.backoff_base * 2**count)
-                text = (
-                    f"pods not all running within {self.config.pods_ready_timeout:.0f}s; gang "
-                    f"released, next attempt in {delay:.0f}s"
-                )
-                self._delete_pods(current, 0)
-                if self._write(
-                    view,
-                    st.requeued(
-                        transition(),
-                        st.Reason.PODS_READY_TIMEOUT,
-                        text,
-                        gpus,
-                        requeue_at=now + timedelta(seconds=delay),
-                    ),
-                ):
-                    self._event(view, st.Reason.PODS_READY_TIMEOUT.value, text, warning=True)
-                    self.metrics.requeues.labels(
-                        view.tenant or "", st.Reason.PODS_READY_TIMEOUT.value
-                    ).inc()
-                self._terminating(view, current, None)
+        if (
+            all_running
+            and view.status.phase is not JobPhase.RUNNING
+            and self._write(view, st.running(transition(), replicas, bound=current))
+        ):
+            nodes = ", ".join(sorted({p.node or "?" for p in current}))
+            self._event(view, "Running", f"all pods running on {nodes}")
+
+    def _release_unready(
+        self,
+        view: JobView,
+        current: list[PodInfo],
+        transition: st.Transition,
+        gpus: int,
+        now: datetime,
+    ) -> None:
+        """Release a gang whose pods did not all run in time and queue it again with backoff."""
+        count = view.status.requeue_count
+        delay = min(self.config.backoff_max, self.config.backoff_base * 2**count)
+        refused = self._create_errors.pop(view.key, None)
+        text = (
+            f"pods not all running within {self.config.pods_ready_timeout:.0f}s; gang "
+            f"released, next attempt in {delay:.0f}s"
+            + (f" (pod creation refused: {refused})" if refused else "")
+        )
+        self._delete_pods(current, 0)
+        if self._write(
+            view,
+            st.requeued(
+                transition,
+                st.Reason.PODS_READY_TIMEOUT,
+                text,
+                gpus,
+                requeue_at=now + timedelta(seconds=delay),
+            ),
+        ):
+            self._event(view, st.Reason.PODS_READY_TIMEOUT.value, text, warning=True)
+            self.metrics.requeues.labels(
+                view.tenant or "", st.Reason.PODS_READY_TIMEOUT.value
+            ).inc()
+        self._terminating(view, current, None)
 
     def _held(self, view: JobView, pods: list[PodInfo]) -> tuple[Assignment, ...]:
         """The GPUs an admitted job holds: what the extender bound where known, else the plan."""
