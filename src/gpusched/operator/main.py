@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import kopf
-from kubernetes import client, config
 
 from gpusched.api import keys
-from gpusched.kube import api_client
+from gpusched.kube import api_client, load_configuration
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.api import OperatorApi
 from gpusched.operator.controller import Controller, OperatorConfig
@@ -48,18 +46,7 @@ class RunOptions:
 
 def connection_info(kubeconfig: Path | None) -> kopf.ConnectionInfo:
     """kopf credentials from the same kubeconfig (or in-cluster account) the client uses."""
-    cfg = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(path), client_configuration=cfg, persist_config=False
-        )
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            client_configuration=cfg, persist_config=False
-        )
+    cfg = load_configuration(kubeconfig)
     token = None
     auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
     if auth:
