@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Final
 
 from kubernetes import client, config
 
@@ -28,10 +29,50 @@ def load_configuration(kubeconfig: str | Path | None = None) -> client.Configura
     return configuration
 
 
-def api_client(kubeconfig: str | Path | None = None, *, connections: int = 32) -> client.ApiClient:
+#: Default (connect, read) deadline of every call that does not set its own.
+DEFAULT_TIMEOUT: Final = (10.0, 120.0)
+
+
+class _DeadlineApiClient(client.ApiClient):
+    """An ApiClient whose calls end even when a connection dies silently.
+
+    The generated client waits forever by default; one call stuck on a half-open connection
+    (an API server or load balancer failing over) would stall the operator's cycle or the
+    probe's loop with nothing logged. Calls that pass ``_request_timeout`` (watches) keep it.
+    """
+
+    def __init__(self, configuration: client.Configuration, timeout: tuple[float, float]) -> None:
+        super().__init__(configuration)
+        self._default_timeout = timeout
+
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        return super().call_api(
+            method,
+            url,
+            header_params,
+            body,
+            post_params,
+            _request_timeout if _request_timeout is not None else self._default_timeout,
+        )
+
+
+def api_client(
+    kubeconfig: str | Path | None = None,
+    *,
+    connections: int = 32,
+    timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+) -> client.ApiClient:
     """A client for :func:`load_configuration`'s configuration. ``connections`` sizes the
     connection pool, which must match the number of threads that use the client at once (the
-    default of 4 serialises them)."""
+    default of 4 serialises them); ``timeout`` is the default (connect, read) deadline."""
     configuration = load_configuration(kubeconfig)
     configuration.connection_pool_maxsize = connections
-    return client.ApiClient(configuration)
+    return _DeadlineApiClient(configuration, timeout)
