@@ -794,6 +794,14 @@ class Controller:
             last = old.last_metered_at
             if last is not None:
                 seconds += _gpu_seconds_between(views.values(), name, last, now)
+            # A job of the tenant stopped running in this cycle: its time up to now is counted
+            # only if written now (next cycle its status no longer says it ran).
+            stopped = any(
+                view.tenant == name
+                and view.job.status.phase is JobPhase.RUNNING
+                and view.status.phase is not JobPhase.RUNNING
+                for view in views.values()
+            )
             conflicts = tenants.conflicts.get(name, [])
             conditions = list(old.conditions)
             conditions = _set_condition(
@@ -835,13 +843,18 @@ class Controller:
             compare_new = {
                 k: v for k, v in new_body.items() if k not in ("gpuSeconds", "lastMeteredAt")
             }
-            self.metrics.gpu_seconds.labels(name).set(new.gpu_seconds)
             stale = time.monotonic() - self._quota_written.get(name, 0.0)
-            if compare_old == compare_new and stale < self.config.quota_meter_interval and last:
+            quiet = compare_old == compare_new and not stopped
+            if quiet and stale < self.config.quota_meter_interval and last:
+                # Exported from what is stored, so the series never goes back.
+                self.metrics.gpu_seconds.labels(name).set(old.gpu_seconds)
                 return
             patch = merge_patch(old_body, new_body)
             if patch and self.api.patch_quota_status(name, patch):
                 self._quota_written[name] = time.monotonic()
+                self.metrics.gpu_seconds.labels(name).set(new.gpu_seconds)
+            else:
+                self.metrics.gpu_seconds.labels(name).set(old.gpu_seconds)
 
         for _ in self._writer.map(publish, world.quotas):
             pass
@@ -869,13 +882,15 @@ class Controller:
 def _gpu_seconds_between(
     views: Iterable[JobView], tenant: str, since: datetime, until: datetime
 ) -> float:
-    """GPU-seconds the tenant's jobs ran between two times, from their start and finish times
-    (runs cut short by preemption or a lost pod are counted up to the cycle that saw it)."""
+    """GPU-seconds the tenant's jobs ran between two times, from their start and finish times.
+
+    Read from each job's status as it stood when the cycle began: a job this cycle preempts or
+    requeues still counts up to now (its new status has forgotten that it started)."""
     total = 0.0
     for view in views:
         if view.tenant != tenant:
             continue
-        status = view.status
+        status = view.job.status
         started = status.started_at
         if started is None:
             continue
@@ -885,6 +900,9 @@ def _gpu_seconds_between(
             end = status.finished_at
         else:
             continue
+        finished = view.status.finished_at  # finishing in this very cycle
+        if finished is not None:
+            end = min(end, finished)
         begin = max(started, since)
         if end > begin:
             total += (end - begin).total_seconds() * view.gpus
