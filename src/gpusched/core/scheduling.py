@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpusched.api import keys
+from gpusched.api.annotations import parse_indices
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.placement import (
     Placement,
@@ -108,13 +109,12 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
     if not gang_size.isdigit():
         raise RequestError(f"annotation {keys.ANNOTATION_GANG_SIZE}={gang_size!r} is not a number")
     planned = annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)
-    try:
-        planned_gpus = tuple(sorted(int(p) for p in planned.split(","))) if planned else None
-    except ValueError:
+    planned_gpus = parse_indices(planned)
+    if planned and planned_gpus is None:
         raise RequestError(
             f"annotation {keys.ANNOTATION_PLANNED_GPU_INDICES}={planned!r} is not a list of "
             "GPU indices"
-        ) from None
+        )
     return GpuRequest(
         gpus=gpu_count(pod),
         planned_gpus=planned_gpus,

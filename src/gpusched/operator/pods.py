@@ -12,6 +12,7 @@ import hashlib
 from typing import Any, Final
 
 from gpusched.api import keys
+from gpusched.api.annotations import format_indices
 from gpusched.api.gpujob import GpuJob, ReplicaPlacement
 
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
@@ -70,9 +71,7 @@ def pod_manifest(
     if placement is not None:
         annotations[keys.ANNOTATION_PLANNED_NODE] = placement.node
         if placement.gpu_indices:
-            annotations[keys.ANNOTATION_PLANNED_GPU_INDICES] = ",".join(
-                str(i) for i in placement.gpu_indices
-            )
+            annotations[keys.ANNOTATION_PLANNED_GPU_INDICES] = format_indices(placement.gpu_indices)
         # Binding follows the admission decision even without the extender.
         pod_spec["nodeSelector"] = {
             **(pod_spec.get("nodeSelector") or {}),

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpusched.api import keys
+from gpusched.api.annotations import parse_indices
 from gpusched.api.gpujob import GpuJob, JobPhase
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.scheduling import RequestError, gpu_count
@@ -30,15 +31,6 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _indices(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -115,7 +107,7 @@ class PodInfo:
     @property
     def bound_gpus(self) -> tuple[int, ...] | None:
         """GPU indices the extender bound, else those the admission planned."""
-        return _indices(self.annotations.get(keys.ANNOTATION_GPU_INDICES)) or _indices(
+        return parse_indices(self.annotations.get(keys.ANNOTATION_GPU_INDICES)) or parse_indices(
             self.annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)
         )
 

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpusched.api import keys
+from gpusched.api.annotations import parse_indices
 from gpusched.api.gpujob import (
     GpuJobStatus,
     JobPhase,
@@ -248,8 +249,9 @@ def running(t: Transition, replicas: int, bound: Sequence[PodInfo] = ()) -> Tran
             indices = pod.annotations.get(keys.ANNOTATION_GPU_INDICES)
             uuids = pod.annotations.get(keys.ANNOTATION_GPUS)
             achieved = pod.annotations.get(keys.ANNOTATION_TOPOLOGY_CLASS)
-            if indices:
-                update["gpu_indices"] = [int(i) for i in indices.split(",") if i.strip().isdigit()]
+            parsed = parse_indices(indices)
+            if parsed is not None:
+                update["gpu_indices"] = list(parsed)
             if uuids:
                 update["gpu_uuids"] = [u for u in uuids.split(",") if u]
             if achieved:

@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.api import keys
+from gpusched.api.annotations import format_indices, parse_indices
 from gpusched.api.extender import ExtenderBindingArgs
 from gpusched.core.scheduling import GpuRequest, RequestError, evaluate, gpu_request
 from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.metrics import SchedulerMetrics
-from gpusched.scheduler.cache import Assumption, ClusterCache, parse_indices
+from gpusched.scheduler.cache import Assumption, ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class Binder:
                 "uid": args.pod_uid,  # precondition: the pod we were asked to bind
                 "annotations": {
                     keys.ANNOTATION_GPUS: ",".join(uuids),
-                    keys.ANNOTATION_GPU_INDICES: ",".join(str(i) for i in assumption.gpus),
+                    keys.ANNOTATION_GPU_INDICES: format_indices(assumption.gpus),
                     keys.ANNOTATION_TOPOLOGY_CLASS: assumption.topology_class,
                 },
             },

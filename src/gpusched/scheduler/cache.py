@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpusched.api import keys
+from gpusched.api.annotations import parse_indices
 from gpusched.api.nodegputopology import NodeGpuTopology
 from gpusched.core import NodeTopology, PreparedNode, prepare
 from gpusched.core.scheduling import NodeView, RequestError, gpu_count
@@ -42,16 +43,6 @@ def settle_heap() -> None:
 def pod_key(namespace: str, name: str) -> str:
     """``namespace/name``."""
     return f"{namespace}/{name}"
-
-
-def parse_indices(value: str | None) -> tuple[int, ...] | None:
-    """GPU indices from the annotation; None when absent or malformed."""
-    if not value:
-        return None
-    try:
-        return tuple(sorted(int(part) for part in value.split(",") if part.strip()))
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True, slots=True)

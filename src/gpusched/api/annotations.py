@@ -1,0 +1,23 @@
+"""How GPU index lists are written in annotations (``gpusched.io/gpu-indices``,
+``gpusched.io/planned-gpu-indices``): one spelling and one reading for every component, so a
+malformed value means the same thing to the extender, the operator and job status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def format_indices(indices: Iterable[int]) -> str:
+    """``0,2,5``: increasing, comma-separated."""
+    return ",".join(str(i) for i in sorted(indices))
+
+
+def parse_indices(value: str | None) -> tuple[int, ...] | None:
+    """The indices of a value written by :func:`format_indices`, increasing; None when the value
+    is absent, empty or malformed (a malformed assignment is treated as no assignment)."""
+    if not value:
+        return None
+    parts = [part.strip() for part in value.split(",")]
+    if not all(part.isdigit() for part in parts):
+        return None
+    return tuple(sorted(int(part) for part in parts))
