@@ -323,6 +323,7 @@ def run_e2e(jobs: int, nodes: int, gpus_per_job: int, workers: int) -> dict[str,
     from kubernetes import client
 
     from gpusched.api import keys
+    from gpusched.kube import body
     from gpusched.localcluster import LocalCluster, ensure_toolchain
     from gpusched.localcluster.binaries import repo_root
     from gpusched.localcluster.components import (
@@ -354,7 +355,7 @@ def run_e2e(jobs: int, nodes: int, gpus_per_job: int, workers: int) -> dict[str,
             wait_nodes_ready(api, names, timeout=180)
             core = client.CoreV1Api(api)
             custom = client.CustomObjectsApi(api)
-            core.create_namespace({"metadata": {"name": namespace}})  # type: ignore[arg-type]
+            core.create_namespace(body({"metadata": {"name": namespace}}))
             custom.create_cluster_custom_object(
                 keys.GROUP,
                 keys.VERSION,

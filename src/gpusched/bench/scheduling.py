@@ -19,11 +19,12 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import click
 
 from gpusched.api import keys
+from gpusched.kube import body
 from gpusched.kubewatch import Reflector
 from gpusched.localcluster import LocalCluster, default_state_dir, ensure_toolchain
 from gpusched.localcluster.binaries import default_progress, repo_root
@@ -91,12 +92,10 @@ def _create_pods(api: Any, namespace: str, scheduler: str, sizes: list[int]) -> 
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    # The client sends plain dicts as they are.
-    core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": namespace}}))
+    core.create_namespace(body({"metadata": {"name": namespace}}))
 
     def create(index: int) -> None:
-        body = _pod(f"p-{index:05d}", scheduler, sizes[index])
-        core.create_namespaced_pod(namespace, cast(client.V1Pod, body))
+        core.create_namespaced_pod(namespace, body(_pod(f"p-{index:05d}", scheduler, sizes[index])))
 
     with ThreadPoolExecutor(max_workers=24) as pool:
         list(pool.map(create, range(len(sizes))))

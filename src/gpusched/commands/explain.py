@@ -35,7 +35,7 @@ def explain(
     except JobNotFoundError as err:
         raise click.ClickException(str(err)) from None
     finally:
-        kube.close()  # type: ignore[no-untyped-call]
+        kube.close()  # type: ignore[no-untyped-call]  # ApiClient.close is untyped upstream
     if as_json:
         payload = {"status": status, "explanation": result.to_dict()}
         click.echo(json.dumps(payload, indent=2, default=str))

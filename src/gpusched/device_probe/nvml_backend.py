@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 from gpusched.api.nodegputopology import LinkType
 from gpusched.core import Gpu, Link, Nic, NicLink, NodeTopology
+from gpusched.core.health import GpuObservation
 from gpusched.device_probe.pcie import (
     PciAddressError,
     PciPath,
@@ -100,23 +101,6 @@ class NodeReading:
     mig_capable: bool | None
     issues: list[str] = field(default_factory=list)
     """Unexpected per-field errors (logged and counted), e.g. ``GPU 3 nvmlDeviceGetName: ...``."""
-
-
-@dataclass(frozen=True, slots=True)
-class HealthSample:
-    """One health pass over one GPU (the raw material of :mod:`gpusched.core.health`)."""
-
-    index: int
-    uuid: str | None
-    lost: bool = False
-    reset_required: bool = False
-    ecc_uncorrected: int | None = None
-    remapped_rows_pending: bool | None = None
-    remapped_rows_failure: bool | None = None
-    throttle_reasons: int | None = None
-    temperature_c: int | None = None
-    slowdown_temperature_c: int | None = None
-    power_w: float | None = None
 
 
 def _text(value: Any) -> str:
@@ -457,14 +441,14 @@ class NvmlBackend:
 
     # --- health ------------------------------------------------------------------------------
 
-    def read_health(self, gpus: list[GpuReading]) -> tuple[list[HealthSample], list[str]]:
+    def read_health(self, gpus: list[GpuReading]) -> tuple[list[GpuObservation], list[str]]:
         """ECC, row remapping, clock-event reasons, temperature and power of every GPU."""
         issues: list[str] = []
         samples = []
         for gpu in gpus:
             if gpu.handle is None:
                 samples.append(
-                    HealthSample(
+                    GpuObservation(
                         gpu.index, gpu.uuid, lost=gpu.lost, reset_required=gpu.reset_required
                     )
                 )
@@ -472,7 +456,7 @@ class NvmlBackend:
             samples.append(self._sample(gpu, issues))
         return samples, issues
 
-    def _sample(self, gpu: GpuReading, issues: list[str]) -> HealthSample:
+    def _sample(self, gpu: GpuReading, issues: list[str]) -> GpuObservation:
         nvml = self.nvml
         probe = GpuReading(index=gpu.index, handle=gpu.handle, uuid=gpu.uuid)
         h = gpu.handle
@@ -529,7 +513,7 @@ class NvmlBackend:
             )
         except _GpuGoneError:
             pass
-        return HealthSample(
+        return GpuObservation(
             gpu.index,
             gpu.uuid,
             lost=probe.lost or gpu.lost,

@@ -40,7 +40,6 @@ from gpusched.core.health import (
 from gpusched.core.labels import GFD_KEYS, gfd_managed_keys, node_labels
 from gpusched.device_probe.events import EventWatcher, GpuEvent
 from gpusched.device_probe.nvml_backend import (
-    HealthSample,
     NodeReading,
     NvmlBackend,
     NvmlUnavailableError,
@@ -548,19 +547,10 @@ class Probe:
         self.backend.shutdown()
 
 
-def _observation(sample: HealthSample, xids: tuple[int, ...], error: str | None) -> GpuObservation:
-    return GpuObservation(
-        index=sample.index,
-        uuid=sample.uuid,
-        lost=sample.lost,
-        reset_required=sample.reset_required,
-        query_error=error if not (sample.lost or sample.reset_required) else None,
-        xids=xids,
-        ecc_uncorrected=sample.ecc_uncorrected,
-        remapped_rows_pending=sample.remapped_rows_pending,
-        remapped_rows_failure=sample.remapped_rows_failure,
-        throttle_reasons=sample.throttle_reasons,
-        temperature_c=sample.temperature_c,
-        slowdown_temperature_c=sample.slowdown_temperature_c,
-        power_w=sample.power_w,
-    )
+def _observation(
+    sample: GpuObservation, xids: tuple[int, ...], error: str | None
+) -> GpuObservation:
+    """The backend's reading plus what the probe loop knows: XIDs since the last pass and an
+    unexpected query error (moot for a lost GPU or one that needs a reset)."""
+    lost = sample.lost or sample.reset_required
+    return replace(sample, xids=xids, query_error=None if lost else error)

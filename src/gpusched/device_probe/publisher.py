@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -147,21 +148,7 @@ class Publisher:
             },
             "spec": spec,
         }
-        self._count("topology")
-        try:
-            self.custom.patch_cluster_custom_object(
-                keys.GROUP,
-                keys.VERSION,
-                PLURAL,
-                self.node_name,
-                body,
-                field_manager=self.field_manager,
-                force=True,
-                _content_type=_APPLY,
-            )
-        except ApiException:
-            self._failed("topology")
-            raise
+        self._apply("topology", self.custom.patch_cluster_custom_object, body)
 
     def apply_status(self, status: dict[str, Any]) -> None:
         """Apply the status subresource."""
@@ -171,9 +158,13 @@ class Publisher:
             "metadata": {"name": self.node_name},
             "status": status,
         }
-        self._count("status")
+        self._apply("status", self.custom.patch_cluster_custom_object_status, body)
+
+    def _apply(self, what: str, patch: Callable[..., Any], body: dict[str, Any]) -> None:
+        """Server-side apply of the NodeGpuTopology (or its status), counted in the metrics."""
+        self._count(what)
         try:
-            self.custom.patch_cluster_custom_object_status(
+            patch(
                 keys.GROUP,
                 keys.VERSION,
                 PLURAL,
@@ -184,7 +175,7 @@ class Publisher:
                 _content_type=_APPLY,
             )
         except ApiException:
-            self._failed("status")
+            self._failed(what)
             raise
 
     def update_taint(self, wanted: bool, attempts: int = 5) -> bool:

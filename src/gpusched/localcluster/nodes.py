@@ -12,13 +12,14 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
 from gpusched.api.nodegputopology import NodeGpuTopologySpec, NodeGpuTopologyStatus
+from gpusched.kube import body
 
 _LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 NODE_LABELS_BASE: Mapping[str, str] = {
@@ -115,11 +116,12 @@ def add_gpu_nodes(
     names = list(names)
 
     def create(name: str) -> str:
-        # The client sends plain dicts as they are.
-        node = core.create_node(cast(client.V1Node, gpu_node_manifest(name, gpus, labels=labels)))
+        node = core.create_node(body(gpu_node_manifest(name, gpus, labels=labels)))
         if topology is not None:
-            body = topology_manifest(node, topology)
-            custom.create_cluster_custom_object(keys.GROUP, keys.VERSION, "nodegputopologies", body)
+            manifest = topology_manifest(node, topology)
+            custom.create_cluster_custom_object(
+                keys.GROUP, keys.VERSION, "nodegputopologies", manifest
+            )
             if status is not None:
                 custom.patch_cluster_custom_object_status(
                     keys.GROUP,

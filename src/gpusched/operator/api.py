@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
+from gpusched.kube import body as kube_body
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class OperatorApi:
         try:
             self.core.create_namespaced_pod(
                 namespace,
-                manifest,  # type: ignore[arg-type]  # the client sends dicts as they are
+                kube_body(manifest),
                 field_manager=keys.FIELD_MANAGER_OPERATOR,
             )
         except ApiException as err:
@@ -174,7 +175,7 @@ class OperatorApi:
         be accepted, else the server's message."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            self.core.create_namespaced_pod(namespace, manifest, dry_run="All")  # type: ignore[arg-type]
+            self.core.create_namespaced_pod(namespace, kube_body(manifest), dry_run="All")
         except ApiException as err:
             if err.status in (400, 422):
                 return _message(err)
@@ -254,6 +255,6 @@ class OperatorApi:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, body)  # type: ignore[arg-type]
+            self.core.create_namespaced_event(namespace, kube_body(body))
         except ApiException as err:
             log.info("event %s on %s not recorded: %s", reason, meta.get("name"), err.reason)

@@ -24,6 +24,7 @@ from typing import Any
 from kubernetes import client
 
 from gpusched.api import keys
+from gpusched.kube import body
 from gpusched.localcluster import LocalCluster
 from gpusched.localcluster.binaries import repo_root
 from gpusched.localcluster.components import (
@@ -145,9 +146,9 @@ def run_operator_demo(
     research, scratch = f"{prefix}-research", f"{prefix}-scratch"
     low, high = f"{prefix}-sweep", f"{prefix}-deadline"
     for namespace in (research, scratch):
-        core.create_namespace({"metadata": {"name": namespace}})  # type: ignore[arg-type]
-    scheduling.create_priority_class({"metadata": {"name": low}, "value": 100})  # type: ignore[arg-type]
-    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1000})  # type: ignore[arg-type]
+        core.create_namespace(body({"metadata": {"name": namespace}}))
+    scheduling.create_priority_class(body({"metadata": {"name": low}, "value": 100}))
+    scheduling.create_priority_class(body({"metadata": {"name": high}, "value": 1000}))
     for name, guaranteed in ((research, 16), (scratch, 0)):
         custom.create_cluster_custom_object(
             keys.GROUP,

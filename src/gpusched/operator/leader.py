@@ -18,6 +18,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpusched.kube import body as kube_body
+
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "gpusched-operator"
@@ -129,7 +131,7 @@ class LeaderElector:
             },
         }
         try:
-            self.coordination.create_namespaced_lease(self.namespace, body)  # type: ignore[arg-type]
+            self.coordination.create_namespaced_lease(self.namespace, kube_body(body))
         except ApiException as err:
             log.info("lease %s/%s not created: %s", self.namespace, self.name, err.reason)
             return self._lost()

@@ -143,4 +143,4 @@ def run(options: RunOptions) -> None:
         asyncio.run(main())
     finally:
         controller.close()
-        kube.close()  # type: ignore[no-untyped-call]
+        kube.close()  # type: ignore[no-untyped-call]  # ApiClient.close is untyped upstream
