@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -78,9 +80,6 @@ def assigned(pod: client.V1Pod) -> tuple[int, ...] | None:
 def extender_knows(url: str, nodes: list[str]) -> bool:
     """Whether the extender's cache has the topology of every node (asked through filter, the
     way kube-scheduler asks)."""
-    import json
-    import urllib.request
-
     probe = gpu_pod("probe", 1)
     body = json.dumps({"Pod": probe, "NodeNames": nodes}).encode()
     request = urllib.request.Request(

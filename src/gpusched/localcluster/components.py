@@ -7,6 +7,8 @@ processes, authenticated as the component's ServiceAccount with exactly the RBAC
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 import urllib.error
@@ -74,9 +76,6 @@ class SchedulerProcesses:
     def restart_extender(self, cluster: LocalCluster, *, kill: bool = True) -> None:
         """Stop the extender (SIGKILL by default, like a crash) and start it again."""
         if kill:
-            import os
-            import signal
-
             os.killpg(self.extender.pid, signal.SIGKILL)
         cluster.stop_process(self.extender)
         port = int(self.url.rsplit(":", 1)[1])
