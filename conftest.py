@@ -1,3 +1,3 @@
 """Root conftest: the local-cluster fixtures are available to every test directory."""
 
-pytest_plugins = ["gpusched.localcluster.pytest_plugin"]
+pytest_plugins = ["gpusched.dev.localcluster.pytest_plugin"]

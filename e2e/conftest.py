@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpusched.localcluster import LocalCluster
-from gpusched.localcluster.components import SchedulerProcesses, start_scheduler
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.components import SchedulerProcesses, start_scheduler
 
 _namespaces = itertools.count()
 

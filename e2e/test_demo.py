@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpusched.localcluster import LocalCluster, default_state_dir
+from gpusched.dev.localcluster import LocalCluster, default_state_dir
 
 
 def test_demo_runs_the_examples_and_cleans_up() -> None:

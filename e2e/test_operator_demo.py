@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from gpusched.localcluster import LocalCluster
-from gpusched.localcluster.components import SchedulerProcesses
-from gpusched.operator.demo import cleanup_operator_demo, run_operator_demo
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.components import SchedulerProcesses
+from gpusched.dev.operator_demo import cleanup_operator_demo, run_operator_demo
 
 
 def test_demo_shows_admission_placement_and_a_preemption(

@@ -17,9 +17,9 @@ from kubernetes import client
 
 from e2e.helpers import assigned, extender_knows, gpu_pod, pods, wait_for
 from gpusched.api import GpuHealthState, LinkType, keys
-from gpusched.localcluster import LocalCluster
-from gpusched.localcluster.components import SchedulerProcesses
-from gpusched.localcluster.topologies import fixture_objects, fixture_topology
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.components import SchedulerProcesses
+from gpusched.dev.localcluster.topologies import fixture_objects, fixture_topology
 
 _serial = itertools.count()
 BRIDGED_PAIRS = {(0, 2), (1, 3), (4, 5), (6, 7)}

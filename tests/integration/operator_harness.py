@@ -16,11 +16,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
-from gpusched.localcluster import LocalCluster
-from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.components import gpusched_command, service_account_kubeconfig
-from gpusched.localcluster.processes import ProcessRecord, is_running
-from gpusched.localcluster.topologies import fixture_objects
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.components import gpusched_command, service_account_kubeconfig
+from gpusched.dev.localcluster.processes import ProcessRecord, is_running
+from gpusched.dev.localcluster.topologies import fixture_objects
 
 G, V = keys.GROUP, keys.VERSION
 #: Label on every node of these tests; the operator only uses nodes carrying it.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpusched.localcluster import LocalCluster
+from gpusched.dev.localcluster import LocalCluster
 from tests.cases.manifests import INVALID, Invalid, gpujob
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"

@@ -25,13 +25,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopology
-from gpusched.device_probe.local import ACCOUNT, start_fake_probe
-from gpusched.device_probe.local import probe_kubeconfig as local_probe_kubeconfig
-from gpusched.localcluster import LocalCluster, pki
-from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.components import gpusched_command
-from gpusched.localcluster.processes import ProcessRecord, is_running
-from gpusched.localcluster.topologies import fixture_path
+from gpusched.dev.localcluster import LocalCluster, pki
+from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.components import gpusched_command
+from gpusched.dev.localcluster.processes import ProcessRecord, is_running
+from gpusched.dev.localcluster.topologies import fixture_path
+from gpusched.dev.localprobes import ACCOUNT, start_fake_probe
+from gpusched.dev.localprobes import probe_kubeconfig as local_probe_kubeconfig
 
 H100 = "hgx-h100-sxm-8gpu-8nic"
 BRIDGED = "pcie-8gpu-nvlink-bridge-pairs-2socket"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpusched.localcluster import LocalCluster, ensure_toolchain
-from gpusched.localcluster.processes import ProcessRecord, is_running, port_in_use
+from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
+from gpusched.dev.localcluster.processes import ProcessRecord, is_running, port_in_use
 
 COMPONENTS = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 

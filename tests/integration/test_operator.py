@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
 from gpusched.cli import main
-from gpusched.localcluster import LocalCluster
-from gpusched.localcluster.components import SchedulerProcesses, start_scheduler
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.components import SchedulerProcesses, start_scheduler
 from tests.integration.operator_harness import OperatorProcess, Scenario, scenario, wait_for
 
 

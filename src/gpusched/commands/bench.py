@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from gpusched.bench.admission import admission, admission_e2e
-from gpusched.bench.extender import extender
-from gpusched.bench.placement import placement
-from gpusched.bench.probe import probe
-from gpusched.bench.scheduling import scheduling
+from gpusched.dev.bench.admission import admission, admission_e2e
+from gpusched.dev.bench.extender import extender
+from gpusched.dev.bench.placement import placement
+from gpusched.dev.bench.probe import probe
+from gpusched.dev.bench.scheduling import scheduling
 
 
 @click.group()

@@ -7,8 +7,13 @@ import sys
 
 import click
 
-from gpusched.localcluster import ClusterError, LocalCluster, default_state_dir, ensure_toolchain
-from gpusched.localcluster.binaries import repo_root
+from gpusched.dev.localcluster import (
+    ClusterError,
+    LocalCluster,
+    default_state_dir,
+    ensure_toolchain,
+)
+from gpusched.dev.localcluster.binaries import repo_root
 
 _name = click.option(
     "--name",
@@ -46,7 +51,7 @@ def up(name: str, nodes: int, gpus: int, crds: bool) -> None:
         if crds:
             local.install_crds(repo_root() / "crds")
         if nodes:
-            from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+            from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
 
             api = local.api_client()
             names = add_gpu_nodes(api, [f"gpu-node-{i}" for i in range(nodes)], gpus)

@@ -20,8 +20,8 @@ from typing import Any
 import click
 
 from gpusched.api import keys
-from gpusched.localcluster import LocalCluster, default_state_dir, ensure_toolchain
-from gpusched.localcluster.binaries import repo_root
+from gpusched.dev.localcluster import LocalCluster, default_state_dir, ensure_toolchain
+from gpusched.dev.localcluster.binaries import repo_root
 
 #: Simulated nodes whose wiring the device probe publishes: name -> fixture.
 PROBED_NODES = {
@@ -87,10 +87,10 @@ def _show_pod(cluster: LocalCluster, name: str) -> None:
 
 
 def _probes_and_scheduling(cluster: LocalCluster) -> None:
-    from gpusched.device_probe.local import start_fake_probe
-    from gpusched.localcluster.components import start_scheduler
-    from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
-    from gpusched.localcluster.topologies import fixture_path
+    from gpusched.dev.localcluster.components import start_scheduler
+    from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+    from gpusched.dev.localcluster.topologies import fixture_path
+    from gpusched.dev.localprobes import start_fake_probe
 
     api = cluster.api_client()
     _section("Simulated GPU nodes, each with a device probe reading its (fake) NVML")
@@ -170,7 +170,7 @@ def _probes_and_scheduling(cluster: LocalCluster) -> None:
 )
 def demo(name: str, wait: bool) -> None:
     """Run the demo: probes, scheduler and operator on a local cluster with simulated GPUs."""
-    from gpusched.operator.demo import run_operator_demo
+    from gpusched.dev.operator_demo import run_operator_demo
 
     cluster = LocalCluster(default_state_dir(name), ensure_toolchain())
     stop = threading.Event()

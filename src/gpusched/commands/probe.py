@@ -52,7 +52,7 @@ def _backend(fake: Path | None, faults: Path | None, node: str, sysfs_root: str)
             ) from err
         yield NvmlBackend(pynvml, Sysfs(sysfs_root))
         return
-    from gpusched.device_probe.fake import FakeSourceError, FakeTopologyError, FaultError, fake_node
+    from gpusched.dev.fakenvml import FakeSourceError, FakeTopologyError, FaultError, fake_node
 
     try:
         simulated = fake_node(fake, node, faults_path=faults)

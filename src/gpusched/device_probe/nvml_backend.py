@@ -2,7 +2,7 @@
 
 The backend is written against the ``pynvml`` function surface and receives the module as a
 parameter: production passes ``pynvml`` itself, tests and the demo pass
-:class:`gpusched.device_probe.fake.FakeNvml`, which implements the same functions and raises the
+:class:`gpusched.dev.fakenvml.FakeNvml`, which implements the same functions and raises the
 same ``pynvml.NVMLError_*`` classes. All of the logic here (the NVSwitch rule, the PCIe level
 mapping, per-GPU degradation) therefore runs in tests exactly as on a GPU host.
 

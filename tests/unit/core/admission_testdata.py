@@ -8,7 +8,6 @@ from dataclasses import replace
 from functools import cache
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
-from gpusched.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.core import NodeTopology, Policy, parse_topo_matrix, prepare
 from gpusched.core.admission import (
     AcrossReplicas,
@@ -20,6 +19,7 @@ from gpusched.core.admission import (
     Snapshot,
     count_only_topology,
 )
+from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 
 #: An 8-GPU NVSwitch board: every pair NV18, two NUMA nodes.
 NVSWITCH_MATRIX = "\n".join(

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpusched.api.nodegputopology import LinkType
-from gpusched.bench.placement import DGX1_LIKE_MATRIX, default_fixtures_dir
 from gpusched.core import NodeTopology, Policy, PreparedNode, parse_topo_matrix, prepare
 from gpusched.core.objective import Objective, evaluate, make_context
 from gpusched.core.placement import scope_rank
+from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX, default_fixtures_dir
 
 H100 = "hgx-h100-sxm-8gpu-8nic"
 A100 = "hgx-a100-sxm4-80gb-8gpu-8nic"

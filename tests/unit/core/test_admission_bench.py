@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from gpusched.bench.admission import Workload, admission, build_snapshot
 from gpusched.core.admission import JobState, run_cycle
+from gpusched.dev.bench.admission import Workload, admission, build_snapshot
 
 
 def test_benchmark_snapshot_is_busy_and_deterministic() -> None:

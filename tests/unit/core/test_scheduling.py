@@ -19,7 +19,7 @@ from gpusched.core.scheduling import (
     gpu_request,
     prioritize,
 )
-from gpusched.localcluster.topologies import fixture_topology
+from gpusched.dev.localcluster.topologies import fixture_topology
 
 H100 = "hgx-h100-sxm-8gpu-8nic"
 BRIDGED = "pcie-8gpu-nvlink-bridge-pairs-2socket"

@@ -9,8 +9,8 @@ import pytest
 from probe_testdata import MakeNode
 
 from gpusched.core import NodeTopology
-from gpusched.device_probe.fake import FakeNode, fake_node
-from gpusched.localcluster.topologies import fixture_path
+from gpusched.dev.fakenvml import FakeNode, fake_node
+from gpusched.dev.localcluster.topologies import fixture_path
 
 
 @pytest.fixture

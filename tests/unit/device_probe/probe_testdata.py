@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from gpusched.device_probe.fake import FakeNode
+from gpusched.dev.fakenvml import FakeNode
 from gpusched.device_probe.nvml_backend import NvmlBackend
 from gpusched.device_probe.sysfs import Sysfs
 

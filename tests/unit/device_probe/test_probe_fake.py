@@ -15,7 +15,7 @@ from gpusched.api import keys
 from gpusched.api.nodegputopology import LinkType
 from gpusched.cli import main
 from gpusched.core import Gpu, Link, NodeTopology
-from gpusched.device_probe.fake import (
+from gpusched.dev.fakenvml import (
     FakeSourceError,
     FakeTopologyError,
     FaultError,
@@ -24,7 +24,7 @@ from gpusched.device_probe.fake import (
     parse_fault,
     plan_pcie,
 )
-from gpusched.localcluster.topologies import fixture_path
+from gpusched.dev.localcluster.topologies import fixture_path
 
 
 def test_fault_lines_are_validated_with_the_line_named() -> None:

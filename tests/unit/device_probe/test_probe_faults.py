@@ -17,7 +17,7 @@ from probe_testdata import H100, Clock, MakeNode, backend_for
 from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState
 from gpusched.core.health import HealthPolicy
-from gpusched.device_probe.fake import FakeNode, FakeNvml, Fault
+from gpusched.dev.fakenvml import FakeNode, FakeNvml, Fault
 from gpusched.device_probe.nvml_backend import NvmlBackend
 from gpusched.device_probe.probe import CycleResult, Probe, ProbeConfig
 from gpusched.device_probe.sysfs import Sysfs

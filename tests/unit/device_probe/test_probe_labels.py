@@ -19,7 +19,7 @@ from gpusched.core.labels import (
     node_labels,
     sanitize_label_value,
 )
-from gpusched.localcluster.topologies import fixture_path
+from gpusched.dev.localcluster.topologies import fixture_path
 
 
 def _matrix(name: str, model: str | None = None) -> NodeTopology:

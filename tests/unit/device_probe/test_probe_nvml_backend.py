@@ -14,9 +14,9 @@ import yaml
 from probe_testdata import H100, RTX4090, TREES, MakeNode, backend_for
 
 from gpusched.api.nodegputopology import LinkType
-from gpusched.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.core import Gpu, Link, NodeTopology, parse_topo_matrix
-from gpusched.device_probe.fake import FakeNvml, Fault
+from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
+from gpusched.dev.fakenvml import FakeNvml, Fault
 from gpusched.device_probe.nvml_backend import NvmlBackend, NvmlUnavailableError
 from gpusched.device_probe.sysfs import Sysfs
 

@@ -10,6 +10,7 @@ from probe_testdata import H100
 
 from gpusched.api import keys
 from gpusched.core import Gpu, NodeTopology, parse_topo_matrix
+from gpusched.dev.localcluster.topologies import fixture_path
 from gpusched.device_probe.state import (
     label_ownership,
     labels_in_place,
@@ -18,7 +19,6 @@ from gpusched.device_probe.state import (
     significant_status,
     taints_with,
 )
-from gpusched.localcluster.topologies import fixture_path
 
 MANAGER = keys.FIELD_MANAGER_PROBE
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from gpusched.core.admission import (
     ReplicaPlan,
 )
 from gpusched.core.placement import TopologyScope
-from gpusched.localcluster.topologies import fixture_objects
+from gpusched.dev.localcluster.topologies import fixture_objects
 from gpusched.operator import status as st
 from gpusched.operator.controller import merge_patch
 from gpusched.operator.pods import pod_manifest, pod_name

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpusched.api import keys
-from gpusched.localcluster.topologies import fixture_objects
+from gpusched.dev.localcluster.topologies import fixture_objects
 from gpusched.scheduler.cache import ASSUME_TTL_SECONDS, Assumption, ClusterCache
 
 

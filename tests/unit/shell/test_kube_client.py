@@ -6,7 +6,7 @@ import contextlib
 from typing import Any
 
 from gpusched import kube
-from gpusched.localcluster import pki
+from gpusched.dev.localcluster import pki
 
 
 def test_calls_without_their_own_timeout_get_the_default_deadline(

@@ -24,18 +24,18 @@ from typing import Any
 from kubernetes import client
 
 from gpusched.api import keys
-from gpusched.kube import body
-from gpusched.localcluster import LocalCluster
-from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.components import (
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.components import (
     SchedulerProcesses,
     gpusched_command,
     service_account_kubeconfig,
     start_scheduler,
 )
-from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
-from gpusched.localcluster.processes import ProcessRecord
-from gpusched.localcluster.topologies import fixture_objects
+from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+from gpusched.dev.localcluster.processes import ProcessRecord
+from gpusched.dev.localcluster.topologies import fixture_objects
+from gpusched.kube import body
 
 DEMO_LABEL = "gpusched.io/demo"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -209,7 +209,7 @@ def cleanup_operator_demo(
     """Stop what :func:`run_operator_demo` started and delete what it created."""
     from kubernetes.client.exceptions import ApiException
 
-    from gpusched.localcluster.nodes import delete_nodes
+    from gpusched.dev.localcluster.nodes import delete_nodes
 
     started.stop(cluster)
     api = cluster.api_client()

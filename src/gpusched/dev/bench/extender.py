@@ -24,7 +24,7 @@ from gpusched.api.extender import ExtenderArgs, ExtenderFilterResult
 from gpusched.core.placement import clear_placement_cache
 from gpusched.core.prepared import clear_caches
 from gpusched.core.scheduling import filter_nodes, gpu_request, priorities
-from gpusched.localcluster.topologies import FIXTURE_NAMES, fixture_objects
+from gpusched.dev.localcluster.topologies import FIXTURE_NAMES, fixture_objects
 from gpusched.scheduler.cache import ClusterCache, settle_heap
 
 POLICIES = (

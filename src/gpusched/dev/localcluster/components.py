@@ -16,10 +16,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpusched.localcluster import pki
-from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.cluster import ClusterError, LocalCluster
-from gpusched.localcluster.processes import ProcessRecord, free_port, is_running
+from gpusched.dev.localcluster import pki
+from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.cluster import ClusterError, LocalCluster
+from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
 
 SYSTEM_NAMESPACE = "gpusched-system"
 

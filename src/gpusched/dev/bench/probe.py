@@ -32,14 +32,14 @@ from typing import Any
 
 import click
 
-from gpusched.localcluster.topologies import fixture_path
+from gpusched.dev.localcluster.topologies import fixture_path
 
 FIXTURE = "hgx-h100-sxm-8gpu-8nic"
 
 
 def _cpu_cycles(cycles: int, inventory: bool) -> dict[str, float]:
     """Mean CPU time and NVML calls of ``cycles`` probe cycles on a fake node, no cluster."""
-    from gpusched.device_probe.fake import fake_node
+    from gpusched.dev.fakenvml import fake_node
     from gpusched.device_probe.nvml_backend import NvmlBackend
     from gpusched.device_probe.probe import Probe, ProbeConfig
     from gpusched.device_probe.sysfs import Sysfs
@@ -85,7 +85,7 @@ def _metric(port: int, name: str) -> float:
 
 
 def _start(cluster: Any, node: str, kubeconfig: Path, *args: str) -> Any:
-    from gpusched.device_probe.local import start_fake_probe
+    from gpusched.dev.localprobes import start_fake_probe
 
     running = start_fake_probe(
         cluster,
@@ -182,10 +182,10 @@ def _event_latency(cluster: Any, kube: Any, kubeconfig: Path) -> dict[str, Any]:
 )
 def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) -> None:
     """Device-probe footprint (RSS, CPU per cycle) and XID-to-API latency on an 8-GPU node."""
-    from gpusched.device_probe.local import probe_kubeconfig
-    from gpusched.localcluster import LocalCluster, ensure_toolchain
-    from gpusched.localcluster.binaries import repo_root
-    from gpusched.localcluster.nodes import add_gpu_nodes, delete_nodes, wait_nodes_ready
+    from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
+    from gpusched.dev.localcluster.binaries import repo_root
+    from gpusched.dev.localcluster.nodes import add_gpu_nodes, delete_nodes, wait_nodes_ready
+    from gpusched.dev.localprobes import probe_kubeconfig
 
     figures: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

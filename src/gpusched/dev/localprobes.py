@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.cluster import LocalCluster
-from gpusched.localcluster.components import gpusched_command, service_account_kubeconfig
-from gpusched.localcluster.processes import ProcessRecord, free_port
+from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.cluster import LocalCluster
+from gpusched.dev.localcluster.components import gpusched_command, service_account_kubeconfig
+from gpusched.dev.localcluster.processes import ProcessRecord, free_port
 
 ACCOUNT: Final = "gpusched-device-probe"
 
@@ -46,7 +46,7 @@ class FakeProbe:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def inject(self, **fault: Any) -> None:
-        """Append one fault (see :mod:`gpusched.device_probe.fake.faults`), e.g.
+        """Append one fault (see :mod:`gpusched.dev.fakenvml.faults`), e.g.
         ``inject(gpu=3, xid=79)`` or ``inject(gpu=2, remappedRows="pending")``."""
         with self.faults.open("a") as handle:
             handle.write(json.dumps(fault) + "\n")

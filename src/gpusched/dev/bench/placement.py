@@ -90,7 +90,7 @@ def default_fixtures_dir() -> Path | None:
     env = os.environ.get(FIXTURES_ENV)
     if env:
         return Path(env)
-    checkout = Path(__file__).resolve().parents[3]
+    checkout = Path(__file__).resolve().parents[4]
     candidates = [
         checkout / "fixtures" / "topologies",
         Path.cwd() / "fixtures" / "topologies",

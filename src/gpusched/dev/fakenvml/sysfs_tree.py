@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from gpusched.core import NodeTopology
-from gpusched.device_probe.fake.pcie_plan import PciePlan, PlannedDevice
+from gpusched.dev.fakenvml.pcie_plan import PciePlan, PlannedDevice
 
 _NVIDIA: Final = "0x10de"
 _MELLANOX: Final = "0x15b3"

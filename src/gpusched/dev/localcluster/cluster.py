@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from gpusched.localcluster import pki
-from gpusched.localcluster.binaries import Progress, Toolchain, cache_dir, default_progress
-from gpusched.localcluster.processes import (
+from gpusched.dev.localcluster import pki
+from gpusched.dev.localcluster.binaries import Progress, Toolchain, cache_dir, default_progress
+from gpusched.dev.localcluster.processes import (
     ProcessRecord,
     exit_code,
     free_port,

@@ -102,7 +102,7 @@ TOOLS = (ETCD, KWOK, KUBERNETES)
 def repo_root() -> Path:
     """The source checkout this package runs from (the local cluster is a development tool)."""
     override = os.environ.get("GPUSCHED_REPO")
-    root = Path(override) if override else Path(__file__).resolve().parents[3]
+    root = Path(override) if override else Path(__file__).resolve().parents[4]
     if not (root / "e2e" / "tools").is_dir():
         raise RuntimeError(
             f"{root} has no e2e/tools: the local cluster runs from a gpusched source checkout "

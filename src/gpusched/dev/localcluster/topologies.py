@@ -9,7 +9,7 @@ from typing import Final
 
 from gpusched.api.nodegputopology import NodeGpuTopologySpec, NodeGpuTopologyStatus
 from gpusched.core import NodeTopology, parse_topo_matrix
-from gpusched.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.binaries import repo_root
 
 #: The six matrices every component is tested on (see fixtures/topologies/README.md).
 FIXTURE_NAMES: Final = (

@@ -15,9 +15,9 @@ How it models hardware:
 * Bridged / meshed boards: each NV pair takes that many links on both GPUs, remote type GPU and
   the peer's bus id.
 * PCIe: ``nvmlDeviceGetTopologyCommonAncestor`` answers the topology's stated level, or the
-  planned tree's (:mod:`gpusched.device_probe.fake.pcie_plan`), which also backs the fake sysfs.
+  planned tree's (:mod:`gpusched.dev.fakenvml.pcie_plan`), which also backs the fake sysfs.
 * Health: idle defaults (no errors, no throttling, 34 C, 70 W, slowdown at 90 C), changed by
-  :class:`~gpusched.device_probe.fake.faults.Fault` objects via :meth:`FakeNvml.inject` or a fault
+  :class:`~gpusched.dev.fakenvml.faults.Fault` objects via :meth:`FakeNvml.inject` or a fault
   file; XID and double-bit ECC faults are delivered through ``nvmlEventSetWait``.
 * Data the topology does not state (memory of an unnamed model, driver version of a bare matrix)
   answers ``NotSupported``, which the probe must tolerate anyway.
@@ -40,8 +40,8 @@ import pynvml
 
 from gpusched.api.nodegputopology import LinkType
 from gpusched.core import Gpu, NodeTopology, generation_for
-from gpusched.device_probe.fake.faults import THROTTLE_BITS, Fault, FaultError, FaultFeed
-from gpusched.device_probe.fake.pcie_plan import FakeTopologyError, PciePlan, plan_pcie
+from gpusched.dev.fakenvml.faults import THROTTLE_BITS, Fault, FaultError, FaultFeed
+from gpusched.dev.fakenvml.pcie_plan import FakeTopologyError, PciePlan, plan_pcie
 from gpusched.device_probe.pcie import LEVEL_TO_NVML, mask_from_cpulist, nvml_bus_id
 
 IDLE_TEMPERATURE_C: Final = 34
@@ -158,7 +158,7 @@ class FakeNvml:
     # --- fault injection ---------------------------------------------------------------------
 
     def inject(self, fault: Fault) -> None:
-        """Apply one fault now (see :mod:`gpusched.device_probe.fake.faults`)."""
+        """Apply one fault now (see :mod:`gpusched.dev.fakenvml.faults`)."""
         with self._lock:
             if fault.nvml_init is not None:
                 self.init_error = fault.error if fault.nvml_init == "fail" else None

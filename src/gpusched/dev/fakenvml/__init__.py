@@ -4,10 +4,10 @@ Used by unit and integration tests, the demo and ``gpusched probe --fake``. Only
 are simulated; everything above them is the probe's production code.
 """
 
-from gpusched.device_probe.fake.faults import Fault, FaultError, FaultFeed, parse_fault
-from gpusched.device_probe.fake.node import FakeNode, FakeSourceError, fake_node, load_topology
-from gpusched.device_probe.fake.nvml import FakeNvml, fake_gpu_uuid, product_name
-from gpusched.device_probe.fake.pcie_plan import FakeTopologyError, PciePlan, plan_pcie
+from gpusched.dev.fakenvml.faults import Fault, FaultError, FaultFeed, parse_fault
+from gpusched.dev.fakenvml.node import FakeNode, FakeSourceError, fake_node, load_topology
+from gpusched.dev.fakenvml.nvml import FakeNvml, fake_gpu_uuid, product_name
+from gpusched.dev.fakenvml.pcie_plan import FakeTopologyError, PciePlan, plan_pcie
 
 __all__ = [
     "FakeNode",

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from gpusched.localcluster import LocalCluster, ensure_toolchain
-from gpusched.localcluster.binaries import repo_root
-from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
+from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
 
 _names = itertools.count()
 
@@ -69,6 +69,6 @@ def gpu_nodes(kube: Any) -> Iterator[Callable[..., list[str]]]:
         return names
 
     yield make
-    from gpusched.localcluster.nodes import delete_nodes
+    from gpusched.dev.localcluster.nodes import delete_nodes
 
     delete_nodes(kube, created)

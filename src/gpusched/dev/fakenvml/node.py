@@ -20,10 +20,10 @@ from pydantic import ValidationError
 
 from gpusched.api.nodegputopology import NodeGpuTopology, NodeGpuTopologySpec
 from gpusched.core import NodeTopology, TopologyParseError, parse_topo_matrix
-from gpusched.device_probe.fake.faults import FaultFeed
-from gpusched.device_probe.fake.nvml import FakeNvml
-from gpusched.device_probe.fake.pcie_plan import plan_pcie
-from gpusched.device_probe.fake.sysfs_tree import write_sysfs
+from gpusched.dev.fakenvml.faults import FaultFeed
+from gpusched.dev.fakenvml.nvml import FakeNvml
+from gpusched.dev.fakenvml.pcie_plan import plan_pcie
+from gpusched.dev.fakenvml.sysfs_tree import write_sysfs
 
 _FULL_NAME: Final = re.compile(r"\d+\s*x\s+(NVIDIA [A-Za-z0-9][A-Za-z0-9 ._-]*?)\s*(?:\(|,|;|$)")
 _DRIVER: Final = re.compile(r"\bdriver\s+(\d+\.\d+(?:\.\d+)?)\b")

@@ -25,7 +25,6 @@ import click
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
-from gpusched.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.core import Policy, clear_placement_cache, parse_topo_matrix, prepare
 from gpusched.core.admission import (
     AcrossReplicas,
@@ -39,6 +38,7 @@ from gpusched.core.admission import (
     run_cycle,
 )
 from gpusched.core.prepared import PreparedNode
+from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 
 RACK_LABEL = "topology.kubernetes.io/rack"
 NODES_PER_RACK = 20
@@ -323,16 +323,16 @@ def run_e2e(jobs: int, nodes: int, gpus_per_job: int, workers: int) -> dict[str,
     from kubernetes import client
 
     from gpusched.api import keys
-    from gpusched.kube import body
-    from gpusched.localcluster import LocalCluster, ensure_toolchain
-    from gpusched.localcluster.binaries import repo_root
-    from gpusched.localcluster.components import (
+    from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
+    from gpusched.dev.localcluster.binaries import repo_root
+    from gpusched.dev.localcluster.components import (
         gpusched_command,
         service_account_kubeconfig,
         start_scheduler,
     )
-    from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
-    from gpusched.localcluster.topologies import fixture_objects
+    from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+    from gpusched.dev.localcluster.topologies import fixture_objects
+    from gpusched.kube import body
 
     namespace = "bench"
     with tempfile.TemporaryDirectory(prefix="gpusched-bench-") as tmp:

@@ -24,13 +24,13 @@ from typing import Any
 import click
 
 from gpusched.api import keys
+from gpusched.dev.localcluster import LocalCluster, default_state_dir, ensure_toolchain
+from gpusched.dev.localcluster.binaries import default_progress, repo_root
+from gpusched.dev.localcluster.components import start_extender_only, start_gpusched_kube_scheduler
+from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
+from gpusched.dev.localcluster.topologies import FIXTURE_NAMES, fixture_objects
 from gpusched.kube import body
 from gpusched.kubewatch import Reflector
-from gpusched.localcluster import LocalCluster, default_state_dir, ensure_toolchain
-from gpusched.localcluster.binaries import default_progress, repo_root
-from gpusched.localcluster.components import start_extender_only, start_gpusched_kube_scheduler
-from gpusched.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
-from gpusched.localcluster.topologies import FIXTURE_NAMES, fixture_objects
 from gpusched.scheduler.config import profile
 
 SIZES = (1, 1, 2, 2, 4)
