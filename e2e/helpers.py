@@ -79,8 +79,9 @@ def assigned(pod: client.V1Pod) -> tuple[int, ...] | None:
 
 def extender_knows(url: str, nodes: list[str]) -> bool:
     """Whether the extender's cache has the topology of every node (asked through filter, the
-    way kube-scheduler asks)."""
-    probe = gpu_pod("probe", 1)
+    way kube-scheduler asks, for a pod too large for any node, so every node answers with its
+    reason)."""
+    probe = gpu_pod("probe", 10_000)
     body = json.dumps({"Pod": probe, "NodeNames": nodes}).encode()
     request = urllib.request.Request(
         f"{url}/filter", data=body, headers={"Content-Type": "application/json"}

@@ -218,6 +218,11 @@ class Placement:
         return scope_rank(self.topology_class) <= scope_rank(self.policy.scope)
 
     @property
+    def free_after(self) -> int:
+        """Free placeable GPUs the node keeps once this set is taken."""
+        return self._ctx.free.bit_count() - len(self._positions)
+
+    @property
     def bottleneck_gbps(self) -> float | None:
         """Slowest pair's effective bandwidth; None for a single GPU."""
         if self.objective.bottleneck == SOLO_BOTTLENECK:

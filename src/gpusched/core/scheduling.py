@@ -23,6 +23,7 @@ from gpusched.core.placement import (
     place,
 )
 from gpusched.core.prepared import PreparedNode
+from gpusched.core.ranking import NodeRank, node_rank, outranks
 
 MAX_SCORE: Final = 10
 
@@ -46,6 +47,9 @@ class GpuRequest:
     """Node the operator's admission cycle planned for this pod, if any."""
     planned_gpus: tuple[int, ...] | None = None
     """GPUs admission planned on that node: the gang's placement was checked with them."""
+    soft_preferences: bool = False
+    """The pod has preferences kube-scheduler's scores weigh (preferred affinity, a
+    ScheduleAnyway spread): filter then passes every node tied for the best rank, not one."""
 
 
 def _quantity(value: Any, where: str) -> int:
@@ -120,6 +124,23 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
         planned_gpus=planned_gpus,
         policy=Policy(scope=scope, mode=mode, multi_node=int(gang_size) > 1),
         planned_node=annotations.get(keys.ANNOTATION_PLANNED_NODE) or None,
+        soft_preferences=has_soft_preferences(pod),
+    )
+
+
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def has_soft_preferences(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod states preferences that only kube-scheduler's scores see."""
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+        if (affinity.get(kind) or {}).get(_PREFERRED):
+            return True
+    return any(
+        (constraint or {}).get("whenUnsatisfiable") == "ScheduleAnyway"
+        for constraint in spec.get("topologySpreadConstraints") or []
     )
 
 
@@ -147,6 +168,8 @@ class Verdict:
     """Why not, for FailedNodes: ``<Code>: <sentence>``."""
     resolvable: bool = True
     """Whether freeing GPUs could make the node fit (otherwise FailedAndUnresolvable)."""
+    rank: NodeRank | None = None
+    """The node's rank for the request (:func:`gpusched.core.ranking.node_rank`)."""
 
 
 def _sentence(refusal: Refusal, k: int) -> str:
@@ -197,7 +220,7 @@ def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
                 f"{RefusalReason.NOT_ENOUGH_FREE_GPUS.value}: fewer than {request.gpus} free "
                 "GPUs (some are held by pods gpusched did not place)",
             )
-    return Verdict(result)
+    return Verdict(result, rank=node_rank(result, unaccounted=view.unaccounted))
 
 
 def _planned_set(view: NodeView, request: GpuRequest) -> Placement | None:
@@ -246,16 +269,21 @@ class FilterOutcome:
     """Filter verdicts split the way the extender protocol reports them."""
 
     fits: tuple[str, ...]
+    """What kube-scheduler may choose from: the planned node, else the best-ranked node (every
+    node tied for the best rank when the pod has soft preferences)."""
     failed: dict[str, str]
     unresolvable: dict[str, str]
     verdicts: dict[str, Verdict]
 
 
 def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcome:
-    """Nodes that can host the request. When the operator planned a node for the pod and it
-    fits, only that node passes: admission reserved those GPUs for this gang."""
+    """Nodes that can host the request, narrowed to the one the shared ranking puts first.
+
+    Passing a single node makes kube-scheduler's choice the ranking's (it skips scoring when one
+    node is left), so the extender's choice and the operator's plan agree. When the operator
+    planned a node for the pod and it fits, only that node passes: admission reserved those
+    GPUs for this gang."""
     verdicts = evaluate_all(views, request)
-    fits = tuple(name for name, v in verdicts.items() if v.placement is not None)
     failed = {
         n: v.reason or "" for n, v in verdicts.items() if v.placement is None and v.resolvable
     }
@@ -263,19 +291,35 @@ def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcom
         n: v.reason or "" for n, v in verdicts.items() if v.placement is None and not v.resolvable
     }
     planned = request.planned_node
-    if planned is not None and planned in fits and len(fits) > 1:
-        for name in fits:
-            if name != planned:
+    planned_verdict = verdicts.get(planned) if planned is not None else None
+    if planned is not None and planned_verdict and planned_verdict.placement is not None:
+        for name, verdict in verdicts.items():
+            if name != planned and verdict.placement is not None:
                 failed[name] = f"PlannedElsewhere: admission planned this pod for node {planned}"
-        fits = (planned,)
-    return FilterOutcome(fits, failed, unresolvable, verdicts)
+        return FilterOutcome((planned,), failed, unresolvable, verdicts)
+    fits = _winners(verdicts, ties=request.soft_preferences)
+    winner = fits[0] if fits else ""
+    for name, verdict in verdicts.items():
+        if verdict.placement is not None and name not in fits:
+            failed[name] = f"Outranked: node {winner} is better wired or fuller"
+    return FilterOutcome(tuple(fits), failed, unresolvable, verdicts)
 
 
-def priority(placement: Placement | None) -> int:
-    """Extender priority 0..10 of a node from its best set's score (0..100)."""
-    if placement is None:
-        return 0
-    return max(0, min(MAX_SCORE, round(placement.score / 10)))
+def _winners(verdicts: Mapping[str, Verdict], *, ties: bool) -> list[str]:
+    best: NodeRank | None = None
+    names: list[str] = []
+    for name, verdict in verdicts.items():
+        rank = verdict.rank
+        if rank is None:
+            continue
+        if best is None or rank > best:
+            best, names = rank, [name]
+        elif rank == best:
+            if ties:
+                names.append(name)
+            elif outranks(rank, name, best, names[0]):
+                names = [name]
+    return sorted(names) if ties else names
 
 
 def prioritize(views: Iterable[NodeView], request: GpuRequest) -> dict[str, int]:
@@ -284,5 +328,12 @@ def prioritize(views: Iterable[NodeView], request: GpuRequest) -> dict[str, int]
 
 
 def priorities(verdicts: Mapping[str, Verdict]) -> dict[str, int]:
-    """Priority per node from verdicts already computed (filter's, for the same pod)."""
-    return {name: priority(verdict.placement) for name, verdict in verdicts.items()}
+    """Priority per node from verdicts already computed (filter's, for the same pod): the
+    shared ranking folded into kube-scheduler's 1..10, the best rank getting 10 and each lower
+    distinct rank one less (never below 1); nodes that cannot host the request get 0."""
+    distinct = sorted({v.rank for v in verdicts.values() if v.rank is not None}, reverse=True)
+    level = {rank: max(1, MAX_SCORE - i) for i, rank in enumerate(distinct)}
+    return {
+        name: 0 if verdict.rank is None else level[verdict.rank]
+        for name, verdict in verdicts.items()
+    }

@@ -23,9 +23,14 @@ def profile() -> dict[str, Any]:
     kube-scheduler's own preemption is off: it counts GPUs but cannot see wiring, quotas or
     gangs, so it could evict another tenant's pod for a pod that still would not fit. The
     operator's admission cycle decides preemption for GpuJobs.
+
+    Every feasible node is sent to the extender (``percentageOfNodesToScore: 100``): by default
+    kube-scheduler stops looking once it has found a share of the cluster, and the best-wired
+    node, or the node admission planned, could be outside that share.
     """
     return {
         "schedulerName": keys.SCHEDULER_NAME,
+        "percentageOfNodesToScore": 100,
         "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}},
         "pluginConfig": [
             {

@@ -22,3 +22,8 @@ def test_extender_is_node_cache_capable_binds_and_handles_only_gpu_pods() -> Non
     assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
     assert extender["weight"] == EXTENDER_WEIGHT
     assert extender["ignorable"] is False
+
+
+def test_every_feasible_node_reaches_the_extender() -> None:
+    (profile,) = kube_scheduler_config("http://127.0.0.1:8888")["profiles"]
+    assert profile["percentageOfNodesToScore"] == 100

@@ -28,7 +28,8 @@ from gpusched.core.admission.model import (
     WaitReason,
     tolerated,
 )
-from gpusched.core.placement import Placement, Policy, Refusal, RefusalReason, place, scope_rank
+from gpusched.core.placement import Placement, Policy, Refusal, RefusalReason, place
+from gpusched.core.ranking import NodeRank, WiringRank, node_rank, outranks, wiring_rank
 
 GroupKey = tuple[str, int, int, bool, tuple[Taint, ...]]
 FilterKey = tuple[str | None, bool, tuple[Toleration, ...], tuple[tuple[str, str], ...]]
@@ -130,7 +131,7 @@ class GangFailure:
 class _Choice:
     slot: Slot
     placement: Placement
-    rank: tuple[int, int, int, float]
+    rank: NodeRank
 
 
 class Pool:
@@ -141,6 +142,7 @@ class Pool:
         self._index: dict[str | None, dict[int, dict[GroupKey, dict[str, None]]]] = {}
         self._jobs: dict[str, dict[str, int]] = {}
         self._feasible: dict[Request, GangFailure | None] = {}
+        self._ceilings: dict[Request, WiringRank | None] = {}
         self._eligible: dict[FilterKey, _Eligible] = {}
         self._eligible_domains: dict[
             tuple[str, FilterKey], tuple[tuple[str, tuple[str, ...], int], ...]
@@ -346,21 +348,43 @@ class Pool:
                             yield count, slot
                             break
 
+    def ceiling(self, request: Request) -> WiringRank | None:
+        """The best wiring any eligible node could give one replica on an idle cluster: once a
+        candidate reaches it, nodes with more free GPUs cannot do better for the job."""
+        if request in self._ceilings:
+            return self._ceilings[request]
+        best: WiringRank | None = None
+        for name in self.eligible_nodes(request).representatives:
+            topo = self.slots[name].node.topology
+            result = place(
+                topo, request.gpus_per_replica, request.policy, free_mask=topo.placeable_mask
+            )
+            if isinstance(result, Placement):
+                rank = wiring_rank(result)
+                best = rank if best is None else max(best, rank)
+        self._ceilings[request] = best
+        return best
+
     def choose(
         self, request: Request, names: Sequence[str] | None = None
     ) -> tuple[_Choice | None, bool]:
-        """Best node and GPU set for one replica: nodes meeting the scope first, then best fit
-        (fewest free GPUs), then tightest class and highest score. Also returns whether some
-        node had enough free GPUs but no set meeting a required scope."""
+        """Best node and GPU set for one replica, by the ranking the extender uses too
+        (:func:`gpusched.core.ranking.node_rank`: scope, class, bandwidth, then best fit among
+        equally wired nodes). Also returns whether some node had enough free GPUs but no set
+        meeting a required scope.
+
+        Candidates come fewest free GPUs first, one per group of nodes in the same state; the
+        scan stops after a bucket once the best choice is wired as well as any eligible node
+        could offer (:meth:`ceiling`), since the rest would only pack worse."""
         policy = request.policy
         k = request.gpus_per_replica
+        ceiling = self.ceiling(request)
         best: _Choice | None = None
-        best_unsatisfied: _Choice | None = None
         scope_refused = False
         current_count = -1
         for count, slot in self._candidates(request, names):
             if count != current_count:
-                if best is not None:
+                if best is not None and ceiling is not None and best.rank.wiring >= ceiling:
                     break
                 current_count = count
             result = place(slot.node.topology, k, policy, free_mask=slot.free)
@@ -368,19 +392,10 @@ class Pool:
                 if result.reason is RefusalReason.SCOPE_UNSATISFIABLE:
                     scope_refused = True
                 continue
-            rank = (
-                0 if result.scope_satisfied else 1,
-                scope_rank(result.topology_class),
-                count,
-                -result.score,
-            )
-            choice = _Choice(slot, result, rank)
-            if result.scope_satisfied:
-                if best is None or rank < best.rank:
-                    best = choice
-            elif best_unsatisfied is None or rank < best_unsatisfied.rank:
-                best_unsatisfied = choice
-        return (best if best is not None else best_unsatisfied), scope_refused
+            rank = node_rank(result)
+            if best is None or outranks(rank, slot.name, best.rank, best.slot.name):
+                best = _Choice(slot, result, rank)
+        return best, scope_refused
 
     # --- gangs ---------------------------------------------------------------------------
 
