@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from e2e.helpers import extender_knows
 from gpusched.api import GpuHealthState, keys
 from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.components import SchedulerProcesses, start_scheduler
@@ -68,18 +69,12 @@ def _cluster(make_nodes: Callable[..., list[str]], group: str) -> tuple[list[str
     return h100s, board
 
 
-def _extender_knows(url: str, nodes: list[str]) -> bool:
-    from e2e.helpers import extender_knows
-
-    return bool(extender_knows(url, nodes))
-
-
 def test_plain_four_gpu_pod_gets_nvlinked_h100_gpus_not_the_pcie_board(
     extender: SchedulerProcesses, kube: Any, gpu_nodes: Callable[..., list[str]]
 ) -> None:
     group = f"rank{next(_ids)}"
     h100s, board = _cluster(gpu_nodes, group)
-    wait_for(lambda: _extender_knows(extender.url, [*h100s, board]), 60, "extender to see nodes")
+    wait_for(lambda: extender_knows(extender.url, [*h100s, board]), 60, "extender to see nodes")
     core = client.CoreV1Api(kube)
     namespace = f"{group}-pods"
     core.create_namespace({"metadata": {"name": namespace}})
@@ -123,7 +118,7 @@ def test_default_four_gpu_gpujob_is_planned_and_bound_on_an_h100(
         operator.start()
     group = f"rank{next(_ids)}"
     h100s, board = _cluster(gpu_nodes, group)
-    wait_for(lambda: _extender_knows(extender.url, [*h100s, board]), 60, "extender to see nodes")
+    wait_for(lambda: extender_knows(extender.url, [*h100s, board]), 60, "extender to see nodes")
     with scenario(kube, gpu_nodes) as sc:
         _run_gpujob(sc, h100s)
 

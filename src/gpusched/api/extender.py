@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+)
 
 MIN_PRIORITY: Final = 0
 MAX_PRIORITY: Final = 10
@@ -25,22 +33,112 @@ class _Wire(BaseModel):
         return self.model_dump(by_alias=True, mode="json")
 
 
+class WireError(ValueError):
+    """A request whose JSON does not have the protocol's shape; the message names the field."""
+
+
+def _first_error(err: ValidationError, prefix: tuple[str, ...] = ()) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in (*prefix, *first["loc"])) or "request body"
+    return f"{where}: {first['msg']}"
+
+
+class _Shape(BaseModel):
+    """The fields of a Kubernetes object that gpusched reads, with their wire types; every
+    other field is accepted and left alone."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _ObjectMeta(_Shape):
+    name: StrictStr = ""
+    namespace: StrictStr = ""
+    uid: StrictStr = ""
+    resource_version: StrictStr = Field("", alias="resourceVersion")
+    labels: dict[StrictStr, StrictStr] | None = None
+    annotations: dict[StrictStr, StrictStr] | None = None
+
+
+class _Resources(_Shape):
+    limits: dict[StrictStr, StrictStr | StrictInt] | None = None
+    requests: dict[StrictStr, StrictStr | StrictInt] | None = None
+
+
+class _Container(_Shape):
+    resources: _Resources | None = None
+
+
+class _PodSpec(_Shape):
+    scheduler_name: StrictStr | None = Field(None, alias="schedulerName")
+    node_name: StrictStr | None = Field(None, alias="nodeName")
+    containers: list[_Container] | None = None
+    init_containers: list[_Container] | None = Field(None, alias="initContainers")
+    affinity: dict[StrictStr, Any] | None = None
+    topology_spread_constraints: list[dict[StrictStr, Any]] | None = Field(
+        None, alias="topologySpreadConstraints"
+    )
+
+
+class PodShape(_Shape):
+    """What a pod sent by kube-scheduler must look like where gpusched reads it."""
+
+    metadata: _ObjectMeta | None = None
+    spec: _PodSpec | None = None
+
+
+class _NameOnly(_Shape):
+    name: StrictStr = Field(min_length=1)
+
+
+class _NamedObject(_Shape):
+    metadata: _NameOnly
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+class NodeList(_Shape):
+    """A v1.NodeList, of which only the names are read."""
+
+    items: list[_NamedObject] | None = None
+
+
+_POD: Final = TypeAdapter(PodShape)
+
+
 class ExtenderArgs(_Wire):
     """Arguments of ``filter`` and ``prioritize``."""
 
     pod: dict[str, Any] = Field(alias="Pod")
     """The pod being scheduled, as a v1.Pod JSON object."""
-    node_names: list[str] | None = Field(None, alias="NodeNames")
+    node_names: list[StrictStr] | None = Field(None, alias="NodeNames")
     """Candidate nodes (nodeCacheCapable extenders)."""
-    nodes: dict[str, Any] | None = Field(None, alias="Nodes")
+    nodes: NodeList | None = Field(None, alias="Nodes")
     """Candidate nodes as a NodeList (extenders that are not nodeCacheCapable)."""
+
+    @classmethod
+    def from_wire(cls, data: Any) -> ExtenderArgs:
+        """Validate a decoded request: the envelope, and the pod's fields gpusched reads (the
+        pod itself stays a plain dict, as the rest of the extender reads pods from watches).
+        Raises :class:`WireError` naming the first wrong field, e.g.
+        ``Pod.metadata.annotations.gpusched.io/gang-size: Input should be a valid string``."""
+        try:
+            args = cls.model_validate(data)
+        except ValidationError as err:
+            raise WireError(_first_error(err)) from None
+        try:
+            _POD.validate_python(args.pod)
+        except ValidationError as err:
+            raise WireError(_first_error(err, ("Pod",))) from None
+        return args
 
     def candidate_names(self) -> list[str]:
         """Node names from whichever form the scheduler sent."""
         if self.node_names is not None:
             return self.node_names
-        items = (self.nodes or {}).get("items") or []
-        return [item["metadata"]["name"] for item in items]
+        items = (self.nodes.items if self.nodes is not None else None) or []
+        return [item.name for item in items]
 
 
 class ExtenderFilterResult(_Wire):
@@ -67,6 +165,14 @@ class HostPriority(_Wire):
 
 class ExtenderBindingArgs(_Wire):
     """Arguments of ``bind``."""
+
+    @classmethod
+    def from_wire(cls, data: Any) -> ExtenderBindingArgs:
+        """Validate a decoded request; :class:`WireError` names the first wrong field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise WireError(_first_error(err)) from None
 
     pod_name: str = Field(alias="PodName", min_length=1)
     pod_namespace: str = Field(alias="PodNamespace", min_length=1)

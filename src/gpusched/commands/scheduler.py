@@ -33,7 +33,14 @@ def scheduler() -> None:
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
-def serve(kubeconfig: str | None, address: str, port: int, log_level: str) -> None:
+@click.option(
+    "--max-nodes",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most nodes one request may name (the largest cluster served); bounds the request size.",
+)
+def serve(kubeconfig: str | None, address: str, port: int, log_level: str, max_nodes: int) -> None:
     """Serve filter / prioritize / bind, /healthz, /readyz and /metrics."""
     from aiohttp import web
 
@@ -43,7 +50,7 @@ def serve(kubeconfig: str | None, address: str, port: int, log_level: str) -> No
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    extender = Extender(api_client(kubeconfig))
+    extender = Extender(api_client(kubeconfig), max_nodes=max_nodes)
     web.run_app(extender.app(), host=address, port=port, access_log=None, print=None)
 
 

@@ -31,6 +31,7 @@ from gpusched.core.scheduling import GpuRequest, RequestError, evaluate, gpu_req
 from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.cache import Assumption, ClusterCache
+from gpusched.scheduler.pending import PendingPods
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class Binder:
     cache: ClusterCache
     metrics: SchedulerMetrics
     memory: PodMemory = field(default_factory=PodMemory)
+    pending: PendingPods = field(default_factory=PendingPods)
+    """Unbound gpusched pods, from the API server: only those are bound without a GET."""
 
     async def close(self) -> None:
         """Close the API connections."""
@@ -113,8 +116,17 @@ class Binder:
 
     async def _bind(self, args: ExtenderBindingArgs) -> None:
         seen = self.memory.take(args.pod_uid)
-        if seen is None:
+        if seen is None or args.pod_uid not in self.pending:
+            # Not known from the watch of gpusched's pending pods: ask the API server whose pod
+            # it is (whatever the request or an earlier filter call said about it).
             pod = await self._get_pod(args)
+            scheduler = (pod.get("spec") or {}).get("schedulerName")
+            if scheduler != keys.SCHEDULER_NAME:
+                raise BindError(
+                    "NotGpuschedPod",
+                    f"pod has schedulerName {scheduler!r}, not {keys.SCHEDULER_NAME!r}: "
+                    "gpusched binds only its own pods",
+                )
             if self._already_bound(pod, args):
                 return
             try:

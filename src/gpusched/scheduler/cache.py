@@ -250,10 +250,16 @@ class ClusterCache:
         names = list(nodes)
         if excluding_uid:
             return self._compute_views(names, excluding_uid)
-        missing = [name for name in names if name not in self._views]
-        if missing:
-            self._views.update(zip(missing, self._compute_views(missing, ""), strict=True))
-        return [self._views[name] for name in names]
+        cached = self._views
+        missing = [name for name in names if name not in cached]
+        if not missing:
+            return [cached[name] for name in names]
+        computed = dict(zip(missing, self._compute_views(missing, ""), strict=True))
+        # Only nodes the cache knows are kept: a request naming nodes that do not exist must
+        # not grow the cache.
+        known = self.topologies
+        cached.update((n, v) for n, v in computed.items() if n in known or n in self.by_node)
+        return [cached.get(name) or computed[name] for name in names]
 
     def _compute_views(self, nodes: list[str], excluding_uid: str) -> list[NodeView]:
         assumed: dict[str, set[int]] = {}

@@ -18,7 +18,6 @@ from typing import Any
 from aiohttp import web
 from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 
 from gpusched.api import keys
 from gpusched.api.extender import (
@@ -26,6 +25,7 @@ from gpusched.api.extender import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
+    WireError,
 )
 from gpusched.core.scheduling import (
     RequestError,
@@ -39,8 +39,26 @@ from gpusched.kubewatch import Reflector
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.cache import ClusterCache, settle_heap
+from gpusched.scheduler.pending import FIELD_SELECTOR, PendingPods
 
 log = logging.getLogger(__name__)
+
+#: Nodes in the largest cluster Kubernetes supports (its documented limit); a request naming
+#: more is refused.
+DEFAULT_MAX_NODES = 5_000
+#: Largest pod kube-scheduler can send: the API server stores no object above etcd's default
+#: request limit of 1.5 MiB.
+MAX_POD_BYTES = 1536 * 1024
+#: Largest node name (a DNS subdomain, 253 characters) with its quotes and comma.
+MAX_NODE_NAME_BYTES = 256
+
+
+def max_body_bytes(max_nodes: int) -> int:
+    """The largest request kube-scheduler sends (``nodeCacheCapable``: the pod and node names)
+    for a cluster of ``max_nodes``, with room for the envelope. Bigger bodies are refused (413)
+    before they are read whole, so one request cannot hold the event loop or the memory."""
+    return MAX_POD_BYTES + max_nodes * MAX_NODE_NAME_BYTES + 64 * 1024
+
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -71,11 +89,21 @@ class _LoopConsumer:
 class Extender:
     """Cache, watches, binder and HTTP routes of one extender process."""
 
-    def __init__(self, api: client.ApiClient, metrics: SchedulerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        metrics: SchedulerMetrics | None = None,
+        *,
+        max_nodes: int = DEFAULT_MAX_NODES,
+    ) -> None:
         self.api = api
         self.cache = ClusterCache()
         self.metrics = metrics or SchedulerMetrics()
-        self.binder = Binder(AsyncApi(api.configuration), self.cache, self.metrics)
+        self.pending = PendingPods()
+        self.binder = Binder(
+            AsyncApi(api.configuration), self.cache, self.metrics, pending=self.pending
+        )
+        self.max_nodes = max_nodes
         self._stop = threading.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -110,6 +138,14 @@ class Extender:
             self._stop,
             field_selector="spec.nodeName!=",
         ).start()
+        # Read in the watch thread: a set of UIDs needs no event-loop hop.
+        Reflector(
+            "pending-pods",
+            core.list_pod_for_all_namespaces,
+            self.pending,
+            self._stop,
+            field_selector=FIELD_SELECTOR,
+        ).start()
 
     async def _housekeeping(self) -> None:
         while not self.cache.ready:
@@ -133,7 +169,9 @@ class Extender:
 
     def app(self) -> web.Application:
         """The aiohttp application."""
-        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app = web.Application(
+            middlewares=[self._errors], client_max_size=max_body_bytes(self.max_nodes)
+        )
         app.router.add_post("/filter", self._timed("filter", self.filter))
         app.router.add_post("/prioritize", self._timed("prioritize", self.prioritize))
         app.router.add_post("/bind", self._timed("bind", self.bind))
@@ -152,10 +190,6 @@ class Extender:
             return await handler(request)
         except web.HTTPException:
             raise
-        except ValidationError as err:
-            return web.json_response(
-                {"Error": f"malformed request: {_first_error(err)}"}, status=400
-            )
         except ValueError as err:
             return web.json_response({"Error": f"malformed request: {err}"}, status=400)
         except Exception as err:
@@ -181,12 +215,24 @@ class Extender:
                 content_type="application/json",
             )
 
+    async def _args(self, request: web.Request) -> ExtenderArgs:
+        """The validated arguments of filter or prioritize; WireError (400) names what is
+        wrong, including more nodes than the largest supported cluster has."""
+        args = ExtenderArgs.from_wire(await request.json())
+        count = len(args.candidate_names())
+        if count > self.max_nodes:
+            raise WireError(
+                f"NodeNames: {count} nodes, more than the {self.max_nodes} this extender "
+                "accepts (--max-nodes)"
+            )
+        return args
+
     # --- verbs ---------------------------------------------------------------------------
 
     async def filter(self, request: web.Request) -> web.Response:
         """Nodes that can host the pod's GPU set, with a reason for every other node."""
         self._require_ready()
-        args = ExtenderArgs.model_validate(await request.json())
+        args = await self._args(request)
         names = args.candidate_names()
         try:
             gpu = gpu_request(args.pod)
@@ -214,7 +260,7 @@ class Extender:
     async def prioritize(self, request: web.Request) -> web.Response:
         """A 0..10 score per node: how well the best GPU set there is wired."""
         self._require_ready()
-        args = ExtenderArgs.model_validate(await request.json())
+        args = await self._args(request)
         names = args.candidate_names()
         uid = (args.pod.get("metadata") or {}).get("uid", "")
         seen = self.binder.memory.peek(uid) if uid else None
@@ -233,7 +279,7 @@ class Extender:
     async def bind(self, request: web.Request) -> web.Response:
         """Choose the GPUs, write them on the pod, bind it."""
         self._require_ready()
-        args = ExtenderBindingArgs.model_validate(await request.json())
+        args = ExtenderBindingArgs.from_wire(await request.json())
         error = await self.binder.bind(args)
         return web.json_response(ExtenderBindingResult(error=error).to_wire())
 
@@ -251,9 +297,3 @@ class Extender:
         """Prometheus exposition."""
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-def _first_error(err: ValidationError) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    return f"{where}: {first['msg']}"

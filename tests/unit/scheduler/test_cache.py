@@ -164,3 +164,12 @@ def test_watch_confirmation_on_another_node_drops_a_stale_assumption(cache: Clus
     assert "uid-x" not in cache.assumptions
     assert cache.view("n2").busy == frozenset()
     assert cache.view("n1").busy == {4, 5}
+
+
+def test_views_of_nodes_that_do_not_exist_are_not_kept() -> None:
+    cache = ClusterCache()
+    cache.replace_topologies([topology_object("real")])
+    cache.replace_pods([])
+    views = cache.views(["real", *(f"ghost-{i}" for i in range(1000))])
+    assert views[1].prepared is None
+    assert set(cache._views) == {"real"}
