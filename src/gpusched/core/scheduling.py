@@ -8,7 +8,7 @@ this code.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpusched.api import keys
@@ -23,7 +23,7 @@ from gpusched.core.placement import (
     place,
 )
 from gpusched.core.prepared import PreparedNode
-from gpusched.core.ranking import NodeRank, node_rank, outranks
+from gpusched.core.ranking import NodeRank, WiringRank, node_rank, wiring_rank
 
 MAX_SCORE: Final = 10
 
@@ -156,6 +156,26 @@ class NodeView:
     unaccounted: int = 0
     """GPUs held by pods that carry no GPU assignment (bound by another scheduler): we cannot
     know which, so they only reduce how many of the free GPUs may be used."""
+    state: tuple[object, ...] | None = field(init=False, default=None, compare=False)
+    """What every decision about the node depends on (wiring, health, held GPUs): nodes in
+    the same state get the same verdict. None without a topology."""
+    free: int = field(init=False, default=0, compare=False)
+    """Placeable GPUs nobody holds, less the unaccounted ones."""
+
+    def __post_init__(self) -> None:
+        prepared = self.prepared
+        if prepared is None:
+            return
+        state = (
+            prepared.wiring.key,
+            prepared.placeable_mask,
+            prepared.degraded_mask,
+            self.busy,
+            self.unaccounted,
+        )
+        free = (prepared.placeable_mask & ~prepared.mask(self.busy)).bit_count()
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "free", free - self.unaccounted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,22 +266,65 @@ def evaluate_all(views: Iterable[NodeView], request: GpuRequest) -> dict[str, Ve
     memo: dict[object, Verdict] = {}
     verdicts: dict[str, Verdict] = {}
     for view in views:
-        prepared = view.prepared
-        if prepared is None or view.name == request.planned_node:
+        state = view.state
+        if state is None or view.name == request.planned_node:
             verdicts[view.name] = evaluate(view, request)
             continue
-        state = (
-            prepared.wiring.key,
-            prepared.placeable_mask,
-            prepared.degraded_mask,
-            view.busy,
-            view.unaccounted,
-        )
         verdict = memo.get(state)
         if verdict is None:
             verdict = memo[state] = evaluate(view, request)
         verdicts[view.name] = verdict
     return verdicts
+
+
+def _ceiling(view: NodeView, request: GpuRequest) -> WiringRank | None:
+    """The best wiring the node could give the request with all its GPUs free (memoised per
+    wiring and health by the placement engine); None if it never could."""
+    assert view.prepared is not None
+    result = place(view.prepared, request.gpus, request.policy)
+    return wiring_rank(result) if isinstance(result, Placement) else None
+
+
+def first_ranked(views: Iterable[NodeView], request: GpuRequest) -> dict[str, Verdict]:
+    """The nodes ranked first for the request (one, unless several share the best rank),
+    with their verdicts; empty when no node can host it.
+
+    Deciding every node is not needed for that. Node states are visited by what they could
+    offer at best, their wiring's rank when idle (:func:`_ceiling`), then fewest free GPUs; the
+    visit stops once no remaining state could outrank the best found. On a busy cluster of
+    thousands of nodes that is a handful of placements instead of one per distinct state.
+    """
+    groups: dict[object, list[NodeView]] = {}
+    for view in views:
+        if view.state is not None and view.free >= request.gpus:
+            groups.setdefault(view.state, []).append(view)
+    ceilings: dict[object, WiringRank | None] = {}
+    order: list[tuple[WiringRank, int, object]] = []
+    for state, members in groups.items():
+        view = members[0]
+        wiring = (view.state[0], view.state[1], view.state[2])  # type: ignore[index]
+        if wiring not in ceilings:
+            ceilings[wiring] = _ceiling(view, request)
+        ceiling = ceilings[wiring]
+        if ceiling is not None:
+            order.append((ceiling, view.free, state))
+    order.sort(key=lambda item: item[1])
+    order.sort(key=lambda item: item[0], reverse=True)
+    best: NodeRank | None = None
+    winners: list[tuple[str, Verdict]] = []
+    for ceiling, free, state in order:
+        if best is not None and (ceiling, request.gpus - free) < (best.wiring, best.fuller):
+            break
+        members = groups[state]
+        verdict = evaluate(members[0], request)
+        rank = verdict.rank
+        if rank is None:
+            continue
+        if best is None or rank > best:
+            best, winners = rank, []
+        if rank == best:
+            winners.extend((view.name, verdict) for view in members)
+    return dict(winners)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +335,11 @@ class FilterOutcome:
     """What kube-scheduler may choose from: the planned node, else the best-ranked node (every
     node tied for the best rank when the pod has soft preferences)."""
     failed: dict[str, str]
+    """Refused nodes whose refusal freeing GPUs could resolve (only when nothing fits)."""
     unresolvable: dict[str, str]
+    """Refused nodes nothing but a change of the node can make fit (only when nothing fits)."""
     verdicts: dict[str, Verdict]
+    """Verdicts of the nodes in ``fits``, or of every node when nothing fits."""
 
 
 def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcome:
@@ -282,7 +348,23 @@ def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcom
     Passing a single node makes kube-scheduler's choice the ranking's (it skips scoring when one
     node is left), so the extender's choice and the operator's plan agree. When the operator
     planned a node for the pod and it fits, only that node passes: admission reserved those
-    GPUs for this gang."""
+    GPUs for this gang. Per-node reasons are worked out only when no node fits: kube-scheduler
+    reads them only to explain an unschedulable pod.
+    """
+    views = list(views)
+    planned = request.planned_node
+    if planned is not None:
+        for view in views:
+            if view.name == planned:
+                verdict = evaluate(view, request)
+                if verdict.placement is not None:
+                    return FilterOutcome((planned,), {}, {}, {planned: verdict})
+                break
+    first = first_ranked(views, request)
+    if first:
+        names = sorted(first)
+        fits = tuple(names) if request.soft_preferences else (names[0],)
+        return FilterOutcome(fits, {}, {}, {name: first[name] for name in fits})
     verdicts = evaluate_all(views, request)
     failed = {
         n: v.reason or "" for n, v in verdicts.items() if v.placement is None and v.resolvable
@@ -290,36 +372,7 @@ def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcom
     unresolvable = {
         n: v.reason or "" for n, v in verdicts.items() if v.placement is None and not v.resolvable
     }
-    planned = request.planned_node
-    planned_verdict = verdicts.get(planned) if planned is not None else None
-    if planned is not None and planned_verdict and planned_verdict.placement is not None:
-        for name, verdict in verdicts.items():
-            if name != planned and verdict.placement is not None:
-                failed[name] = f"PlannedElsewhere: admission planned this pod for node {planned}"
-        return FilterOutcome((planned,), failed, unresolvable, verdicts)
-    fits = _winners(verdicts, ties=request.soft_preferences)
-    winner = fits[0] if fits else ""
-    for name, verdict in verdicts.items():
-        if verdict.placement is not None and name not in fits:
-            failed[name] = f"Outranked: node {winner} is better wired or fuller"
-    return FilterOutcome(tuple(fits), failed, unresolvable, verdicts)
-
-
-def _winners(verdicts: Mapping[str, Verdict], *, ties: bool) -> list[str]:
-    best: NodeRank | None = None
-    names: list[str] = []
-    for name, verdict in verdicts.items():
-        rank = verdict.rank
-        if rank is None:
-            continue
-        if best is None or rank > best:
-            best, names = rank, [name]
-        elif rank == best:
-            if ties:
-                names.append(name)
-            elif outranks(rank, name, best, names[0]):
-                names = [name]
-    return sorted(names) if ties else names
+    return FilterOutcome((), failed, unresolvable, verdicts)
 
 
 def prioritize(views: Iterable[NodeView], request: GpuRequest) -> dict[str, int]:

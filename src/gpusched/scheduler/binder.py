@@ -135,9 +135,13 @@ class Binder:
                 raise BindError("InvalidRequest", str(err)) from err
 
         assumption = self.cache.assumptions.get(args.pod_uid)
-        if assumption is None or assumption.node != args.node:
+        if assumption is None or assumption.node != args.node or not self.cache.holds(assumption):
             self.cache.forget(args.pod_uid)
             assumption = self._choose(args, seen.request)
+        elif assumption.tentative:
+            # Filter reserved this set for this node; the bind makes it a bind's reservation.
+            assumption.tentative = False
+            assumption.created_at = self.cache.clock()
         try:
             await self._create_binding(args, assumption)
         except ApiError:

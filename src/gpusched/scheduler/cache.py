@@ -28,13 +28,19 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 ASSUME_TTL_SECONDS = 120.0
 #: How long an assumption whose bind never returned survives.
 ABANDONED_BIND_SECONDS = 600.0
+#: How long a reservation made at filter time waits for its bind (kube-scheduler binds within
+#: milliseconds of its decision unless the pod failed a later stage; a retry re-filters).
+TENTATIVE_SECONDS = 30.0
 
 
 def settle_heap() -> None:
-    """Move what is alive now (the synced cache) out of the garbage collector's scans.
+    """Move what is alive now (the synced cache, the placement memo) out of the garbage
+    collector's scans.
 
-    A full cache is millions of long-lived objects; without this, every full collection walks
-    them all and a filter call now and then takes 5x its usual time.
+    A full cache is millions of long-lived objects, and the placement memo keeps growing; a
+    full collection that walks them all holds a filter call for 100 ms and more. Collecting and
+    freezing again every few seconds keeps each collection to what was allocated since (acyclic
+    objects dropped later are still freed by reference counting).
     """
     gc.collect()
     gc.freeze()
@@ -68,6 +74,8 @@ class Assumption:
     topology_class: str
     created_at: float = 0.0
     bound_at: float | None = None
+    tentative: bool = False
+    """Made by filter for the one node it passed; the bind confirms or replaces it."""
 
 
 @dataclass
@@ -197,6 +205,22 @@ class ClusterCache:
         self.assumptions[assumption.uid] = assumption
         self._touch(assumption.node)
 
+    def forget_tentative(self, uid: str) -> None:
+        """Drop a filter-time reservation of a pod that is being scheduled again."""
+        assumption = self.assumptions.get(uid)
+        if assumption is not None and assumption.tentative:
+            self._pop_assumption(uid)
+
+    def holds(self, assumption: Assumption) -> bool:
+        """Whether an assumption's GPUs are still placeable and held by nobody else."""
+        view = self.view(assumption.node, excluding_uid=assumption.uid)
+        prepared = view.prepared
+        if prepared is None:
+            return False
+        placeable = set(prepared.indices(prepared.placeable_mask))
+        gpus = assumption.gpus
+        return view.free >= len(gpus) and all(g in placeable and g not in view.busy for g in gpus)
+
     def mark_bound(self, uid: str) -> None:
         """The bind call succeeded; keep the reservation until the watch confirms it."""
         assumption = self.assumptions.get(uid)
@@ -215,7 +239,7 @@ class ClusterCache:
             uid
             for uid, a in self.assumptions.items()
             if (a.bound_at is not None and now - a.bound_at > ASSUME_TTL_SECONDS)
-            or now - a.created_at > ABANDONED_BIND_SECONDS
+            or now - a.created_at > (TENTATIVE_SECONDS if a.tentative else ABANDONED_BIND_SECONDS)
         ]
         for uid in stale:
             self._pop_assumption(uid)

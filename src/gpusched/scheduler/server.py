@@ -28,6 +28,7 @@ from gpusched.api.extender import (
     WireError,
 )
 from gpusched.core.scheduling import (
+    FilterOutcome,
     RequestError,
     filter_nodes,
     gpu_request,
@@ -38,7 +39,7 @@ from gpusched.kubeasync import AsyncApi
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.binder import Binder
-from gpusched.scheduler.cache import ClusterCache, settle_heap
+from gpusched.scheduler.cache import Assumption, ClusterCache, settle_heap
 from gpusched.scheduler.pending import FIELD_SELECTOR, PendingPods
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ class Extender:
             self.cache.expire()
             for model, free in self.cache.free_by_model().items():
                 self.metrics.free_gpus.labels(model).set(free)
+            settle_heap()
 
     async def on_startup(self, app: web.Application) -> None:
         self.start_watches(asyncio.get_running_loop())
@@ -230,7 +232,7 @@ class Extender:
     # --- verbs ---------------------------------------------------------------------------
 
     async def filter(self, request: web.Request) -> web.Response:
-        """Nodes that can host the pod's GPU set, with a reason for every other node."""
+        """The node ranked first for the pod's GPU set, or a reason for every node."""
         self._require_ready()
         args = await self._args(request)
         names = args.candidate_names()
@@ -240,22 +242,43 @@ class Extender:
             refused = dict.fromkeys(names, f"InvalidRequest: {err}")
             result = ExtenderFilterResult(failed_and_unresolvable_nodes=refused)
             return web.json_response(result.to_wire())
+        meta = args.pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if uid:
+            # A pod filtered again gave up its earlier reservation.
+            self.cache.forget_tentative(uid)
         outcome = filter_nodes(self.cache.views(names), gpu)
-        # Prioritize is asked only about the nodes that pass filter.
-        fitting = {name: outcome.verdicts[name] for name in outcome.fits}
-        self.binder.memory.remember(args.pod, gpu, priorities(fitting))
+        self.binder.memory.remember(args.pod, gpu, priorities(outcome.verdicts))
+        if len(outcome.fits) == 1 and uid in self.pending:
+            self._reserve(outcome, uid, meta)
         for reason in (*outcome.failed.values(), *outcome.unresolvable.values()):
             self.metrics.refused_nodes.labels(reason.split(":", 1)[0]).inc()
         if outcome.fits:
-            # kube-scheduler reads per-node reasons only to explain an unschedulable pod and
-            # to skip hopeless nodes in preemption; a pod that fits somewhere needs neither,
-            # and leaving them out keeps the answer small on large clusters.
             return web.json_response(ExtenderFilterResult(node_names=list(outcome.fits)).to_wire())
         result = ExtenderFilterResult(
             failed_nodes=outcome.failed,
             failed_and_unresolvable_nodes=outcome.unresolvable,
         )
         return web.json_response(result.to_wire())
+
+    def _reserve(self, outcome: FilterOutcome, uid: str, meta: dict[str, Any]) -> None:
+        """Hold the set filter chose until the pod's bind, so the next pod's filter (which
+        kube-scheduler may send before this bind) sees it taken. Only for pods the API server
+        lists as gpusched's and unbound: a request alone reserves nothing."""
+        (node,) = outcome.fits
+        placement = outcome.verdicts[node].placement
+        if placement is None:
+            return
+        self.cache.assume(
+            Assumption(
+                uid=uid,
+                key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                node=node,
+                gpus=placement.gpus,
+                topology_class=placement.topology_class.value,
+                tentative=True,
+            )
+        )
 
     async def prioritize(self, request: web.Request) -> web.Response:
         """A 0..10 score per node: how well the best GPU set there is wired."""

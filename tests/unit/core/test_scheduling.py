@@ -119,27 +119,22 @@ def test_unaccounted_gpus_reduce_what_fits() -> None:
     assert refused.resolvable
 
 
-def test_filter_splits_fitting_resolvable_and_unresolvable_nodes() -> None:
+def test_filter_splits_refusals_into_resolvable_and_unresolvable_when_nothing_fits() -> None:
     request = GpuRequest(4, Policy(TopologyScope.NVLINK, TopologyMode.REQUIRED))
-    outcome = filter_nodes(
-        [
-            view(H100, "h"),
-            view(H100, "busy", busy=(0, 1, 2, 3, 4)),
-            view(BRIDGED, "b"),
-            NodeView("bare", None),
-        ],
-        request,
-    )
-    assert outcome.fits == ("h",)
+    refused = [view(H100, "busy", busy=(0, 1, 2, 3, 4)), view(BRIDGED, "b"), NodeView("bare", None)]
+    outcome = filter_nodes(refused, request)
+    assert outcome.fits == ()
     assert set(outcome.failed) == {"busy"}
     assert set(outcome.unresolvable) == {"b", "bare"}
+    fitting = filter_nodes([view(H100, "h"), *refused], request)
+    assert fitting.fits == ("h",)
+    assert set(fitting.verdicts) == {"h"}, "reasons are worked out only when nothing fits"
 
 
 def test_planned_node_wins_when_it_fits_and_is_ignored_when_it_does_not() -> None:
     views = [view(H100, "a"), view(H100, "b")]
     planned = filter_nodes(views, GpuRequest(2, Policy(), planned_node="b"))
     assert planned.fits == ("b",)
-    assert planned.failed["a"].startswith("PlannedElsewhere")
     gone = filter_nodes(views, GpuRequest(2, Policy(), planned_node="c"))
     assert gone.fits == ("a",), "the plan is gone: the shared ranking decides"
 

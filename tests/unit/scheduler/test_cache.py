@@ -8,7 +8,12 @@ import pytest
 
 from gpusched.api import keys
 from gpusched.dev.localcluster.topologies import fixture_objects
-from gpusched.scheduler.cache import ASSUME_TTL_SECONDS, Assumption, ClusterCache
+from gpusched.scheduler.cache import (
+    ASSUME_TTL_SECONDS,
+    TENTATIVE_SECONDS,
+    Assumption,
+    ClusterCache,
+)
 
 
 def topology_object(node: str, fixture: str = "hgx-h100-sxm-8gpu-8nic") -> dict[str, Any]:
@@ -173,3 +178,38 @@ def test_views_of_nodes_that_do_not_exist_are_not_kept() -> None:
     views = cache.views(["real", *(f"ghost-{i}" for i in range(1000))])
     assert views[1].prepared is None
     assert set(cache._views) == {"real"}
+
+
+def tentative(uid: str, gpus: tuple[int, ...], node: str = "n1") -> Assumption:
+    return Assumption(
+        uid=uid, key=f"ns/{uid}", node=node, gpus=gpus, topology_class="nvlink", tentative=True
+    )
+
+
+def test_filter_time_reservation_holds_its_gpus_until_its_short_ttl(cache: ClusterCache) -> None:
+    clock = cache.clock
+    cache.assume(tentative("u1", (0, 1)))
+    assert cache.view("n1").busy == {0, 1}
+    clock.now += TENTATIVE_SECONDS - 1
+    assert cache.expire() == 0
+    clock.now += 2
+    assert cache.expire() == 1
+    assert cache.view("n1").busy == frozenset()
+
+
+def test_pod_filtered_again_drops_only_its_filter_time_reservation(cache: ClusterCache) -> None:
+    cache.assume(tentative("u1", (0, 1)))
+    cache.assume(Assumption(uid="u2", key="ns/u2", node="n1", gpus=(2,), topology_class="nvlink"))
+    cache.forget_tentative("u1")
+    cache.forget_tentative("u2")  # a bind in flight keeps its reservation
+    assert cache.view("n1").busy == {2}
+
+
+def test_reservation_no_longer_holds_once_another_pod_has_one_of_its_gpus(
+    cache: ClusterCache,
+) -> None:
+    reservation = tentative("u1", (0, 1))
+    cache.assume(reservation)
+    assert cache.holds(reservation)
+    cache.apply_pod(pod("other", "n1", 1, "1"))
+    assert not cache.holds(reservation)

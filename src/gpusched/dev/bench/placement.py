@@ -50,6 +50,7 @@ from gpusched.core.baselines import first_fit, gpuallocator_best_effort
 from gpusched.core.objective import SOLO_BOTTLENECK, make_context
 from gpusched.core.placement import scope_rank
 from gpusched.core.prepared import clear_caches
+from gpusched.core.ranking import NodeRank, node_rank, outranks
 from gpusched.core.search import brute_force, search
 
 #: Environment variable naming the directory of ``topo -m`` fixtures.
@@ -410,9 +411,24 @@ def _first_fitting(nodes: list[PreparedNode], used: list[set[int]], k: int) -> i
     return None
 
 
-def _strategy_ours_best_node(
+def _strategy_ours_ranked(
     nodes: list[PreparedNode], used: list[set[int]], k: int
 ) -> tuple[int, tuple[int, ...]] | None:
+    """The node ranking admission and the extender share (best wired, then best fit)."""
+    best: tuple[NodeRank, int, tuple[int, ...]] | None = None
+    for n, node in enumerate(nodes):
+        result = place(node, k, busy=used[n])
+        if isinstance(result, Placement):
+            rank = node_rank(result)
+            if best is None or outranks(rank, f"{n:04d}", best[0], f"{best[1]:04d}"):
+                best = (rank, n, result.gpus)
+    return None if best is None else (best[1], best[2])
+
+
+def _strategy_ours_best_score(
+    nodes: list[PreparedNode], used: list[set[int]], k: int
+) -> tuple[int, tuple[int, ...]] | None:
+    """The highest placement score (the extender's prioritize before the shared ranking)."""
     best: tuple[float, int, tuple[int, ...]] | None = None
     for n, node in enumerate(nodes):
         result = place(node, k, busy=used[n])
@@ -460,7 +476,8 @@ def _strategy_gpuallocator(
 
 
 STRATEGIES: dict[str, Strategy] = {
-    "gpusched": _strategy_ours_best_node,
+    "gpusched": _strategy_ours_ranked,
+    "gpusched_best_score": _strategy_ours_best_score,
     "gpusched_firstfit_node": _strategy_ours_first_node,
     "firstfit": _strategy_first_fit,
     "gpuallocator": _strategy_gpuallocator,
@@ -470,6 +487,16 @@ STRATEGIES: dict[str, Strategy] = {
 def _best_empty_bottleneck(node: PreparedNode, k: int) -> int | None:
     result = place(node, k)
     return _bottleneck(node, result.gpus) if isinstance(result, Placement) else None
+
+
+def _best_available_bottleneck(nodes: list[PreparedNode], used: list[set[int]], k: int) -> int:
+    """The fastest slowest pair any node could give a k-GPU request now (0: none fits)."""
+    best = 0
+    for n, node in enumerate(nodes):
+        result = place(node, k, busy=used[n])
+        if isinstance(result, Placement):
+            best = max(best, _bottleneck(node, result.gpus))
+    return best
 
 
 def run_fragmentation(
@@ -507,10 +534,13 @@ def run_fragmentation(
         placed = rejected = fit8 = fit4 = fit4_best = 0
         rejected_by_size = dict.fromkeys((str(size) for size in REQUEST_SIZES), 0)
         bottleneck_ratio: list[float] = []
+        available_ratio: list[float] = []
+        whole_nodes = 0
         for step, (k, duration) in enumerate(stream):
             while running and running[0][0] <= step:
                 _, _, n, chosen = heapq.heappop(running)
                 used[n].difference_update(chosen)
+            available = _best_available_bottleneck(nodes, used, k) if k > 1 else None
             choice = strategy(nodes, used, k)
             if choice is None:
                 rejected += 1
@@ -524,9 +554,12 @@ def run_fragmentation(
                     best = _best_empty_bottleneck(nodes[n], k)
                     if best:
                         bottleneck_ratio.append(_bottleneck(nodes[n], chosen) / best)
+                    if available:
+                        available_ratio.append(_bottleneck(nodes[n], chosen) / available)
             fits8 = fits4 = fits4_best = False
             for n, node in enumerate(nodes):
                 free = len(_free_indices(node, used[n]))
+                whole_nodes += not used[n]
                 fits8 = fits8 or free >= 8
                 if free >= 4:
                     fits4 = True
@@ -548,6 +581,10 @@ def run_fragmentation(
             "mean_bottleneck_vs_ideal": round(statistics.fmean(bottleneck_ratio), 4)
             if bottleneck_ratio
             else None,
+            "mean_bottleneck_vs_available": round(statistics.fmean(available_ratio), 4)
+            if available_ratio
+            else None,
+            "mean_whole_nodes_free": round(whole_nodes / arrivals, 2),
         }
     return out
 
