@@ -11,10 +11,6 @@ from typing import Any
 
 from gpusched.api import keys
 
-#: Multiplier of the extender's 0..10 priority; kube-scheduler scales it to 0..100 x weight, so
-#: topology quality outweighs the in-tree scores (which only see GPU counts).
-EXTENDER_WEIGHT = 5
-
 
 def profile() -> dict[str, Any]:
     """The ``gpusched`` profile: pack GPUs onto nodes (MostAllocated) so whole, well-wired
@@ -51,13 +47,16 @@ def profile() -> dict[str, Any]:
 
 
 def extender(url: str, *, http_timeout: str = "30s") -> dict[str, Any]:
-    """The extender stanza: filter, prioritize and bind over HTTP for GPU pods only."""
+    """The extender stanza: filter and bind over HTTP for GPU pods only.
+
+    No prioritize verb: filter passes the one node gpusched's ranking puts first (or every node
+    tied for first, for pods whose soft preferences kube-scheduler's own scores weigh), so a
+    prioritize round trip would have nothing to decide. The endpoint still answers for
+    configurations that call it."""
     return {
         "urlPrefix": url.rstrip("/"),
         "filterVerb": "filter",
-        "prioritizeVerb": "prioritize",
         "bindVerb": "bind",
-        "weight": EXTENDER_WEIGHT,
         "enableHTTPS": url.startswith("https://"),
         "httpTimeout": http_timeout,
         "nodeCacheCapable": True,

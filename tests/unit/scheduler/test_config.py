@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from gpusched.scheduler.config import EXTENDER_WEIGHT, kube_scheduler_config
+from gpusched.scheduler.config import kube_scheduler_config
 
 SHIPPED = Path(__file__).parents[3] / "scheduler" / "kube-scheduler-config.yaml"
 
@@ -20,7 +20,7 @@ def test_extender_is_node_cache_capable_binds_and_handles_only_gpu_pods() -> Non
     assert extender["nodeCacheCapable"] is True
     assert extender["bindVerb"] == "bind"
     assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
-    assert extender["weight"] == EXTENDER_WEIGHT
+    assert "prioritizeVerb" not in extender, "filter passes the first-ranked node only"
     assert extender["ignorable"] is False
 
 
