@@ -6,16 +6,14 @@ NVLinked H100 GPUs, never the PCIe board."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from e2e.helpers import extender_knows
 from gpusched.api import GpuHealthState, keys
-from gpusched.dev.localcluster import LocalCluster
-from gpusched.dev.localcluster.components import SchedulerProcesses, start_scheduler
+from gpusched.dev.localcluster.components import SchedulerProcesses
 from gpusched.dev.localcluster.topologies import fixture_objects
 from tests.integration.operator_harness import (
     H100,
@@ -30,24 +28,6 @@ from tests.integration.operator_harness import (
 H100_FIXTURE = "hgx-h100-sxm-8gpu-8nic"
 PCIE_FIXTURE = "pcie-8gpu-nvlink-bridge-pairs-2socket"
 _ids = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def extender(local_cluster: LocalCluster) -> Iterator[SchedulerProcesses]:
-    processes = start_scheduler(local_cluster)
-    yield processes
-    local_cluster.stop_process(processes.kube_scheduler)
-    local_cluster.stop_process(processes.extender)
-
-
-@pytest.fixture(scope="module")
-def operator(
-    local_cluster: LocalCluster, extender: SchedulerProcesses
-) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(local_cluster)
-    process.start()
-    yield process
-    process.kill()
 
 
 def _cluster(make_nodes: Callable[..., list[str]], group: str) -> tuple[list[str], str]:

@@ -24,7 +24,7 @@ from tests.integration.operator_harness import wait_for
 
 
 @pytest.fixture(scope="module")
-def extender(local_cluster: LocalCluster) -> Iterator[ExtenderProcess]:
+def extender_only(local_cluster: LocalCluster) -> Iterator[ExtenderProcess]:
     process = start_extender_only(local_cluster)
     yield process
     local_cluster.stop_process(process.record)
@@ -75,48 +75,50 @@ def gpu_pod_body(name: str, scheduler: str = keys.SCHEDULER_NAME) -> dict[str, A
 )
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
 def test_wrong_inner_shapes_answer_400_naming_the_field(
-    extender: ExtenderProcess, verb: str, body: dict[str, Any], field: str
+    extender_only: ExtenderProcess, verb: str, body: dict[str, Any], field: str
 ) -> None:
-    status, text = post_json(f"{extender.url}/{verb}", body)
+    status, text = post_json(f"{extender_only.url}/{verb}", body)
     assert status == 400, text
     assert json.loads(text)["Error"].startswith(f"malformed request: {field}:")
 
 
-def test_more_node_names_than_the_largest_cluster_answer_400(extender: ExtenderProcess) -> None:
+def test_more_node_names_than_the_largest_cluster_answer_400(
+    extender_only: ExtenderProcess,
+) -> None:
     names = [f"n{i}" for i in range(DEFAULT_MAX_NODES + 1)]
     status, text = post_json(
-        f"{extender.url}/filter", {"Pod": gpu_pod_body("p"), "NodeNames": names}
+        f"{extender_only.url}/filter", {"Pod": gpu_pod_body("p"), "NodeNames": names}
     )
     assert status == 400, text
     assert "NodeNames" in json.loads(text)["Error"]
 
 
 def test_a_body_larger_than_kube_scheduler_sends_is_refused_and_the_process_serves_on(
-    extender: ExtenderProcess,
+    extender_only: ExtenderProcess,
 ) -> None:
     limit = max_body_bytes(DEFAULT_MAX_NODES)
     names = ["x" * 60] * (limit // 60)  # short of nodes, long on bytes: only the size is wrong
     body = json.dumps({"Pod": gpu_pod_body("p"), "NodeNames": names}).encode()
     assert len(body) > limit
-    status, _ = post(f"{extender.url}/filter", body)
+    status, _ = post(f"{extender_only.url}/filter", body)
     assert status == 413
-    with urllib.request.urlopen(f"{extender.url}/healthz", timeout=10) as response:
+    with urllib.request.urlopen(f"{extender_only.url}/healthz", timeout=10) as response:
         assert response.status == 200
     # A real request of the largest cluster's size still goes through.
     names = [f"node-{i:05d}" for i in range(DEFAULT_MAX_NODES)]
     status, text = post_json(
-        f"{extender.url}/filter", {"Pod": gpu_pod_body("p"), "NodeNames": names}
+        f"{extender_only.url}/filter", {"Pod": gpu_pod_body("p"), "NodeNames": names}
     )
     assert status == 200, text
 
 
 def test_bind_refuses_a_pod_of_another_scheduler_even_after_a_forged_filter(
-    extender: ExtenderProcess, kube: Any, gpu_nodes: Any
+    extender_only: ExtenderProcess, kube: Any, gpu_nodes: Any
 ) -> None:
     node = "extender-input-h100"
     spec, status_ = fixture_objects("hgx-h100-sxm-8gpu-8nic", node)
     gpu_nodes(1, 8, names=[node], topology=spec, status=status_)
-    wait_for(lambda: extender_knows(extender.url, [node]), 60, "the extender to see the node")
+    wait_for(lambda: extender_knows(extender_only.url, [node]), 60, "the extender to see the node")
     core = client.CoreV1Api(kube)
     namespace = "extender-input"
     core.create_namespace({"metadata": {"name": namespace}})
@@ -129,9 +131,9 @@ def test_bind_refuses_a_pod_of_another_scheduler_even_after_a_forged_filter(
             uid=pod.metadata.uid,
             resourceVersion=pod.metadata.resource_version,
         )
-        post_json(f"{extender.url}/filter", {"Pod": forged, "NodeNames": [node]})
+        post_json(f"{extender_only.url}/filter", {"Pod": forged, "NodeNames": [node]})
         status, text = post_json(
-            f"{extender.url}/bind",
+            f"{extender_only.url}/bind",
             {
                 "PodName": "other",
                 "PodNamespace": namespace,
@@ -146,7 +148,7 @@ def test_bind_refuses_a_pod_of_another_scheduler_even_after_a_forged_filter(
         # A gpusched pod on the same path binds (so the refusal above is about the scheduler).
         own = core.create_namespaced_pod(namespace, gpu_pod_body("own"))
         status, text = post_json(
-            f"{extender.url}/bind",
+            f"{extender_only.url}/bind",
             {"PodName": "own", "PodNamespace": namespace, "PodUID": own.metadata.uid, "Node": node},
         )
         assert json.loads(text)["Error"] == "", text
