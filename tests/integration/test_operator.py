@@ -19,26 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from gpusched.api import keys
 from gpusched.cli import main
 from gpusched.dev.localcluster import LocalCluster
-from gpusched.dev.localcluster.components import SchedulerProcesses, start_scheduler
 from tests.integration.operator_harness import OperatorProcess, Scenario, scenario, wait_for
-
-
-@pytest.fixture(scope="module")
-def extender(local_cluster: LocalCluster) -> Iterator[SchedulerProcesses]:
-    processes = start_scheduler(local_cluster)
-    yield processes
-    local_cluster.stop_process(processes.kube_scheduler)
-    local_cluster.stop_process(processes.extender)
-
-
-@pytest.fixture(scope="module")
-def operator(
-    local_cluster: LocalCluster, extender: SchedulerProcesses
-) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(local_cluster)
-    process.start()
-    yield process
-    process.kill()
 
 
 @pytest.fixture
