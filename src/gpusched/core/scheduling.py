@@ -159,23 +159,23 @@ class NodeView:
     state: tuple[object, ...] | None = field(init=False, default=None, compare=False)
     """What every decision about the node depends on (wiring, health, held GPUs): nodes in
     the same state get the same verdict. None without a topology."""
-    free: int = field(init=False, default=0, compare=False)
-    """Placeable GPUs nobody holds, less the unaccounted ones."""
+    hardware: tuple[object, ...] | None = field(init=False, default=None, compare=False)
+    """The part of ``state`` that does not change with occupancy (wiring and health)."""
+    free: int = field(init=False, default=-1, compare=False)
+    """Placeable GPUs nobody holds, less the unaccounted ones (-1 without a topology)."""
+    bucket: tuple[object, ...] | None = field(init=False, default=None, compare=False)
+    """``hardware`` and ``free``: nodes that could offer the same at best."""
 
     def __post_init__(self) -> None:
         prepared = self.prepared
         if prepared is None:
             return
-        state = (
-            prepared.wiring.key,
-            prepared.placeable_mask,
-            prepared.degraded_mask,
-            self.busy,
-            self.unaccounted,
-        )
+        hardware = (prepared.wiring.key, prepared.placeable_mask, prepared.degraded_mask)
         free = (prepared.placeable_mask & ~prepared.mask(self.busy)).bit_count()
-        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "hardware", hardware)
+        object.__setattr__(self, "state", (*hardware, self.busy, self.unaccounted))
         object.__setattr__(self, "free", free - self.unaccounted)
+        object.__setattr__(self, "bucket", (hardware, free - self.unaccounted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,36 +294,47 @@ def first_ranked(views: Iterable[NodeView], request: GpuRequest) -> dict[str, Ve
     visit stops once no remaining state could outrank the best found. On a busy cluster of
     thousands of nodes that is a handful of placements instead of one per distinct state.
     """
-    groups: dict[object, list[NodeView]] = {}
+    k = request.gpus
+    # Views bucketed by hardware and free GPUs: a few dozen buckets however large the cluster;
+    # states are told apart only inside the buckets visited.
+    buckets: dict[object, list[NodeView]] = {}
     for view in views:
-        if view.state is not None and view.free >= request.gpus:
-            groups.setdefault(view.state, []).append(view)
+        if view.free >= k:  # (-1 without a topology)
+            members = buckets.get(view.bucket)
+            if members is None:
+                buckets[view.bucket] = [view]
+            else:
+                members.append(view)
     ceilings: dict[object, WiringRank | None] = {}
-    order: list[tuple[WiringRank, int, object]] = []
-    for state, members in groups.items():
+    tiers: dict[WiringRank, dict[int, list[list[NodeView]]]] = {}
+    for members in buckets.values():
         view = members[0]
-        wiring = (view.state[0], view.state[1], view.state[2])  # type: ignore[index]
-        if wiring not in ceilings:
-            ceilings[wiring] = _ceiling(view, request)
-        ceiling = ceilings[wiring]
+        if view.hardware in ceilings:
+            ceiling = ceilings[view.hardware]
+        else:
+            ceiling = ceilings[view.hardware] = _ceiling(view, request)
         if ceiling is not None:
-            order.append((ceiling, view.free, state))
-    order.sort(key=lambda item: item[1])
-    order.sort(key=lambda item: item[0], reverse=True)
+            tiers.setdefault(ceiling, {}).setdefault(view.free, []).append(members)
     best: NodeRank | None = None
     winners: list[tuple[str, Verdict]] = []
-    for ceiling, free, state in order:
-        if best is not None and (ceiling, request.gpus - free) < (best.wiring, best.fuller):
-            break
-        members = groups[state]
-        verdict = evaluate(members[0], request)
-        rank = verdict.rank
-        if rank is None:
-            continue
-        if best is None or rank > best:
-            best, winners = rank, []
-        if rank == best:
-            winners.extend((view.name, verdict) for view in members)
+    for ceiling in sorted(tiers, reverse=True):
+        by_free = tiers[ceiling]
+        for free in sorted(by_free):
+            if best is not None and (ceiling, k - free) < (best.wiring, best.fuller):
+                return dict(winners)
+            for members in by_free[free]:
+                states: dict[object, list[NodeView]] = {}
+                for view in members:
+                    states.setdefault(view.state, []).append(view)
+                for same in states.values():
+                    verdict = evaluate(same[0], request)
+                    rank = verdict.rank
+                    if rank is None:
+                        continue
+                    if best is None or rank > best:
+                        best, winners = rank, []
+                    if rank == best:
+                        winners.extend((view.name, verdict) for view in same)
     return dict(winners)
 
 

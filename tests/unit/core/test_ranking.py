@@ -201,3 +201,27 @@ def test_plan_and_extender_choose_a_node_the_rule_allows(
     assert choice is not None
     assert choice.slot.name in allowed
     assert choice.rank == outcome.verdicts[outcome.fits[0]].rank
+
+
+def test_nodes_equal_in_rank_across_hardware_kinds_tie_by_name() -> None:
+    """A busy H100 whose free pair is Degraded ranks exactly like a mostly broken H100 whose
+    only placeable pair is Degraded: the extender must look at both and pick by name."""
+    base = fixture_topology(H100, "x")
+
+    def health(unhealthy: set[int], degraded: set[int]) -> NodeTopology:
+        gpus = tuple(
+            replace(g, health=GpuHealthState.UNHEALTHY)
+            if g.index in unhealthy
+            else replace(g, health=GpuHealthState.DEGRADED)
+            if g.index in degraded
+            else g
+            for g in base.gpus
+        )
+        return replace(base, gpus=gpus)
+
+    busy = NodeView("b-busy", prepare(health(set(), {6, 7})), frozenset(range(6)))
+    sick = NodeView("a-sick", prepare(health(set(range(6)), {6, 7})))
+    outcome = filter_nodes([busy, sick], GpuRequest(2, Policy()))
+    assert outcome.fits == ("a-sick",)
+    tied = filter_nodes([busy, sick], GpuRequest(2, Policy(), soft_preferences=True))
+    assert tied.fits == ("a-sick", "b-busy")
