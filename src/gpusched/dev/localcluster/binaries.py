@@ -96,7 +96,16 @@ ETCD = GoTool(
     name="etcd", module="go.etcd.io/etcd/server/v3", packages=("go.etcd.io/etcd/server/v3",)
 )
 KWOK = GoTool(name="kwok", module="sigs.k8s.io/kwok", packages=("sigs.k8s.io/kwok/cmd/kwok",))
-TOOLS = (ETCD, KWOK, KUBERNETES)
+#: A real kubelet and the fake container runtime it runs pods on (``e2e/tools/kubelet/fakecri``).
+#: Its own module, pinned to the same Kubernetes release and the same dependency versions as
+#: ``kubernetes``: the packages both need come out of Go's build cache, and adding the kubelet
+#: does not change the control plane's cache key.
+KUBELET = GoTool(
+    name="kubelet",
+    module="k8s.io/kubernetes",
+    packages=("k8s.io/kubernetes/cmd/kubelet", "gpusched.io/e2e/tools/kubelet/fakecri"),
+)
+TOOLS = (ETCD, KWOK, KUBERNETES, KUBELET)
 
 
 def repo_root() -> Path:
@@ -138,9 +147,15 @@ def _go_version() -> str:
 
 
 def _stamp(tool: GoTool, tools_dir: Path, go_version: str) -> str:
+    """Digest of what the build depends on: Go, the module files and any Go source of ours
+    (a module without sources keeps the digest it always had)."""
     digest = hashlib.sha256(go_version.encode())
+    module_dir = tools_dir / tool.name
     for name in ("go.mod", "go.sum"):
-        digest.update((tools_dir / tool.name / name).read_bytes())
+        digest.update((module_dir / name).read_bytes())
+    for source in sorted(module_dir.rglob("*.go")):
+        digest.update(source.relative_to(module_dir).as_posix().encode())
+        digest.update(source.read_bytes())
     return digest.hexdigest()
 
 
@@ -189,7 +204,7 @@ def _build(
     progress(f"[toolchain] {tool.name} {version}: downloading modules")
     subprocess.run(["go", "mod", "download"], cwd=module_dir, env=env, check=True)
     total = _count_packages(tool, module_dir, env)
-    ldflags = _kubernetes_ldflags(version) if tool is KUBERNETES else tool.ldflags
+    ldflags = _kubernetes_ldflags(version) if tool.module == KUBERNETES.module else tool.ldflags
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{tool.name}-", dir=target.parent))
     command = [
