@@ -29,6 +29,4 @@ def test_stubs_speak_the_kubelet_wire_names() -> None:
 def test_pinned_kubelet_api_is_the_control_plane_release() -> None:
     from gpusched.api.upstream import KUBERNETES_VERSION
 
-    assert kubeletapi.pinned_version().removeprefix("v0.") == KUBERNETES_VERSION.removeprefix(
-        "v1."
-    )
+    assert kubeletapi.pinned_version().removeprefix("v0.") == KUBERNETES_VERSION.removeprefix("v1.")
