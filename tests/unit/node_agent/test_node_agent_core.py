@@ -57,21 +57,25 @@ def test_preferred_allocation_answers_the_admitted_pods_own_set_not_an_older_pen
     # The kubelet admits b (it lists b, not yet a): b's set, though a's is just as available.
     snapshot = state([first, second], [listed(second)])
     verdict = preferred_allocation(snapshot, UUIDS, [], 4)
-    assert verdict.ok and verdict.pod == "ns/b"
+    assert verdict.ok
+    assert verdict.pod == "ns/b"
     assert set(verdict.devices) == set(UUIDS[:4])
 
 
 def test_allocate_accepts_exactly_the_annotated_set() -> None:
     p = pod("a", 2, [2, 3])
     verdict = verify_allocation(state([p], [listed(p)]), [UUIDS[3], UUIDS[2]])
-    assert verdict.ok and verdict.pod == "ns/a" and verdict.placed_by_gpusched
+    assert verdict.ok
+    assert verdict.pod == "ns/a"
+    assert verdict.placed_by_gpusched
 
 
 def test_allocate_refuses_another_pods_gpus_naming_both_pods() -> None:
     a, b = pod("a", 2, [0, 1]), pod("b", 2, [2, 3])
     verdict = verify_allocation(state([a, b], [listed(a)]), [UUIDS[2], UUIDS[3]])
     assert verdict.reason is RefusalReason.MISMATCH
-    assert "ns/a" in verdict.message and "ns/b" in verdict.message
+    assert "ns/a" in verdict.message
+    assert "ns/b" in verdict.message
     assert "GPU 2 (GPU-02)" in verdict.message
 
 
@@ -92,7 +96,8 @@ def test_nothing_is_allocated_without_the_kubelets_pod_resources() -> None:
 def test_a_pod_deleted_after_bind_gets_nothing() -> None:
     gone = KubeletPod("ns", "deleted", {"main": frozenset()})
     verdict = verify_allocation(state([], [gone]), UUIDS[:2])
-    assert verdict.reason is RefusalReason.POD_GONE and "ns/deleted" in verdict.message
+    assert verdict.reason is RefusalReason.POD_GONE
+    assert "ns/deleted" in verdict.message
 
 
 def test_an_allocated_pod_is_not_admitted_twice() -> None:
@@ -104,10 +109,12 @@ def test_an_allocated_pod_is_not_admitted_twice() -> None:
 def test_containers_of_one_pod_split_its_set_without_sharing() -> None:
     a = pod("a", 4, [0, 1, 2, 3], containers=(ContainerGpus("x", 2), ContainerGpus("y", 2)))
     first = preferred_allocation(state([a], [listed(a)]), UUIDS, [], 2)
-    assert first.ok and set(first.devices) <= set(UUIDS[:4])
+    assert first.ok
+    assert set(first.devices) <= set(UUIDS[:4])
     after = state([a], [listed(a, x=[UUIDS.index(d) for d in first.devices])])
     second = preferred_allocation(after, [u for u in UUIDS if u not in first.devices], [], 2)
-    assert second.ok and set(second.devices) == set(UUIDS[:4]) - set(first.devices)
+    assert second.ok
+    assert set(second.devices) == set(UUIDS[:4]) - set(first.devices)
     assert verify_allocation(after, second.devices).ok
     assert verify_allocation(after, first.devices).reason is RefusalReason.MISMATCH
 
@@ -115,7 +122,7 @@ def test_containers_of_one_pod_split_its_set_without_sharing() -> None:
 def test_assigned_gpus_the_kubelet_cannot_offer_fail_with_their_holder() -> None:
     a, other = pod("a", 2, [0, 1]), pod("other", 1, None)
     snapshot = state([a, other], [listed(a), listed(other, main=[1])])
-    verdict = preferred_allocation(snapshot, UUIDS[2:] + [UUIDS[0]], [], 2)
+    verdict = preferred_allocation(snapshot, [*UUIDS[2:], UUIDS[0]], [], 2)
     assert verdict.reason is RefusalReason.NOT_AVAILABLE
     assert "GPU 1 (GPU-01) is held by pod ns/other" in verdict.message
 
@@ -124,11 +131,13 @@ def test_a_pod_of_another_scheduler_gets_only_unreserved_gpus() -> None:
     reserved, foreign = pod("placed", 4, [0, 1, 2, 3]), pod("foreign", 2, None)
     snapshot = state([reserved, foreign], [listed(foreign)])
     verdict = preferred_allocation(snapshot, UUIDS, [], 2)
-    assert verdict.ok and not verdict.placed_by_gpusched
+    assert verdict.ok
+    assert not verdict.placed_by_gpusched
     assert set(verdict.devices) == {UUIDS[4], UUIDS[5]}
     assert verify_allocation(snapshot, verdict.devices).ok
     refused = verify_allocation(snapshot, [UUIDS[0], UUIDS[4]])
-    assert refused.reason is RefusalReason.RESERVED and "ns/placed" in refused.message
+    assert refused.reason is RefusalReason.RESERVED
+    assert "ns/placed" in refused.message
 
 
 def test_a_pod_of_another_scheduler_may_use_gpus_of_finished_pods() -> None:
@@ -145,7 +154,8 @@ def test_malformed_assignment_is_refused_with_the_field() -> None:
     }
     p = pod_gpus(raw)
     verdict = verify_allocation(state([p], [listed(p)]), UUIDS[:2])
-    assert verdict.reason is RefusalReason.MALFORMED and keys.ANNOTATION_GPUS in verdict.message
+    assert verdict.reason is RefusalReason.MALFORMED
+    assert keys.ANNOTATION_GPUS in verdict.message
 
 
 def test_pod_gpus_reads_containers_init_containers_and_assignment() -> None:
@@ -223,7 +233,8 @@ def test_only_the_admitted_pods_own_gpus_are_ever_preferred_or_accepted(
     truth = set(admitted.assigned or ())
     size = admitted.containers[0].gpus
     preferred = preferred_allocation(snapshot, available, [], size)
-    assert preferred.ok and set(preferred.devices) == truth
+    assert preferred.ok
+    assert set(preferred.devices) == truth
     assert verify_allocation(snapshot, preferred.devices).ok
     other = data.draw(st.sets(st.sampled_from(available), min_size=size, max_size=size))
     assert verify_allocation(snapshot, other).ok == (other == truth)
