@@ -145,7 +145,11 @@ class ClusterCache:
         if not node or phase in TERMINAL_PHASES or count == 0:
             self._drop_pod(key, meta.get("uid", ""))
             return
-        gpus = parse_indices((meta.get("annotations") or {}).get(keys.ANNOTATION_GPU_INDICES))
+        annotations = meta.get("annotations") or {}
+        gpus = parse_indices(annotations.get(keys.ANNOTATION_GPU_INDICES))
+        if gpus is None:
+            # A pod gpusched did not place: the node agent writes which GPUs it really holds.
+            gpus = parse_indices(annotations.get(keys.ANNOTATION_ALLOCATED_GPU_INDICES))
         record = PodRecord(key=key, uid=meta.get("uid", ""), node=node, gpus=gpus, count=count)
         self._unindex(key)
         self.pods[key] = record
