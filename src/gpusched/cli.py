@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cluster": "gpusched.commands.cluster:cluster",
     "crds": "gpusched.commands.crds:crds",
     "demo": "gpusched.commands.demo:demo",
+    "device-plugin": "gpusched.commands.device_plugin:device_plugin",
     "explain": "gpusched.commands.explain:explain",
     "operator": "gpusched.commands.operator:operator",
     "probe": "gpusched.commands.probe:probe",

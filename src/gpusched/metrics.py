@@ -143,6 +143,74 @@ class ProbeMetrics:
         )
 
 
+# --- node agent (device plugin) ------------------------------------------------------------
+
+
+class NodeAgentMetrics:
+    """Metrics of the node agent, gpusched's device plugin (one process per node, no node
+    label)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else new_registry()
+        self.calls = Counter(
+            "node_agent_calls",
+            "GetPreferredAllocation (preferred) and Allocate (allocate) answers, by outcome "
+            "(accepted, refused) and refusal reason.",
+            ["call", "outcome", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.call_seconds = Histogram(
+            "node_agent_call_duration_seconds",
+            "Time to answer one GetPreferredAllocation or Allocate call.",
+            ["call"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+        )
+        self.registered = Gauge(
+            "node_agent_registered",
+            "1 while the plugin is registered with the kubelet.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.registrations = Counter(
+            "node_agent_registrations",
+            "Registrations with the kubelet (each kubelet or plugin restart adds one).",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.conflict = Gauge(
+            "node_agent_conflicting_plugin",
+            "1 while another device plugin for the same GPUs is live on the node (gpusched's "
+            "plugin then stays unregistered).",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.devices = Gauge(
+            "node_agent_devices",
+            "Devices advertised to the kubelet, by health (Healthy, Unhealthy).",
+            ["health"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.drift_pods = Gauge(
+            "node_agent_drift_pods",
+            "Pods whose GPUs per the kubelet's PodResources differ from gpusched's assignment, "
+            "by kind (OutsideAssignment, Incomplete, TakesReserved); 0 is the healthy value.",
+            ["kind"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.drift_checks = Counter(
+            "node_agent_drift_checks",
+            "Drift checks against the kubelet's PodResources, by outcome (ok, drift, error).",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+
+
 # --- operator (admission) -------------------------------------------------------------------
 
 #: Queue-wait buckets: seconds to hours, as GPU queues go.

@@ -74,6 +74,8 @@ class PodGpus:
     """Why ``gpusched.io/gpus`` is unusable, when it is present but malformed."""
     live: bool = True
     """Not in a terminal phase."""
+    deleting: bool = False
+    """Has a deletionTimestamp: it keeps what it holds until it ends, but is admitted no more."""
     created: str = ""
     """creationTimestamp (RFC 3339 sorts as text): the kubelet admits older pods first."""
     allocated: tuple[str, ...] | None = None
@@ -219,6 +221,7 @@ def pod_gpus(pod: Mapping[str, Any], resource: str = keys.GPU_RESOURCE) -> PodGp
         assigned=assigned,
         assignment_error=error,
         live=phase not in TERMINAL_PHASES,
+        deleting=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp") or ""),
         allocated=parse_uuids(annotations.get(keys.ANNOTATION_ALLOCATED_GPUS)),
     )
@@ -265,7 +268,7 @@ def admitting(state: NodeState) -> Admission:
     gone: list[str] = []
     for key, seen in sorted((state.kubelet or {}).items()):
         pod = state.pods.get(key)
-        if pod is None:
+        if pod is None or (pod.deleting and pod.live and waiting_containers(pod, seen)):
             if not seen.held:
                 gone.append(key)
             continue
@@ -305,8 +308,8 @@ def _unidentified(state: NodeState, admission: Admission) -> Verdict:
         names = ", ".join(admission.gone)
         return _refuse(
             RefusalReason.POD_GONE,
-            f"pod {names} being admitted no longer exists in the API server "
-            "(deleted after it was bound); its GPUs are not handed out",
+            f"pod {names} being admitted was deleted after it was bound (it is gone from the "
+            "API server or terminating); it gets no GPUs",
             admission.gone[0],
         )
     return _refuse(

@@ -1,0 +1,84 @@
+"""gpusched's device plugin for a real kubelet node of the local cluster, run as the Helm chart
+runs it: a separate ``gpusched device-plugin`` process with a token of the device probe's
+ServiceAccount under exactly ``device-probe/rbac.yaml`` plus ``device-probe/node-agent-rbac.yaml``,
+so whatever uses this also proves that RBAC sufficient."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.cluster import LocalCluster
+from gpusched.dev.localcluster.components import gpusched_command
+from gpusched.dev.localcluster.kubelet import KubeletNode
+from gpusched.dev.localcluster.processes import ProcessRecord, free_port
+from gpusched.dev.localprobes import probe_kubeconfig
+
+
+def node_agent_kubeconfig(cluster: LocalCluster) -> Path:
+    """The probe's ServiceAccount with the node agent's rules added."""
+    kubeconfig = probe_kubeconfig(cluster)
+    cluster.kubectl("apply", "-f", str(repo_root() / "device-probe" / "node-agent-rbac.yaml"))
+    return kubeconfig
+
+
+@dataclass
+class DevicePluginProcess:
+    """A running ``gpusched device-plugin`` for one kubelet node."""
+
+    cluster: LocalCluster
+    node: KubeletNode
+    record: ProcessRecord
+    metrics_port: int
+    kubeconfig: Path
+    args: tuple[str, ...]
+
+    @property
+    def metrics_url(self) -> str:
+        """Its Prometheus endpoint."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def restart(self, *, kill: bool = True) -> None:
+        """Stop it (SIGKILL by default, like a crash) and start it again."""
+        if kill:
+            os.killpg(self.record.pid, signal.SIGKILL)
+        self.cluster.stop_process(self.record)
+        self.record = _spawn(self.cluster, self.node, self.kubeconfig, self.metrics_port, self.args)
+
+
+def _spawn(
+    cluster: LocalCluster,
+    node: KubeletNode,
+    kubeconfig: Path,
+    metrics_port: int,
+    args: tuple[str, ...],
+) -> ProcessRecord:
+    argv = [
+        *gpusched_command(),
+        "device-plugin",
+        f"--node={node.name}",
+        f"--kubeconfig={kubeconfig}",
+        f"--device-plugin-dir={node.device_plugin_dir}",
+        f"--pod-resources-socket={node.pod_resources_socket}",
+        f"--metrics-port={metrics_port}",
+        "--metrics-address=127.0.0.1",
+        *args,
+    ]
+    return cluster.spawn(f"device-plugin-{node.name}-{metrics_port}", argv)
+
+
+def start_device_plugin(
+    cluster: LocalCluster,
+    node: KubeletNode,
+    *,
+    kubeconfig: Path | None = None,
+    args: tuple[str, ...] = (),
+) -> DevicePluginProcess:
+    """Start ``gpusched device-plugin`` for ``node``; ``down()`` of the cluster stops it."""
+    kubeconfig = kubeconfig or node_agent_kubeconfig(cluster)
+    port = free_port()
+    record = _spawn(cluster, node, kubeconfig, port, args)
+    return DevicePluginProcess(cluster, node, record, port, kubeconfig, args)
