@@ -25,12 +25,21 @@ def node_agent_kubeconfig(cluster: LocalCluster) -> Path:
     return kubeconfig
 
 
+@dataclass(frozen=True)
+class KubeletSockets:
+    """Where a plugin finds its kubelet: the device-plugin directory and PodResources."""
+
+    node: str
+    device_plugin_dir: Path
+    pod_resources_socket: Path
+
+
 @dataclass
 class DevicePluginProcess:
-    """A running ``gpusched device-plugin`` for one kubelet node."""
+    """A running ``gpusched device-plugin`` for one node."""
 
     cluster: LocalCluster
-    node: KubeletNode
+    node: KubeletSockets
     record: ProcessRecord
     metrics_port: int
     kubeconfig: Path
@@ -51,7 +60,7 @@ class DevicePluginProcess:
 
 def _spawn(
     cluster: LocalCluster,
-    node: KubeletNode,
+    node: KubeletSockets,
     kubeconfig: Path,
     metrics_port: int,
     args: tuple[str, ...],
@@ -59,7 +68,7 @@ def _spawn(
     argv = [
         *gpusched_command(),
         "device-plugin",
-        f"--node={node.name}",
+        f"--node={node.node}",
         f"--kubeconfig={kubeconfig}",
         f"--device-plugin-dir={node.device_plugin_dir}",
         f"--pod-resources-socket={node.pod_resources_socket}",
@@ -67,17 +76,20 @@ def _spawn(
         "--metrics-address=127.0.0.1",
         *args,
     ]
-    return cluster.spawn(f"device-plugin-{node.name}-{metrics_port}", argv)
+    return cluster.spawn(f"device-plugin-{node.node}-{metrics_port}", argv)
 
 
 def start_device_plugin(
     cluster: LocalCluster,
-    node: KubeletNode,
+    node: KubeletNode | KubeletSockets,
     *,
     kubeconfig: Path | None = None,
     args: tuple[str, ...] = (),
 ) -> DevicePluginProcess:
-    """Start ``gpusched device-plugin`` for ``node``; ``down()`` of the cluster stops it."""
+    """Start ``gpusched device-plugin`` for a real kubelet node, or for the sockets of a test
+    playing the kubelet; ``down()`` of the cluster stops it."""
+    if isinstance(node, KubeletNode):
+        node = KubeletSockets(node.name, node.device_plugin_dir, node.pod_resources_socket)
     kubeconfig = kubeconfig or node_agent_kubeconfig(cluster)
     port = free_port()
     record = _spawn(cluster, node, kubeconfig, port, args)
