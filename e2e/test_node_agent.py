@@ -9,6 +9,8 @@ PCIe board whose GPUs are NVLink-bridged in pairs.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from e2e.helpers import extender_knows, gpu_pod, wait_for
 from gpusched.api import keys
 from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.binaries import repo_root
-from gpusched.dev.localcluster.components import SchedulerProcesses
+from gpusched.dev.localcluster.components import SchedulerProcesses, gpusched_command
 from gpusched.dev.localcluster.kubelet import KubeletNode, start_kubelet_node
 from gpusched.dev.localnodeagent import DevicePluginProcess, start_device_plugin
 from gpusched.dev.localprobes import FakeProbe, start_fake_probe
@@ -172,7 +174,7 @@ def test_real_kubelet_gives_each_container_exactly_its_annotated_gpus(
 
 
 def test_a_pod_bound_to_gpus_another_pod_holds_fails_admission_with_the_reason(
-    kube: Any, namespace: str, real_nodes: dict[str, RealNode]
+    local_cluster: LocalCluster, kube: Any, namespace: str, real_nodes: dict[str, RealNode]
 ) -> None:
     create(kube, namespace, gpu_pod("holder", 2, node="kubelet-h100"))
     wait_for(lambda: running(kube, namespace, ["holder"]), timeout=120, what="holder Running")
@@ -194,6 +196,15 @@ def test_a_pod_bound_to_gpus_another_pod_holds_fails_admission_with_the_reason(
         namespace, field_selector="involvedObject.name=intruder"
     )
     assert any(e.reason == "GpuAllocationRefused" for e in events.items)
+    explained = subprocess.run(
+        [*gpusched_command(), "explain", f"pod/{namespace}/intruder"],
+        env={**os.environ, "KUBECONFIG": str(local_cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "admission refused: " in explained
+    assert "GpuAllocationRefused" in explained
     assert real_nodes["kubelet-h100"].holdings()[f"{namespace}/holder"] == frozenset(
         stolen.split(",")
     )

@@ -223,3 +223,8 @@ def test_drift_is_annotated_and_reported(kube: Any, ns: str, setup: Setup) -> No
         "a drift event",
     )
     assert "outside its assigned" in events[0].message
+    from gpusched.node_agent.explain import pod_report, render_pod
+
+    report = pod_report(kube, ns, "drifted")
+    assert report["enforcement"] == "Drift"
+    assert any("GpuAssignmentDrift" in line for line in render_pod(report))

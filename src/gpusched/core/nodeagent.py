@@ -593,3 +593,58 @@ def check_drift(state: NodeState) -> DriftReport:
                 )
             )
     return DriftReport(tuple(drifts), allocated, checked)
+
+
+# --- what `gpusched explain` says about a pod ------------------------------------------------
+
+
+class Enforcement(StrEnum):
+    """Whether a pod's containers are known to hold exactly what gpusched decided."""
+
+    CONFIRMED = "Confirmed"
+    """The node agent saw the kubelet give the pod exactly its ``gpusched.io/gpus``."""
+    DRIFT = "Drift"
+    """The kubelet gave the pod other GPUs than its ``gpusched.io/gpus``."""
+    UNCONFIRMED = "Unconfirmed"
+    """No report from a node agent yet (not admitted yet, or no gpusched plugin on the node)."""
+    NOT_PLACED = "NotPlacedByGpusched"
+    """The pod carries no assignment; the node agent reports what it holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnforcementCheck:
+    """The verdict on one pod, with a sentence."""
+
+    state: Enforcement
+    message: str
+
+
+def enforcement(pod: PodGpus) -> EnforcementCheck:
+    """Compare a pod's assignment with what the node agent saw it allocated."""
+    held = ",".join(pod.allocated) if pod.allocated else "nothing reported"
+    if pod.assigned is None:
+        return EnforcementCheck(
+            Enforcement.NOT_PLACED,
+            f"not placed by gpusched; the kubelet gave it {held}",
+        )
+    if pod.allocated is None:
+        return EnforcementCheck(
+            Enforcement.UNCONFIRMED,
+            "no node agent has reported its GPUs yet (not admitted yet, or gpusched's device "
+            "plugin does not run on its node)",
+        )
+    if set(pod.allocated) == set(pod.assigned):
+        return EnforcementCheck(
+            Enforcement.CONFIRMED, "its containers hold exactly its assigned GPUs"
+        )
+    outside = sorted(set(pod.allocated) - set(pod.assigned))
+    missing = sorted(set(pod.assigned) - set(pod.allocated))
+    parts = []
+    if outside:
+        parts.append(f"holds {','.join(outside)} it was not assigned")
+    if missing:
+        parts.append(f"lacks assigned {','.join(missing)}")
+    return EnforcementCheck(
+        Enforcement.DRIFT,
+        "the kubelet's allocation differs from gpusched's assignment: " + "; ".join(parts),
+    )

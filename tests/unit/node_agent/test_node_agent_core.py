@@ -260,3 +260,25 @@ def test_only_unhealthy_gpus_are_unhealthy_to_the_kubelet(health: str) -> None:
     assert [(e.uuid, e.numa_node) for e in entries] == [(UUIDS[0], 0), (UUIDS[1], 0)]
     assert entries[1].healthy == (health != "Unhealthy")
     assert entries[0].healthy
+
+
+def test_explain_tells_confirmed_drift_unconfirmed_and_foreign_pods_apart() -> None:
+    from gpusched.core.nodeagent import Enforcement, enforcement
+
+    placed = pod("a", 2, [0, 1])
+    assert enforcement(placed).state is Enforcement.UNCONFIRMED
+    confirmed = PodGpus("ns", "a", assigned=placed.assigned, allocated=(UUIDS[1], UUIDS[0]))
+    assert enforcement(confirmed).state is Enforcement.CONFIRMED
+    drifted = PodGpus("ns", "a", assigned=placed.assigned, allocated=(UUIDS[0], UUIDS[5]))
+    check = enforcement(drifted)
+    assert check.state is Enforcement.DRIFT
+    assert UUIDS[5] in check.message
+    assert UUIDS[1] in check.message
+    foreign = PodGpus("ns", "f", allocated=(UUIDS[3],))
+    assert enforcement(foreign).state is Enforcement.NOT_PLACED
+
+
+def test_a_terminating_pod_is_not_admitted() -> None:
+    a = pod("a", 2, [0, 1], deleting=True)
+    verdict = verify_allocation(state([a], [listed(a)]), UUIDS[:2])
+    assert verdict.reason is RefusalReason.POD_GONE
