@@ -327,7 +327,8 @@ def _held_by_siblings(pod: PodGpus, state: NodeState) -> frozenset[str]:
 def _not_available(pod: PodGpus, missing: Iterable[str], state: NodeState) -> str:
     reasons = []
     unhealthy = {g.uuid for g in state.gpus if not g.healthy}
-    for device in sorted(missing):
+    index = {g.uuid: g.index for g in state.gpus}
+    for device in sorted(missing, key=lambda d: (index.get(d, 1 << 30), d)):
         holder = state.holder(device)
         if holder is not None:
             why = f"held by pod {holder}"
