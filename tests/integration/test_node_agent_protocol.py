@@ -19,10 +19,15 @@ import pytest
 from kubernetes import client
 
 from gpusched.api import keys
+from gpusched.dev.kubelet_double import KubeletDouble
 from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.topologies import fixture_objects
-from gpusched.dev.localnodeagent import DevicePluginProcess, KubeletSockets, start_device_plugin
-from tests.integration.kubelet_double import KubeletDouble
+from gpusched.dev.localnodeagent import (
+    DevicePluginProcess,
+    KubeletSockets,
+    bind_like_extender,
+    start_device_plugin,
+)
 from tests.integration.operator_harness import wait_for
 
 FIXTURE = "hgx-h100-sxm-8gpu-8nic"
@@ -73,34 +78,7 @@ def ns(kube: Any, setup: Setup) -> Iterator[str]:
 
 
 def bound_pod(kube: Any, ns: str, node: str, name: str, gpus: list[str]) -> None:
-    """Create a pod and bind it as the extender does: node and GPUs in one Binding."""
-    core = client.CoreV1Api(kube)
-    core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "schedulerName": "nobody",  # no scheduler touches it; the test binds it
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "busybox",
-                        "resources": {"limits": {keys.GPU_RESOURCE: str(len(gpus))}},
-                    }
-                ],
-            },
-        },
-    )
-    core.create_namespaced_pod_binding(
-        name,
-        ns,
-        {
-            "metadata": {"name": name, "annotations": {keys.ANNOTATION_GPUS: ",".join(gpus)}},
-            "target": {"kind": "Node", "name": node},
-        },
-        _preload_content=False,
-    )
+    bind_like_extender(kube, ns, name, node, gpus)
 
 
 def refused(call: Callable[[], Any]) -> str:

@@ -9,13 +9,16 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from gpusched.api import keys
 from gpusched.dev.localcluster.binaries import repo_root
 from gpusched.dev.localcluster.cluster import LocalCluster
 from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.kubelet import KubeletNode
 from gpusched.dev.localcluster.processes import ProcessRecord, free_port
 from gpusched.dev.localprobes import probe_kubeconfig
+from gpusched.kube import body
 
 
 def node_agent_kubeconfig(cluster: LocalCluster) -> Path:
@@ -94,3 +97,38 @@ def start_device_plugin(
     port = free_port()
     record = _spawn(cluster, node, kubeconfig, port, args)
     return DevicePluginProcess(cluster, node, record, port, kubeconfig, args)
+
+
+def bind_like_extender(kube: Any, namespace: str, name: str, node: str, gpus: list[str]) -> None:
+    """Create a pod asking for ``len(gpus)`` GPUs and bind it as the extender does: the node and
+    ``gpusched.io/gpus`` in one Binding. No scheduler touches it before (``schedulerName:
+    nobody``); with no GPUs it is a plain pod on the node."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube)
+    resources = {"limits": {keys.GPU_RESOURCE: str(len(gpus))}} if gpus else {}
+    core.create_namespaced_pod(
+        namespace,
+        body(
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "schedulerName": "nobody",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+                },
+            }
+        ),
+    )
+    annotations = {keys.ANNOTATION_GPUS: ",".join(gpus)} if gpus else {}
+    core.create_namespaced_pod_binding(
+        name,
+        namespace,
+        body(
+            {
+                "metadata": {"name": name, "annotations": annotations},
+                "target": {"kind": "Node", "name": node},
+            }
+        ),
+        _preload_content=False,
+    )

@@ -1,6 +1,6 @@
-"""The test plays the kubelet: its Registration service, its PodResources ``List``, and the
-calls it makes to a device plugin, over unix sockets, with the pods it lists under the test's
-control."""
+"""A kubelet as far as a device plugin can tell, for tests and benchmarks: its Registration
+service, its PodResources ``List`` and the calls it makes to a plugin, over unix sockets, with the
+pods it lists under the caller's control."""
 
 from __future__ import annotations
 
@@ -72,10 +72,14 @@ class KubeletDouble:
 
     def _start(self) -> None:
         registration = grpc.server(futures.ThreadPoolExecutor(4))
-        dp_grpc.add_RegistrationServicer_to_server(_Registration(self.registrations), registration)
+        dp_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
+            _Registration(self.registrations), registration
+        )
         registration.add_insecure_port(f"unix://{self.device_plugin_dir / 'kubelet.sock'}")
         resources = grpc.server(futures.ThreadPoolExecutor(4))
-        pr_grpc.add_PodResourcesListerServicer_to_server(_PodResources(self), resources)
+        pr_grpc.add_PodResourcesListerServicer_to_server(  # type: ignore[no-untyped-call]
+            _PodResources(self), resources
+        )
         resources.add_insecure_port(f"unix://{self.pod_resources_socket}")
         for server in (registration, resources):
             server.start()
@@ -109,7 +113,7 @@ class KubeletDouble:
     def plugin(self, endpoint: str) -> Iterator[dp_grpc.DevicePluginStub]:
         """A client of the plugin that registered ``endpoint``."""
         with grpc.insecure_channel(f"unix://{self.device_plugin_dir / endpoint}") as channel:
-            yield dp_grpc.DevicePluginStub(channel)
+            yield dp_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
 
     def preferred(
         self, stub: dp_grpc.DevicePluginStub, available: list[str], size: int
@@ -135,4 +139,5 @@ class KubeletDouble:
             ),
             timeout=60,
         )
-        return response.container_responses[0]
+        answer: dp.ContainerAllocateResponse = response.container_responses[0]
+        return answer
