@@ -192,10 +192,16 @@ def test_a_pod_bound_to_gpus_another_pod_holds_fails_admission_with_the_reason(
     assert pod.status.reason == "UnexpectedAdmissionError"
     assert "gpusched device plugin" in pod.status.message
     assert f"held by pod {namespace}/holder" in pod.status.message
-    events = client.CoreV1Api(kube).list_namespaced_event(
-        namespace, field_selector="involvedObject.name=intruder"
+    wait_for(
+        lambda: any(
+            e.reason == "GpuAllocationRefused"
+            for e in client.CoreV1Api(kube)
+            .list_namespaced_event(namespace, field_selector="involvedObject.name=intruder")
+            .items
+        ),
+        timeout=60,
+        what="the refusal event on the intruder",
     )
-    assert any(e.reason == "GpuAllocationRefused" for e in events.items)
     explained = subprocess.run(
         [*gpusched_command(), "explain", f"pod/{namespace}/intruder"],
         env={**os.environ, "KUBECONFIG": str(local_cluster.kubeconfig)},

@@ -127,8 +127,14 @@ def test_a_mismatched_set_is_refused_with_both_pods_named(kube: Any, ns: str, se
         message = refused(lambda: setup.kubelet.allocate(stub, setup.uuids[4:6]))
     assert f"pod {ns}/mine" in message
     assert f"assigned to pod {ns}/theirs" in message
-    events = client.CoreV1Api(kube).list_namespaced_event(ns)
-    assert any(e.reason == "GpuAllocationRefused" for e in events.items)
+    wait_for(
+        lambda: any(
+            e.reason == "GpuAllocationRefused"
+            for e in client.CoreV1Api(kube).list_namespaced_event(ns).items
+        ),
+        60,
+        "the refusal event on the pod",
+    )
 
 
 def test_two_pods_admitted_back_to_back_each_get_their_own_set(

@@ -48,7 +48,7 @@ def _proc_memory(pid: int) -> tuple[float, float]:
 
 def _percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
-    cuts = statistics.quantiles(ordered, n=100)
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
     return {
         "p50_ms": round(cuts[49] * 1000, 2),
         "p99_ms": round(cuts[98] * 1000, 2),
