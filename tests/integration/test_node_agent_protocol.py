@@ -8,6 +8,8 @@ kwok node whose NodeGpuTopology is what the probe would publish for an HGX H100.
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,16 +46,16 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(
-    local_cluster: LocalCluster, kube: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Setup]:
+def setup(local_cluster: LocalCluster, kube: Any) -> Iterator[Setup]:
     from gpusched.dev.localcluster.nodes import add_gpu_nodes, delete_nodes, wait_nodes_ready
 
     node = "plays-kubelet-0"
     spec, status = fixture_objects(FIXTURE, node)
     add_gpu_nodes(kube, [node], 8, topology=spec, status=status)
     wait_nodes_ready(kube, [node])
-    kubelet = KubeletDouble(Path(tmp_path_factory.mktemp("kubelet")))
+    # Not under pytest's base temp: other pytest runs on a shared machine rotate those away.
+    directory = Path(tempfile.mkdtemp(prefix="gpusched-kubelet-"))
+    kubelet = KubeletDouble(directory)
     plugin = start_device_plugin(
         local_cluster,
         KubeletSockets(node, kubelet.device_plugin_dir, kubelet.pod_resources_socket),
@@ -64,6 +66,7 @@ def setup(
     yield Setup(node, kubelet, plugin, [g.uuid for g in gpus], [g.numa_node for g in gpus])
     local_cluster.stop_process(plugin.record)
     kubelet.stop()
+    shutil.rmtree(directory, ignore_errors=True)
     delete_nodes(kube, [node])
 
 

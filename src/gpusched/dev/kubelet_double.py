@@ -22,10 +22,20 @@ RESOURCE = "nvidia.com/gpu"
 
 
 class _Registration(dp_grpc.RegistrationServicer):
-    def __init__(self, requests: queue.Queue[dp.RegisterRequest]) -> None:
+    def __init__(self, directory: Path, requests: queue.Queue[dp.RegisterRequest]) -> None:
+        self.directory = directory
         self.requests = requests
 
     def Register(self, request: dp.RegisterRequest, context: Any) -> dp.Empty:  # noqa: N802
+        """Like the kubelet: accept only a plugin it can connect back to."""
+        target = f"unix://{self.directory / request.endpoint}"
+        with grpc.insecure_channel(target) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=5)
+                stub = dp_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+                stub.GetDevicePluginOptions(dp.Empty(), timeout=5)
+            except (grpc.FutureTimeoutError, grpc.RpcError) as err:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot reach {target}: {err}")
         self.requests.put(request)
         return dp.Empty()
 
@@ -73,7 +83,7 @@ class KubeletDouble:
     def _start(self) -> None:
         registration = grpc.server(futures.ThreadPoolExecutor(4))
         dp_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-            _Registration(self.registrations), registration
+            _Registration(self.device_plugin_dir, self.registrations), registration
         )
         registration.add_insecure_port(f"unix://{self.device_plugin_dir / 'kubelet.sock'}")
         resources = grpc.server(futures.ThreadPoolExecutor(4))

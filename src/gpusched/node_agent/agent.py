@@ -150,9 +150,14 @@ class NodeAgent:
 
     async def _register(self, stop: asyncio.Event) -> SocketIdentity | None:
         """Register once the kubelet is there and no conflicting plugin is; the identity of the
-        kubelet socket registered with, None when stopped first."""
+        kubelet socket registered with, None when stopped first or when our socket is gone."""
         backoff = 1.0
         while not stop.is_set():
+            if socket_identity(self.config.socket_path) is None:
+                # A kubelet that restarted meanwhile deleted our socket: serve a new one first
+                # (it would refuse a registration it cannot connect back to).
+                log.info("the plugin socket is gone; serving a new one")
+                return None
             conflict = await self._conflicting_plugin()
             if conflict is not None:
                 await self._report_conflict(conflict)
