@@ -29,6 +29,7 @@ from typing import Any
 import click
 from kubernetes import client
 
+from gpusched.dev.bench import bench_cluster
 from gpusched.kube import body
 
 FIXTURE = "hgx-h100-sxm-8gpu-8nic"
@@ -135,26 +136,11 @@ def _run(cluster: Any, workdir: Path, rounds: int, background: int) -> dict[str,
 )
 def node_agent(as_json: bool, rounds: int, background_pods: int, cluster_dir: Path | None) -> None:
     """Device-plugin admission latency (GetPreferredAllocation, Allocate) and RSS, 8-GPU node."""
-    from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
-    from gpusched.dev.localcluster.binaries import repo_root
-
-    with tempfile.TemporaryDirectory(prefix="gpusched-bench-na-") as tmp:
-        workdir = Path(tmp)
-        if cluster_dir is not None:
-            cluster = LocalCluster.attach(cluster_dir)
-            owned = False
-        else:
-            cluster = LocalCluster(
-                workdir / "cluster", ensure_toolchain(), progress=lambda _m: None
-            )
-            cluster.up()
-            cluster.install_crds(repo_root() / "crds")
-            owned = True
-        try:
-            figures = _run(cluster, workdir, rounds, background_pods)
-        finally:
-            if owned:
-                cluster.down()
+    with (
+        tempfile.TemporaryDirectory(prefix="gpusched-bench-na-") as tmp,
+        bench_cluster(cluster_dir, Path(tmp)) as cluster,
+    ):
+        figures = _run(cluster, Path(tmp), rounds, background_pods)
     figures = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "fixture": FIXTURE,

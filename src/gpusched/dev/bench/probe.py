@@ -32,6 +32,7 @@ from typing import Any
 
 import click
 
+from gpusched.dev.bench import bench_cluster
 from gpusched.dev.localcluster.topologies import fixture_path
 
 FIXTURE = "hgx-h100-sxm-8gpu-8nic"
@@ -182,8 +183,6 @@ def _event_latency(cluster: Any, kube: Any, kubeconfig: Path) -> dict[str, Any]:
 )
 def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) -> None:
     """Device-probe footprint (RSS, CPU per cycle) and XID-to-API latency on an 8-GPU node."""
-    from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
-    from gpusched.dev.localcluster.binaries import repo_root
     from gpusched.dev.localcluster.nodes import add_gpu_nodes, delete_nodes, wait_nodes_ready
     from gpusched.dev.localprobes import probe_kubeconfig
 
@@ -199,18 +198,10 @@ def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) 
     full = figures["in_process"]["cycle_with_inventory"]["cpu_ms_per_cycle"]
     figures["in_process"]["inventory_cost_ratio"] = round(full / steady, 2)
 
-    with tempfile.TemporaryDirectory(prefix="gpusched-bench-probe-") as tmp:
-        workdir = Path(tmp)
-        if cluster_dir is not None:
-            cluster = LocalCluster.attach(cluster_dir)
-            owned = False
-        else:
-            cluster = LocalCluster(
-                workdir / "cluster", ensure_toolchain(), progress=lambda _m: None
-            )
-            cluster.up()
-            cluster.install_crds(repo_root() / "crds")
-            owned = True
+    with (
+        tempfile.TemporaryDirectory(prefix="gpusched-bench-probe-") as tmp,
+        bench_cluster(cluster_dir, Path(tmp)) as cluster,
+    ):
         kube = cluster.api_client()
         nodes = ["bench-fp-0", "bench-fp-1", "bench-xid"]
         try:
@@ -221,8 +212,6 @@ def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) 
             figures["xid_to_api"] = _event_latency(cluster, kube, kubeconfig)
         finally:
             delete_nodes(kube, nodes)
-            if owned:
-                cluster.down()
 
     if as_json:
         json.dump(figures, sys.stdout, indent=2)
