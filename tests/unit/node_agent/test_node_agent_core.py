@@ -282,3 +282,36 @@ def test_a_terminating_pod_is_not_admitted() -> None:
     a = pod("a", 2, [0, 1], deleting=True)
     verdict = verify_allocation(state([a], [listed(a)]), UUIDS[:2])
     assert verdict.reason is RefusalReason.POD_GONE
+
+
+def test_node_agent_metrics_are_exactly_the_documented_ones() -> None:
+    from pathlib import Path
+
+    from prometheus_client import generate_latest
+
+    from gpusched.metrics import NodeAgentMetrics
+
+    metrics = NodeAgentMetrics()
+    metrics.calls.labels("allocate", "refused", "Mismatch").inc()
+    metrics.call_seconds.labels("allocate").observe(0.01)
+    metrics.registered.set(1)
+    metrics.registrations.inc()
+    metrics.conflict.set(0)
+    metrics.devices.labels("Healthy").set(8)
+    metrics.drift_pods.labels("OutsideAssignment").set(0)
+    metrics.drift_checks.labels("ok").inc()
+    exported = {
+        line.split("{")[0].split(" ")[0]
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line and not line.startswith("#")
+    }
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    section = docs.split("## Node agent", 1)[1].split("\n## ", 1)[0]
+    documented = {
+        line.split("|")[1].strip("` ") for line in section.splitlines() if line.startswith("| `")
+    }
+    suffixes = ("_bucket", "_count", "_sum", "_created")
+    names = {n for n in exported if not n.endswith(suffixes)} | {
+        n.removesuffix("_bucket") for n in exported if n.endswith("_bucket")
+    }
+    assert names == documented
