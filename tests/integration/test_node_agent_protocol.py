@@ -215,3 +215,55 @@ def test_drift_is_annotated_and_reported(kube: Any, ns: str, setup: Setup) -> No
     report = pod_report(kube, ns, "drifted")
     assert report["enforcement"] == "Drift"
     assert any("GpuAssignmentDrift" in line for line in render_pod(report))
+
+
+def test_no_registration_while_another_plugin_serves_the_same_gpus(kube: Any, setup: Setup) -> None:
+    from concurrent import futures
+
+    other = grpc.server(futures.ThreadPoolExecutor(1))  # the NVIDIA plugin's socket name
+    other.add_insecure_port(f"unix://{setup.kubelet.device_plugin_dir / 'nvidia-gpu.sock'}")
+    other.start()
+    try:
+        setup.kubelet.drain()
+        setup.kubelet.restart(keep=("nvidia-gpu.sock",))
+        wait_for(
+            lambda: metric(setup.plugin, "gpusched_node_agent_conflicting_plugin") == 1,
+            60,
+            "the plugin to see the other plugin",
+        )
+        assert setup.kubelet.registrations.empty()
+        assert metric(setup.plugin, "gpusched_node_agent_registered") == 0
+        events = wait_for(
+            lambda: [
+                e
+                for e in client.CoreV1Api(kube).list_namespaced_event("default").items
+                if e.reason == "ConflictingDevicePlugin" and e.involved_object.name == setup.node
+            ],
+            60,
+            "a ConflictingDevicePlugin event on the Node",
+        )
+        assert "nvidia-gpu.sock" in events[0].message
+    finally:
+        other.stop(grace=None)
+        (setup.kubelet.device_plugin_dir / "nvidia-gpu.sock").unlink(missing_ok=True)
+    assert setup.kubelet.registered().resource_name == keys.GPU_RESOURCE
+    wait_for(
+        lambda: metric(setup.plugin, "gpusched_node_agent_conflicting_plugin") == 0,
+        60,
+        "the conflict to clear",
+    )
+
+
+def metric(plugin: DevicePluginProcess, name: str) -> float:
+    """A sample of the plugin's metrics; -1 while it does not serve them."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(plugin.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return -1.0
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return -1.0

@@ -100,12 +100,19 @@ class KubeletDouble:
             server.stop(grace=None)
         self._servers.clear()
 
-    def restart(self) -> None:
-        """Like a kubelet restart: every socket in the directory removed, a new kubelet.sock."""
+    def restart(self, *, keep: tuple[str, ...] = ()) -> None:
+        """Like a kubelet restart: every socket in the directory removed (but those named in
+        ``keep``: another plugin that serves its socket again at once), a new kubelet.sock."""
         self.stop()
         for path in self.device_plugin_dir.iterdir():
-            path.unlink()
+            if path.name not in keep:
+                path.unlink()
         self._start()
+
+    def drain(self) -> None:
+        """Forget registrations received so far."""
+        while not self.registrations.empty():
+            self.registrations.get_nowait()
 
     def admitting(self, key: str, *containers: str) -> None:
         """List ``key`` with containers holding nothing yet (the kubelet admits it)."""
