@@ -144,6 +144,14 @@ class Extender:
         app.on_cleanup.append(self.on_cleanup)
         return app
 
+    def observability_app(self) -> web.Application:
+        """Only health and metrics, for a listener outside the pod's loopback."""
+        app = web.Application()
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        return app
+
     # --- plumbing ------------------------------------------------------------------------
 
     @web.middleware

@@ -1,0 +1,140 @@
+"""Component identities on a local cluster, exactly as the Helm chart creates them.
+
+A component process gets a kubeconfig with a token of the chart's ServiceAccount for it, after
+the objects the chart renders for that identity (ServiceAccount, RBAC, admission policies,
+FlowSchema) are applied. A probe's token is bound to its Node, as the projected token of a
+DaemonSet pod on that node is, so the chart's own-node policy applies to it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+from gpusched.dev.chart import render
+from gpusched.dev.localcluster import pki
+from gpusched.dev.localcluster.cluster import ClusterError, LocalCluster
+
+NAMESPACE: Final = render.NAMESPACE
+PROBE: Final = "gpusched-device-probe"
+KUBE_SCHEDULER: Final = "gpusched-scheduler"
+EXTENDER: Final = "gpusched-extender"
+OPERATOR: Final = "gpusched-operator"
+#: Chart component (label) of each ServiceAccount.
+COMPONENT: Final = {
+    PROBE: "device-probe",
+    KUBE_SCHEDULER: "scheduler",
+    EXTENDER: "scheduler",
+    OPERATOR: "operator",
+}
+
+_installed: set[tuple[Path, str]] = set()
+_lock = threading.Lock()
+
+
+def user(account: str, namespace: str = NAMESPACE) -> str:
+    """The username a token of ``account`` authenticates as."""
+    return f"system:serviceaccount:{namespace}:{account}"
+
+
+def install(cluster: LocalCluster, component: str) -> None:
+    """Apply the chart's identity objects of ``component`` (once per cluster and process) and
+    wait until its admission policies are in force."""
+    key = (cluster.state_dir, component)
+    with _lock:
+        if key in _installed:
+            return
+        objects = render.identity(component)
+        manifest = render.write_manifest(
+            objects, cluster.state_dir / "chart" / f"identity-{component}.yaml"
+        )
+        cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+        if any(obj["kind"] == "ValidatingAdmissionPolicy" for obj in objects):
+            _wait_policy_in_force(cluster, component)
+        _installed.add(key)
+
+
+def kubeconfig(cluster: LocalCluster, account: str, *, node: str | None = None) -> Path:
+    """Install ``account``'s identity and return a kubeconfig with a token of it (bound to
+    ``node`` when given)."""
+    install(cluster, COMPONENT[account])
+    bound: list[str] = []
+    suffix = ""
+    if node is not None:
+        uid = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}").stdout
+        bound = [
+            "--bound-object-kind=Node",
+            f"--bound-object-name={node}",
+            f"--bound-object-uid={uid.strip()}",
+        ]
+        suffix = f"-{node}"
+    token = cluster.kubectl(
+        "create", "token", account, "-n", NAMESPACE, "--duration=48h", *bound
+    ).stdout.strip()
+    return pki.write_kubeconfig(
+        cluster.state_dir / f"sa-{account}{suffix}.kubeconfig",
+        cluster.server,
+        cluster.ca_cert,
+        user(account),
+        token=token,
+    )
+
+
+#: A write each component's policy refuses, sent as a server-side dry run (admission runs, nothing
+#: is stored): (account, kubectl arguments).
+_CANARIES: Final = {
+    # A token without a node claim may write no NodeGpuTopology.
+    "device-probe": (
+        PROBE,
+        ["create", "-f", "-", "--dry-run=server"],
+        "apiVersion: gpusched.io/v1alpha1\nkind: NodeGpuTopology\n"
+        "metadata: {name: gpusched-policy-check}\nspec: {nodeName: gpusched-policy-check}\n",
+    ),
+    # No pod in kube-system.
+    "operator": (
+        OPERATOR,
+        ["run", "gpusched-policy-check", "-n", "kube-system", "--image=x", "--dry-run=server"],
+        None,
+    ),
+}
+
+
+def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float = 60.0) -> None:
+    canary = _CANARIES.get(component)
+    if canary is None:
+        return
+    account, args, stdin = canary
+    config = kubeconfig_for_canary(cluster, account)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = subprocess.run(
+            [cluster.binary("kubectl"), f"--kubeconfig={config}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0 and "ValidatingAdmissionPolicy" in result.stderr:
+            return
+        time.sleep(0.2)
+    raise ClusterError(
+        f"the chart's admission policy for {component} is not in force after {timeout:.0f}s "
+        f"(kubeconfig {config})"
+    )
+
+
+def kubeconfig_for_canary(cluster: LocalCluster, account: str) -> Path:
+    """An unbound token of ``account`` (its identity objects are already applied)."""
+    token = cluster.kubectl("create", "token", account, "-n", NAMESPACE).stdout.strip()
+    return pki.write_kubeconfig(
+        cluster.state_dir / f"sa-{account}-canary.kubeconfig",
+        cluster.server,
+        cluster.ca_cert,
+        user(account),
+        token=token,
+    )
