@@ -135,6 +135,13 @@ class ProbeMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.last_success = Gauge(
+            "probe_last_success_timestamp_seconds",
+            "Unix time of the last cycle whose reading is published (results ok or "
+            "nvml-unavailable); time() minus it is how stale the node's published health is.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.nvml_errors = Counter(
             "probe_nvml_errors",
             "Unexpected NVML errors (not 'not supported'), each degrading one field or GPU.",
