@@ -62,6 +62,22 @@ class SchedulerMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.node_gpus = Gauge(
+            "node_gpus",
+            "GPUs of each node by state: allocated (held by pods or binds in flight), free "
+            "(placeable, not held), unavailable (unhealthy, unschedulable or MIG).",
+            ["node", "gpu_model", "state"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.largest_free_nvlink_set = Gauge(
+            "node_largest_free_nvlink_set_gpus",
+            "Free GPUs in the node's best NVLink island: the largest NVLink-connected GPU set a "
+            "job could get there now (fragmentation shows as free GPUs well above it).",
+            ["node"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
 
 
 # --- device probe -------------------------------------------------------------------------
