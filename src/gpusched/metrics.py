@@ -244,6 +244,21 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.gpus_pending = Gauge(
+            "tenant_pending_gpus",
+            "GPUs requested by the tenant's queued jobs (demand not yet admitted).",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.oldest_wait = Gauge(
+            "queue_oldest_wait_seconds",
+            "How long the tenant's longest-waiting queued job has waited since submission or "
+            "requeue (0: nothing queued).",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.gpu_seconds = Gauge(
             "tenant_gpu_seconds",
             "GPU-seconds consumed by the tenant's running jobs since its TenantQuota was "

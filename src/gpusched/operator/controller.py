@@ -21,11 +21,13 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from prometheus_client import Gauge
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase
@@ -877,6 +879,28 @@ class Controller:
                 specs[u.name].guaranteed_gpus if u.name in specs else 0
             )
             m.fair_share.labels(u.name).set(u.fair_share)
+        pending: dict[str, int] = {u.name: 0 for u in result.tenants}
+        oldest: dict[str, float] = dict.fromkeys(pending, 0.0)
+        for view in views.values():
+            if view.status.phase is not JobPhase.QUEUED:
+                continue
+            tenant = view.tenant or ""
+            pending[tenant] = pending.get(tenant, 0) + view.gpus
+            since = self._queued_since(view)
+            waited = max(0.0, (world.now - since).total_seconds()) if since else 0.0
+            oldest[tenant] = max(oldest.get(tenant, 0.0), waited)
+        _set_tenant_series(m.gpus_pending, pending)
+        _set_tenant_series(m.oldest_wait, oldest)
+
+
+def _set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:
+    """Set one series per tenant and drop the others, never leaving a scrape without the
+    tenants that stay (a gap would reset alerts' `for` timers)."""
+    current = {sample.labels["tenant"] for family in gauge.collect() for sample in family.samples}
+    for tenant, value in values.items():
+        gauge.labels(tenant).set(value)
+    for tenant in current - set(values):
+        gauge.remove(tenant)
 
 
 def _gpu_seconds_between(

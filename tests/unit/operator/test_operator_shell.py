@@ -265,6 +265,8 @@ def test_operator_metrics_have_the_documented_names() -> None:
         metrics.gpus_borrowed,
         metrics.fair_share,
         metrics.gpu_seconds,
+        metrics.gpus_pending,
+        metrics.oldest_wait,
     ):
         gauge.labels("t").set(1)
     metrics.cycle_seconds.labels("decide").observe(0.1)
