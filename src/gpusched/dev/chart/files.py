@@ -1,6 +1,7 @@
 """Generated files of the Helm chart: ``values.yaml`` (defaults, each key commented with its
-description), ``values.schema.json`` (draft 2020-12, self-contained) and the chart's copy of the
-CRDs, all from their one source (:mod:`gpusched.dev.chart.values`, :mod:`gpusched.api.crdgen`).
+description), ``values.schema.json`` (draft 2020-12, self-contained), the chart's copy of the
+CRDs and the Grafana dashboards, all from their one source (:mod:`gpusched.dev.chart.values`,
+:mod:`gpusched.api.crdgen`, :mod:`gpusched.dev.chart.dashboards`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from gpusched.api import crdgen
+from gpusched.dev.chart import dashboards
 from gpusched.dev.chart.values import Placement, Values
 from gpusched.dev.localcluster.binaries import repo_root
 
@@ -104,6 +106,8 @@ def expected_files() -> dict[Path, str]:
     files = {root / "values.yaml": values_yaml(), root / "values.schema.json": values_schema()}
     for crd in crdgen.CRDS:
         files[root / "crds" / crd.filename] = crdgen.render(crd)
+    for dashboard in dashboards.DASHBOARDS:
+        files[root / "dashboards" / dashboard.filename] = dashboards.render(dashboard)
     return files
 
 
