@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gpusched.api.gpujob import TopologyScope
+
 NAMESPACE = "gpusched"
 
 
@@ -41,6 +43,10 @@ class SchedulerMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        # Every class exported from the start at 0, so the first bind of a class shows in
+        # rate() and increase() (a series that appears at 1 looks like no change).
+        for scope in TopologyScope:
+            self.placements.labels(scope.value)
         self.bind_errors = Counter(
             "bind_errors",
             "Bind calls that failed, by reason.",

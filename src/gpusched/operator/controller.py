@@ -35,11 +35,13 @@ from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.api.tenantquota import TenantQuotaStatus
 from gpusched.core.admission import (
     Admission,
+    AdmitReason,
     Assignment,
     CycleConfig,
     CycleResult,
     Job,
     JobState,
+    PreemptReason,
     Snapshot,
     WaitReason,
     run_cycle,
@@ -873,6 +875,14 @@ class Controller:
             m.jobs.labels(tenant, phase).set(n)
         specs = {q.metadata.name: q.spec for q in world.quotas}
         for u in result.tenants:
+            # Each tenant's counters exist from its first cycle at 0, so its first admission,
+            # preemption or requeue shows in rate() and increase().
+            for admit in AdmitReason:
+                m.admissions.labels(u.name, admit.value)
+            for preempt in PreemptReason:
+                m.preemptions.labels(u.name, preempt.value)
+            for requeue in (st.Reason.PODS_READY_TIMEOUT, st.Reason.PODS_LOST):
+                m.requeues.labels(u.name, requeue.value)
             m.gpus_used.labels(u.name).set(u.used)
             m.gpus_borrowed.labels(u.name).set(u.borrowed)
             m.gpus_guaranteed.labels(u.name).set(
