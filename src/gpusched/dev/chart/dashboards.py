@@ -711,7 +711,6 @@ HEALTH: Final = Dashboard(
                         Query(
                             "max by (node, gpu, state) "
                             f'(gpusched_probe_gpu_health{{state!="Healthy", {_NODE}}}) == 1',
-                            "{{node}} GPU {{gpu}}",
                         ),
                     ),
                     width=8,

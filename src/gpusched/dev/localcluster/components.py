@@ -65,7 +65,9 @@ class SchedulerProcesses:
         wait_http_ok(f"{self.url}/readyz", self.extender)
 
 
-def _spawn_extender(cluster: LocalCluster, kubeconfig: Path, port: int) -> ProcessRecord:
+def _spawn_extender(
+    cluster: LocalCluster, kubeconfig: Path, port: int, metrics_port: int = 0
+) -> ProcessRecord:
     return cluster.spawn(
         "gpusched-extender",
         [
@@ -75,6 +77,8 @@ def _spawn_extender(cluster: LocalCluster, kubeconfig: Path, port: int) -> Proce
             f"--kubeconfig={kubeconfig}",
             "--address=127.0.0.1",
             f"--port={port}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={metrics_port}",
         ],
     )
 
@@ -88,16 +92,20 @@ class ExtenderProcess:
     kubeconfig: Path
 
 
-def start_extender_only(cluster: LocalCluster, *, admin: bool = False) -> ExtenderProcess:
-    """Start the extender (as the scheduler ServiceAccount unless ``admin``); return once its
-    cache is synced."""
+def start_extender_only(
+    cluster: LocalCluster, *, admin: bool = False, metrics_port: int = 0
+) -> ExtenderProcess:
+    """Start the extender (as the chart's extender identity unless ``admin``); return once its
+    cache is synced. ``metrics_port``: also serve health and metrics there, as in the chart."""
     kubeconfig = (
         cluster.kubeconfig if admin else identities.kubeconfig(cluster, identities.EXTENDER)
     )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    record = _spawn_extender(cluster, kubeconfig, port)
+    record = _spawn_extender(cluster, kubeconfig, port, metrics_port)
     wait_http_ok(f"{url}/readyz", record)
+    if metrics_port:
+        wait_http_ok(f"http://127.0.0.1:{metrics_port}/readyz", record)
     return ExtenderProcess(record, url, kubeconfig)
 
 
@@ -117,8 +125,10 @@ def start_gpusched_kube_scheduler(
     return cluster.start_scheduler("gpusched-kube-scheduler", config)
 
 
-def start_scheduler(cluster: LocalCluster, *, admin: bool = False) -> SchedulerProcesses:
+def start_scheduler(
+    cluster: LocalCluster, *, admin: bool = False, metrics_port: int = 0
+) -> SchedulerProcesses:
     """Start the gpusched extender and its kube-scheduler; return once both serve."""
-    extender = start_extender_only(cluster, admin=admin)
+    extender = start_extender_only(cluster, admin=admin, metrics_port=metrics_port)
     scheduler = start_gpusched_kube_scheduler(cluster, extender, admin=admin)
     return SchedulerProcesses(extender.record, scheduler, extender.url, extender.kubeconfig)

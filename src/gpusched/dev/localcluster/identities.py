@@ -62,19 +62,30 @@ def kubeconfig(cluster: LocalCluster, account: str, *, node: str | None = None) 
     """Install ``account``'s identity and return a kubeconfig with a token of it (bound to
     ``node`` when given)."""
     install(cluster, COMPONENT[account])
-    bound: list[str] = []
-    suffix = ""
-    if node is not None:
-        uid = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}").stdout
-        bound = [
-            "--bound-object-kind=Node",
-            f"--bound-object-name={node}",
-            f"--bound-object-uid={uid.strip()}",
+    if node is None:
+        return _token_kubeconfig(cluster, account, "")
+    uid = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}").stdout
+    bound = ("Node", node, uid.strip())
+    return _token_kubeconfig(cluster, account, f"-{node}", bound=bound)
+
+
+def _token_kubeconfig(
+    cluster: LocalCluster,
+    account: str,
+    suffix: str,
+    *,
+    bound: tuple[str, str, str] | None = None,
+) -> Path:
+    """A kubeconfig with a fresh token of ``account`` (bound to an object: kind, name, uid)."""
+    args = ["create", "token", account, "-n", NAMESPACE, "--duration=48h"]
+    if bound is not None:
+        kind, name, uid = bound
+        args += [
+            f"--bound-object-kind={kind}",
+            f"--bound-object-name={name}",
+            f"--bound-object-uid={uid}",
         ]
-        suffix = f"-{node}"
-    token = cluster.kubectl(
-        "create", "token", account, "-n", NAMESPACE, "--duration=48h", *bound
-    ).stdout.strip()
+    token = cluster.kubectl(*args).stdout.strip()
     return pki.write_kubeconfig(
         cluster.state_dir / f"sa-{account}{suffix}.kubeconfig",
         cluster.server,
@@ -108,7 +119,7 @@ def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float 
     if canary is None:
         return
     account, args, stdin = canary
-    config = kubeconfig_for_canary(cluster, account)
+    config = _token_kubeconfig(cluster, account, "-canary")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = subprocess.run(
@@ -125,16 +136,4 @@ def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float 
     raise ClusterError(
         f"the chart's admission policy for {component} is not in force after {timeout:.0f}s "
         f"(kubeconfig {config})"
-    )
-
-
-def kubeconfig_for_canary(cluster: LocalCluster, account: str) -> Path:
-    """An unbound token of ``account`` (its identity objects are already applied)."""
-    token = cluster.kubectl("create", "token", account, "-n", NAMESPACE).stdout.strip()
-    return pki.write_kubeconfig(
-        cluster.state_dir / f"sa-{account}-canary.kubeconfig",
-        cluster.server,
-        cluster.ca_cert,
-        user(account),
-        token=token,
     )
