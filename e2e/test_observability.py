@@ -162,10 +162,41 @@ def observed(
         observed.window = pictures.Window(start, time.time(), 5)
         yield observed
     finally:
-        scenario.cleanup()
+        _remove(scenario)
         for record in reversed(started):
             local_cluster.stop_process(record)
         delete_nodes(kube, nodes)
+
+
+def _remove(scenario: Scenario) -> None:
+    """Delete the scenario's GpuJobs while the operator still runs (it releases their
+    finalizers), then its tenants and namespaces, and wait until they are gone: later tests list
+    every GpuJob of the cluster."""
+    custom = client.CustomObjectsApi(scenario.kube)
+
+    def jobs() -> list[Any]:
+        return [
+            job
+            for namespace in scenario.namespaces
+            for job in custom.list_namespaced_custom_object(
+                keys.GROUP, keys.VERSION, namespace, "gpujobs"
+            )["items"]
+        ]
+
+    for job in jobs():
+        meta = job["metadata"]
+        custom.delete_namespaced_custom_object(
+            keys.GROUP, keys.VERSION, meta["namespace"], "gpujobs", meta["name"]
+        )
+    wait_for(lambda: not jobs(), 120, "the scenario's GpuJobs to be deleted")
+    scenario.cleanup()
+    names = set(scenario.namespaces)
+    core = client.CoreV1Api(scenario.kube)
+    wait_for(
+        lambda: not names & {n.metadata.name for n in core.list_namespace().items},
+        180,
+        "the scenario's namespaces to be deleted",
+    )
 
 
 def _record(o: Observed, seconds: float) -> None:
