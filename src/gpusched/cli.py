@@ -17,6 +17,7 @@ from gpusched import __version__
 #: Subcommand name -> "module:attribute" of its click command.
 SUBCOMMANDS: dict[str, str] = {
     "bench": "gpusched.commands.bench:bench",
+    "chart": "gpusched.commands.chart:chart",
     "cluster": "gpusched.commands.cluster:cluster",
     "crds": "gpusched.commands.crds:crds",
     "demo": "gpusched.commands.demo:demo",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gpusched.api.gpujob import TopologyScope
+
 NAMESPACE = "gpusched"
 
 
@@ -41,6 +43,10 @@ class SchedulerMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        # Every class exported from the start at 0, so the first bind of a class shows in
+        # rate() and increase() (a series that appears at 1 looks like no change).
+        for scope in TopologyScope:
+            self.placements.labels(scope.value)
         self.bind_errors = Counter(
             "bind_errors",
             "Bind calls that failed, by reason.",
@@ -59,6 +65,22 @@ class SchedulerMetrics:
             "free_gpus",
             "Healthy GPUs not held by any pod, by GPU model.",
             ["gpu_model"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.node_gpus = Gauge(
+            "node_gpus",
+            "GPUs of each node by state: allocated (held by pods or binds in flight), free "
+            "(placeable, not held), unavailable (unhealthy, unschedulable or MIG).",
+            ["node", "gpu_model", "state"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.largest_free_nvlink_set = Gauge(
+            "node_largest_free_nvlink_set_gpus",
+            "Free GPUs in the node's best NVLink island: the largest NVLink-connected GPU set a "
+            "job could get there now (fragmentation shows as free GPUs well above it).",
+            ["node"],
             namespace=NAMESPACE,
             registry=self.registry,
         )
@@ -132,6 +154,13 @@ class ProbeMetrics:
         self.nvml_ready = Gauge(
             "probe_nvml_ready",
             "1 when NVML is initialised, 0 when it cannot be used on the node.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.last_success = Gauge(
+            "probe_last_success_timestamp_seconds",
+            "Unix time of the last cycle whose reading is published (results ok or "
+            "nvml-unavailable); time() minus it is how stale the node's published health is.",
             namespace=NAMESPACE,
             registry=self.registry,
         )
@@ -285,6 +314,21 @@ class OperatorMetrics:
         self.fair_share = Gauge(
             "tenant_fair_share_gpus",
             "GPUs the tenant is entitled to now: guarantee plus weighted share of idle GPUs.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpus_pending = Gauge(
+            "tenant_pending_gpus",
+            "GPUs requested by the tenant's queued jobs (demand not yet admitted).",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.oldest_wait = Gauge(
+            "queue_oldest_wait_seconds",
+            "How long the tenant's longest-waiting queued job has waited since submission or "
+            "requeue (0: nothing queued).",
             ["tenant"],
             namespace=NAMESPACE,
             registry=self.registry,

@@ -1,7 +1,8 @@
 """gpusched's device plugin for a real kubelet node of the local cluster, run as the Helm chart
 runs it: a separate ``gpusched device-plugin`` process with a token of the device probe's
-ServiceAccount under exactly ``device-probe/rbac.yaml`` plus ``device-probe/node-agent-rbac.yaml``,
-so whatever uses this also proves that RBAC sufficient."""
+ServiceAccount bound to its Node, under exactly the identity the chart renders with
+``nodeAgent.enabled`` (the probe's RBAC and own-node policy plus the node agent's), so whatever
+uses this also proves that identity sufficient."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpusched.api import keys
-from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster import identities
 from gpusched.dev.localcluster.cluster import LocalCluster
 from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.kubelet import KubeletNode
@@ -21,10 +22,11 @@ from gpusched.dev.localprobes import probe_kubeconfig
 from gpusched.kube import body
 
 
-def node_agent_kubeconfig(cluster: LocalCluster) -> Path:
-    """The probe's ServiceAccount with the node agent's rules added."""
-    kubeconfig = probe_kubeconfig(cluster)
-    cluster.kubectl("apply", "-f", str(repo_root() / "device-probe" / "node-agent-rbac.yaml"))
+def node_agent_kubeconfig(cluster: LocalCluster, node: str) -> Path:
+    """A token of the probe's ServiceAccount bound to ``node``, with the node agent's rules and
+    pod policy from the chart installed."""
+    kubeconfig = probe_kubeconfig(cluster, node)
+    identities.install(cluster, identities.NODE_AGENT)
     return kubeconfig
 
 
@@ -93,7 +95,7 @@ def start_device_plugin(
     playing the kubelet; ``down()`` of the cluster stops it."""
     if isinstance(node, KubeletNode):
         node = KubeletSockets(node.name, node.device_plugin_dir, node.pod_resources_socket)
-    kubeconfig = kubeconfig or node_agent_kubeconfig(cluster)
+    kubeconfig = kubeconfig or node_agent_kubeconfig(cluster, node.node)
     port = free_port()
     record = _spawn(cluster, node, kubeconfig, port, args)
     return DevicePluginProcess(cluster, node, record, port, kubeconfig, args)

@@ -38,7 +38,10 @@ class GoTool:
     name: str
     module: str
     packages: tuple[str, ...]
+    #: ``{version}`` is replaced by the pinned version.
     ldflags: str = "-s -w"
+    #: Go build tags (``go build -tags``), e.g. to leave out dependencies the proxy lacks.
+    tags: tuple[str, ...] = ()
 
     def version(self, tools_dir: Path) -> str:
         """The pinned version of ``module``, read from the tool's go.mod."""
@@ -105,7 +108,26 @@ KUBELET = GoTool(
     module="k8s.io/kubernetes",
     packages=("k8s.io/kubernetes/cmd/kubelet", "gpusched.io/e2e/tools/kubelet/fakecri"),
 )
-TOOLS = (ETCD, KWOK, KUBERNETES, KUBELET)
+#: Helm v4 (a module of its own: it requires the same k8s.io/* releases as the control plane).
+HELM = GoTool(
+    name="helm",
+    module="helm.sh/helm/v4",
+    packages=("helm.sh/helm/v4/cmd/helm",),
+    ldflags="-s -w -X helm.sh/helm/v4/internal/version.version={version}",
+)
+#: Prometheus and promtool. ``remove_all_sd`` leaves out every service-discovery plugin (one of
+#: their dependencies is not served by the module proxy; static and file targets remain), and
+#: without ``builtinassets`` the web UI is left out: the tests use the HTTP API only.
+PROMETHEUS = GoTool(
+    name="prometheus",
+    module="github.com/prometheus/prometheus",
+    packages=(
+        "github.com/prometheus/prometheus/cmd/prometheus",
+        "github.com/prometheus/prometheus/cmd/promtool",
+    ),
+    tags=("remove_all_sd",),
+)
+TOOLS = (ETCD, KWOK, KUBERNETES, KUBELET, HELM, PROMETHEUS)
 
 
 def repo_root() -> Path:
@@ -204,7 +226,11 @@ def _build(
     progress(f"[toolchain] {tool.name} {version}: downloading modules")
     subprocess.run(["go", "mod", "download"], cwd=module_dir, env=env, check=True)
     total = _count_packages(tool, module_dir, env)
-    ldflags = _kubernetes_ldflags(version) if tool.module == KUBERNETES.module else tool.ldflags
+    ldflags = (
+        _kubernetes_ldflags(version)
+        if tool.module == KUBERNETES.module
+        else tool.ldflags.format(version=version)
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{tool.name}-", dir=target.parent))
     command = [
@@ -212,6 +238,7 @@ def _build(
         "build",
         "-v",
         "-trimpath",
+        *_tags_flag(tool),
         "-ldflags",
         ldflags,
         "-o",
@@ -254,9 +281,13 @@ def _build(
     )
 
 
+def _tags_flag(tool: GoTool) -> list[str]:
+    return ["-tags", ",".join(tool.tags)] if tool.tags else []
+
+
 def _count_packages(tool: GoTool, module_dir: Path, env: dict[str, str]) -> int:
     listing = subprocess.run(
-        ["go", "list", "-deps", *tool.packages],
+        ["go", "list", "-deps", *_tags_flag(tool), *tool.packages],
         cwd=module_dir,
         env=env,
         check=True,
