@@ -6,6 +6,7 @@ import click
 
 from gpusched.dev.bench.admission import admission, admission_e2e
 from gpusched.dev.bench.extender import extender
+from gpusched.dev.bench.node_agent import node_agent
 from gpusched.dev.bench.placement import placement
 from gpusched.dev.bench.probe import probe
 from gpusched.dev.bench.scheduling import scheduling
@@ -22,3 +23,4 @@ bench.add_command(extender)
 bench.add_command(scheduling)
 bench.add_command(admission)
 bench.add_command(admission_e2e)
+bench.add_command(node_agent)

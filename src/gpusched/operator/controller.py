@@ -21,11 +21,13 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from prometheus_client import Gauge
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase
@@ -33,11 +35,13 @@ from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.api.tenantquota import TenantQuotaStatus
 from gpusched.core.admission import (
     Admission,
+    AdmitReason,
     Assignment,
     CycleConfig,
     CycleResult,
     Job,
     JobState,
+    PreemptReason,
     Snapshot,
     WaitReason,
     run_cycle,
@@ -871,12 +875,42 @@ class Controller:
             m.jobs.labels(tenant, phase).set(n)
         specs = {q.metadata.name: q.spec for q in world.quotas}
         for u in result.tenants:
+            # Each tenant's counters exist from its first cycle at 0, so its first admission,
+            # preemption or requeue shows in rate() and increase().
+            for admit in AdmitReason:
+                m.admissions.labels(u.name, admit.value)
+            for preempt in PreemptReason:
+                m.preemptions.labels(u.name, preempt.value)
+            for requeue in (st.Reason.PODS_READY_TIMEOUT, st.Reason.PODS_LOST):
+                m.requeues.labels(u.name, requeue.value)
             m.gpus_used.labels(u.name).set(u.used)
             m.gpus_borrowed.labels(u.name).set(u.borrowed)
             m.gpus_guaranteed.labels(u.name).set(
                 specs[u.name].guaranteed_gpus if u.name in specs else 0
             )
             m.fair_share.labels(u.name).set(u.fair_share)
+        pending: dict[str, int] = {u.name: 0 for u in result.tenants}
+        oldest: dict[str, float] = dict.fromkeys(pending, 0.0)
+        for view in views.values():
+            if view.status.phase is not JobPhase.QUEUED:
+                continue
+            tenant = view.tenant or ""
+            pending[tenant] = pending.get(tenant, 0) + view.gpus
+            since = self._queued_since(view)
+            waited = max(0.0, (world.now - since).total_seconds()) if since else 0.0
+            oldest[tenant] = max(oldest.get(tenant, 0.0), waited)
+        _set_tenant_series(m.gpus_pending, pending)
+        _set_tenant_series(m.oldest_wait, oldest)
+
+
+def _set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:
+    """Set one series per tenant and drop the others, never leaving a scrape without the
+    tenants that stay (a gap would reset alerts' `for` timers)."""
+    current = {sample.labels["tenant"] for family in gauge.collect() for sample in family.samples}
+    for tenant, value in values.items():
+        gauge.labels(tenant).set(value)
+    for tenant in current - set(values):
+        gauge.remove(tenant)
 
 
 def _gpu_seconds_between(

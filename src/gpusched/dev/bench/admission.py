@@ -323,11 +323,10 @@ def run_e2e(jobs: int, nodes: int, gpus_per_job: int, workers: int) -> dict[str,
     from kubernetes import client
 
     from gpusched.api import keys
-    from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
+    from gpusched.dev.localcluster import LocalCluster, ensure_toolchain, identities
     from gpusched.dev.localcluster.binaries import repo_root
     from gpusched.dev.localcluster.components import (
         gpusched_command,
-        service_account_kubeconfig,
         start_scheduler,
     )
     from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
@@ -368,9 +367,7 @@ def run_e2e(jobs: int, nodes: int, gpus_per_job: int, workers: int) -> dict[str,
                 },
             )
             start_scheduler(cluster)
-            kubeconfig = service_account_kubeconfig(
-                cluster, repo_root() / "operator" / "rbac.yaml", "gpusched-operator"
-            )
+            kubeconfig = identities.kubeconfig(cluster, identities.OPERATOR)
             cluster.spawn(
                 "gpusched-operator",
                 [*gpusched_command(), "operator", f"--kubeconfig={kubeconfig}", "--metrics-port=0"],
