@@ -8,7 +8,12 @@ can create fresh registries.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gpusched.api.gpujob import TopologyScope
 
@@ -68,22 +73,77 @@ class SchedulerMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
-        self.node_gpus = Gauge(
-            "node_gpus",
-            "GPUs of each node by state: allocated (held by pods or binds in flight), free "
-            "(placeable, not held), unavailable (unhealthy, unschedulable or MIG).",
-            ["node", "gpu_model", "state"],
-            namespace=NAMESPACE,
-            registry=self.registry,
+        self.node_inventory = NodeInventoryCollector()
+        self.registry.register(self.node_inventory)
+
+
+class NodeGpuCounts(Protocol):
+    """One node's line of the per-node GPU gauges (the extender's ``NodeInventory``)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def allocated(self) -> int: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def unavailable(self) -> int: ...
+    @property
+    def largest_free_nvlink_set(self) -> int: ...
+
+
+NODE_GPUS_DOC = (
+    "GPUs of each node by state: allocated (held by pods or binds in flight), free "
+    "(placeable, not held), unavailable (unhealthy, unschedulable or MIG)."
+)
+LARGEST_FREE_NVLINK_SET_DOC = (
+    "Free GPUs in the node's best NVLink island: the largest NVLink-connected GPU set a "
+    "job could get there now (fragmentation shows as free GPUs well above it)."
+)
+
+
+class NodeInventoryCollector(Collector):
+    """``gpusched_node_gpus`` and ``gpusched_node_largest_free_nvlink_set_gpus``, read at scrape
+    time from the last published rows.
+
+    On a 5,000-node cluster these are 20,000 series. Kept as labelled Gauge children, clearing
+    and setting them every housekeeping tick held the extender's event loop for 150-450 ms, and
+    every filter call arriving meanwhile waited. Here publishing is one reference swap of an
+    immutable tuple (a scrape sees one tick's rows whole, never half of two), and the series
+    are built only when Prometheus asks, in the scrape's thread.
+    """
+
+    def __init__(self) -> None:
+        self.rows: tuple[NodeGpuCounts, ...] = ()
+
+    def publish(self, rows: Iterable[NodeGpuCounts]) -> None:
+        """Replace the rows (nodes gone from the cache disappear from the next scrape)."""
+        self.rows = tuple(rows)
+
+    def describe(self) -> list[Metric]:
+        return list(self._families(()))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(self.rows)
+
+    @staticmethod
+    def _families(rows: tuple[NodeGpuCounts, ...]) -> tuple[Metric, Metric]:
+        gpus = GaugeMetricFamily(
+            f"{NAMESPACE}_node_gpus", NODE_GPUS_DOC, labels=("node", "gpu_model", "state")
         )
-        self.largest_free_nvlink_set = Gauge(
-            "node_largest_free_nvlink_set_gpus",
-            "Free GPUs in the node's best NVLink island: the largest NVLink-connected GPU set a "
-            "job could get there now (fragmentation shows as free GPUs well above it).",
-            ["node"],
-            namespace=NAMESPACE,
-            registry=self.registry,
+        largest = GaugeMetricFamily(
+            f"{NAMESPACE}_node_largest_free_nvlink_set_gpus",
+            LARGEST_FREE_NVLINK_SET_DOC,
+            labels=("node",),
         )
+        for row in rows:
+            gpus.add_metric((row.node, row.model, "allocated"), row.allocated)
+            gpus.add_metric((row.node, row.model, "free"), row.free)
+            gpus.add_metric((row.node, row.model, "unavailable"), row.unavailable)
+            largest.add_metric((row.node,), row.largest_free_nvlink_set)
+        return gpus, largest
 
 
 # --- device probe -------------------------------------------------------------------------

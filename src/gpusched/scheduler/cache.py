@@ -358,11 +358,12 @@ class ClusterCache:
 
     def free_by_model(self) -> dict[str, int]:
         """Free placeable GPUs per GPU model (for the free-GPUs gauge)."""
-        free: dict[str, int] = {}
-        for view in self.views(self.topologies):
-            prepared = view.prepared
-            assert prepared is not None
-            available = prepared.placeable_mask & ~prepared.mask(view.busy)
-            model = self.models.get(view.name, "unknown")
-            free[model] = free.get(model, 0) + max(0, bin(available).count("1") - view.unaccounted)
-        return free
+        return free_by_model(self.inventory())
+
+
+def free_by_model(rows: Iterable[NodeInventory]) -> dict[str, int]:
+    """Free placeable GPUs per GPU model, summed over inventory rows."""
+    free: dict[str, int] = {}
+    for row in rows:
+        free[row.model] = free.get(row.model, 0) + row.free
+    return free

@@ -39,7 +39,7 @@ from gpusched.kubeasync import AsyncApi
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.binder import Binder
-from gpusched.scheduler.cache import Assumption, ClusterCache, settle_heap
+from gpusched.scheduler.cache import Assumption, ClusterCache, free_by_model, settle_heap
 from gpusched.scheduler.pending import FIELD_SELECTOR, PendingPods
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,15 @@ def max_body_bytes(max_nodes: int) -> int:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def export_inventory(cache: ClusterCache, metrics: SchedulerMetrics) -> None:
+    """The free-GPU and per-node gauges, from one reading of the cache (every housekeeping
+    tick, on the event loop: so it only reads; the series are built at scrape time)."""
+    rows = cache.inventory()
+    for model, count in free_by_model(rows).items():
+        metrics.free_gpus.labels(model).set(count)
+    metrics.node_inventory.publish(rows)
 
 
 class _LoopConsumer:
@@ -155,25 +164,8 @@ class Extender:
         while True:
             await asyncio.sleep(5)
             self.cache.expire()
-            for model, free in self.cache.free_by_model().items():
-                self.metrics.free_gpus.labels(model).set(free)
-            self._export_inventory()
+            export_inventory(self.cache, self.metrics)
             settle_heap()
-
-    def _export_inventory(self) -> None:
-        """Per-node GPU gauges, rebuilt whole (no await in between: a scrape never sees them
-        half done) so deleted nodes disappear."""
-        gpus, largest = self.metrics.node_gpus, self.metrics.largest_free_nvlink_set
-        gpus.clear()
-        largest.clear()
-        for row in self.cache.inventory():
-            for state, count in (
-                ("allocated", row.allocated),
-                ("free", row.free),
-                ("unavailable", row.unavailable),
-            ):
-                gpus.labels(row.node, row.model, state).set(count)
-            largest.labels(row.node).set(row.largest_free_nvlink_set)
 
     async def on_startup(self, app: web.Application) -> None:
         self.start_watches(asyncio.get_running_loop())
@@ -342,5 +334,7 @@ class Extender:
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         """Prometheus exposition."""
-        body = generate_latest(self.metrics.registry)
+        # In a thread: on a large cluster the exposition is thousands of series, and the event
+        # loop keeps answering filter calls meanwhile.
+        body = await asyncio.to_thread(generate_latest, self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -82,3 +82,29 @@ def test_gpus_held_by_pods_without_an_assignment_count_as_allocated() -> None:
     (row,) = cache.inventory()
     assert (row.allocated, row.free, row.unavailable) == (3, 5, 0)
     assert row.largest_free_nvlink_set == 5
+
+
+def test_node_gauges_expose_the_last_published_inventory_and_drop_nodes_gone() -> None:
+    from prometheus_client import generate_latest
+
+    from gpusched.metrics import SchedulerMetrics, new_registry
+
+    cache = ClusterCache()
+    cache.replace_topologies([topology_object("a"), topology_object("b")])
+    cache.replace_pods([pod("p", "a", 2, "0,1")])
+    metrics = SchedulerMetrics(new_registry())
+    metrics.node_inventory.publish(cache.inventory())
+    value = metrics.registry.get_sample_value
+    model = cache.inventory()[0].model
+    for node, allocated, free in (("a", 2, 6), ("b", 0, 8)):
+        labels = {"node": node, "gpu_model": model}
+        assert value("gpusched_node_gpus", {**labels, "state": "allocated"}) == allocated
+        assert value("gpusched_node_gpus", {**labels, "state": "free"}) == free
+        assert value("gpusched_node_gpus", {**labels, "state": "unavailable"}) == 0
+    assert value("gpusched_node_largest_free_nvlink_set_gpus", {"node": "a"}) == 6
+
+    cache.delete_topology("b")
+    metrics.node_inventory.publish(cache.inventory())
+    text = generate_latest(metrics.registry).decode()
+    assert 'node="b"' not in text
+    assert value("gpusched_node_gpus", {"node": "a", "gpu_model": model, "state": "free"}) == 6

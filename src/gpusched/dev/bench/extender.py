@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import click
+from prometheus_client import generate_latest
 
 from gpusched.api import keys
 from gpusched.api.extender import ExtenderArgs, ExtenderFilterResult
@@ -27,7 +28,9 @@ from gpusched.core.placement import clear_placement_cache
 from gpusched.core.prepared import clear_caches
 from gpusched.core.scheduling import FilterOutcome, filter_nodes, gpu_request, prioritize
 from gpusched.dev.localcluster.topologies import FIXTURE_NAMES, fixture_objects
+from gpusched.metrics import SchedulerMetrics, new_registry
 from gpusched.scheduler.cache import ClusterCache, settle_heap
+from gpusched.scheduler.server import export_inventory
 
 #: Requests between two heap settlements (the server settles every 5 s; at the p50 below that
 #: is several hundred requests, so this is the pessimistic side).
@@ -113,6 +116,27 @@ def _filter_answer(cache: ClusterCache, body: bytes) -> tuple[bytes, FilterOutco
     return json.dumps(answer.to_wire()).encode(), outcome
 
 
+def _housekeeping_and_scrape(
+    cache: ClusterCache, rounds: int = 5
+) -> tuple[list[float], list[float]]:
+    """Milliseconds of the server's housekeeping tick on the event loop (reading the cache into
+    the gauges) and of one Prometheus exposition (run in a thread by the server), ``rounds``
+    times each; the first tick, which builds every node's view, is not counted."""
+    metrics = SchedulerMetrics(new_registry())
+    export_inventory(cache, metrics)
+    ticks, scrapes = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        cache.expire()
+        export_inventory(cache, metrics)
+        t1 = time.perf_counter()
+        generate_latest(metrics.registry)
+        t2 = time.perf_counter()
+        ticks.append((t1 - t0) * 1000)
+        scrapes.append((t2 - t1) * 1000)
+    return ticks, scrapes
+
+
 def run(nodes: int, iterations: int, occupancy: float, seed: int) -> dict[str, Any]:
     """Measure and return the figures."""
     rng = random.Random(seed)
@@ -158,6 +182,7 @@ def run(nodes: int, iterations: int, occupancy: float, seed: int) -> dict[str, A
             settle_heap()
             settle_ms.append((time.perf_counter() - t3) * 1000)
     warm = filter_ms[1:]
+    tick_ms, scrape_ms = _housekeeping_and_scrape(cache)
     return {
         "nodes": nodes,
         "iterations": iterations,
@@ -174,6 +199,8 @@ def run(nodes: int, iterations: int, occupancy: float, seed: int) -> dict[str, A
         "prioritize_p50_ms": round(statistics.median(prioritize_ms[1:]), 2),
         "prioritize_p99_ms": round(_percentile(prioritize_ms[1:], 0.99), 2),
         "heap_settle_p50_ms": round(statistics.median(settle_ms), 2) if settle_ms else None,
+        "housekeeping_tick_p50_ms": round(statistics.median(tick_ms), 2),
+        "metrics_scrape_p50_ms": round(statistics.median(scrape_ms), 2),
         "policies": [f"{s}/{m}" for s, m in POLICIES],
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }

@@ -41,7 +41,11 @@ def families() -> dict[str, MetricName]:
                 continue
             for family in describe():
                 name = family.name + ("_total" if family.type == "counter" else "")
-                labels = tuple(getattr(collector, "_labelnames", ()))
+                # A Gauge keeps its label names on the collector; a custom collector's
+                # families carry their own.
+                labels = tuple(
+                    getattr(family, "_labelnames", ()) or getattr(collector, "_labelnames", ())
+                )
                 found[name] = MetricName(name, family.type, labels)
     return found
 
