@@ -193,6 +193,9 @@ class Extender(Closed):
     """How long kube-scheduler waits for one extender call."""
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
     """Log level (`debug` logs every refused node)."""
+    maxNodes: int = Field(5000, ge=1)
+    """Most node names one request may carry (the largest cluster served); the request body is
+    bounded to what kube-scheduler sends for that many nodes."""
     resources: Resources = Field(
         default_factory=lambda: Resources(
             requests={"cpu": "200m", "memory": "256Mi"}, limits={"memory": "1Gi"}
