@@ -100,6 +100,14 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def job_template(*, runtime: str = "1h", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """The pod template of :meth:`Scenario.submit`: one container, running for ``runtime``."""
+    metadata: dict[str, Any] = {"annotations": {keys.SIM_RUNTIME: runtime}}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"metadata": metadata, "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+
+
 class Scenario:
     """One test's namespaces, tenants and jobs (all removed afterwards)."""
 
@@ -141,16 +149,20 @@ class Scenario:
     def tenant(self, suffix: str, *, guaranteed: int = 0, **spec: Any) -> tuple[str, str]:
         """A TenantQuota owning one fresh namespace; returns (quota name, namespace)."""
         namespace = self.namespace(suffix)
+        return self.quota(suffix, [namespace], guaranteed=guaranteed, **spec), namespace
+
+    def quota(self, suffix: str, namespaces: list[str], *, guaranteed: int = 0, **spec: Any) -> str:
+        """A TenantQuota over existing namespaces; returns its name."""
         name = f"{self.id}-{suffix}"
         body = {
             "apiVersion": keys.API_VERSION,
             "kind": "TenantQuota",
             "metadata": {"name": name},
-            "spec": {"namespaces": [namespace], "guaranteedGpus": guaranteed, **spec},
+            "spec": {"namespaces": namespaces, "guaranteedGpus": guaranteed, **spec},
         }
         self.custom.create_cluster_custom_object(G, V, "tenantquotas", body)
         self.quotas.append(name)
-        return name, namespace
+        return name
 
     def priority(self, suffix: str, value: int) -> str:
         name = f"{self.id}-{suffix}"
@@ -179,10 +191,7 @@ class Scenario:
                 "replicas": replicas,
                 "gpusPerReplica": gpus,
                 "checkpointGracePeriodSeconds": grace,
-                "template": {
-                    "metadata": {"annotations": {keys.SIM_RUNTIME: runtime}},
-                    "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-                },
+                "template": job_template(runtime=runtime),
                 **spec,
             },
         }

@@ -9,9 +9,6 @@ for the simulated runtime in their template.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import pytest
 from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
@@ -19,36 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from gpusched.api import keys
 from gpusched.cli import main
 from gpusched.dev.localcluster import LocalCluster
-from gpusched.dev.localcluster.components import SchedulerProcesses, start_scheduler
-from tests.integration.operator_harness import OperatorProcess, Scenario, scenario, wait_for
-
-
-@pytest.fixture(scope="module")
-def extender(local_cluster: LocalCluster) -> Iterator[SchedulerProcesses]:
-    processes = start_scheduler(local_cluster)
-    yield processes
-    local_cluster.stop_process(processes.kube_scheduler)
-    local_cluster.stop_process(processes.extender)
-
-
-@pytest.fixture(scope="module")
-def operator(
-    local_cluster: LocalCluster, extender: SchedulerProcesses
-) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(local_cluster)
-    process.start()
-    yield process
-    process.kill()
-
-
-@pytest.fixture
-def sc(
-    kube: Any, gpu_nodes: Callable[..., list[str]], operator: OperatorProcess
-) -> Iterator[Scenario]:
-    if not operator.running():
-        operator.start()
-    with scenario(kube, gpu_nodes) as s:
-        yield s
+from tests.integration.operator_harness import OperatorProcess, Scenario, wait_for
 
 
 def test_job_over_its_tenants_limit_waits_with_quota_exceeded(
@@ -372,30 +340,3 @@ def test_gang_whose_pods_cannot_run_is_released_and_requeued_with_backoff(
     finally:
         operator.kill()
         operator.start()
-
-
-def test_pods_refused_by_a_resource_quota_release_the_gang_with_the_reason(
-    sc: Scenario, kube: Any
-) -> None:
-    from kubernetes import client
-
-    sc.nodes(1)
-    _, ns = sc.tenant("quota", guaranteed=8)
-    quota = {
-        "metadata": {"name": "no-gpus"},
-        "spec": {"hard": {f"requests.{keys.GPU_RESOURCE}": "0"}},
-    }
-    core = client.CoreV1Api(kube)
-    core.create_namespaced_resource_quota(ns, quota)
-    sc.submit(ns, "blocked", 4)
-
-    def released() -> dict[str, Any] | None:
-        ready = sc.condition(ns, "blocked", "PodsReady")
-        return ready if ready and ready["reason"] == "PodsReadyTimeout" else None
-
-    ready = wait_for(released, 120, "the gang to be released")
-    # Not failed for good: the template is fine, the namespace's quota refused the pods.
-    assert "exceeded quota" in ready["message"]
-    assert sc.status(ns, "blocked")["phase"] in ("Queued", "Admitted")
-    core.delete_namespaced_resource_quota("no-gpus", ns)
-    sc.wait_phase(ns, "blocked", "Running", timeout=120)

@@ -27,7 +27,17 @@ def _items(response: Any) -> list[dict[str, Any]]:
 
 
 class PodRefusedError(Exception):
-    """The API server refused to create a pod (quota, admission policy, validation)."""
+    """The API server refused to create a pod: ``invalid`` (400/422: validation, an admission
+    policy that denies it) says the pod can never be created as it is; otherwise (403: a full
+    ResourceQuota, a policy about this moment) it may be accepted later."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def invalid(self) -> bool:
+        return self.status in (400, 422)
 
 
 def _message(err: ApiException) -> str:
@@ -154,7 +164,7 @@ class OperatorApi:
             if err.status == 404:
                 return False
             if err.status in (400, 403, 422):
-                raise PodRefusedError(_message(err)) from err
+                raise PodRefusedError(_message(err), err.status) from err
             raise
         return True
 
@@ -205,12 +215,25 @@ class OperatorApi:
             if err.status != 404:
                 log.warning("pods of deleted job %s/%s not deleted: %s", namespace, uid, err.reason)
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        """Merge labels and annotations into a pod's metadata (a gone pod is no error)."""
+        metadata: dict[str, Any] = {}
+        if labels:
+            metadata["labels"] = labels
+        if annotations:
+            metadata["annotations"] = annotations
         try:
             self.core.patch_namespaced_pod(
                 name,
                 namespace,
-                {"metadata": {"annotations": annotations}},
+                {"metadata": metadata},
                 field_manager=keys.FIELD_MANAGER_OPERATOR,
             )
         except ApiException as err:

@@ -46,7 +46,7 @@ from gpusched.metrics import OperatorMetrics
 from gpusched.operator import failpoints
 from gpusched.operator import status as st
 from gpusched.operator.api import OperatorApi, PodRefusedError
-from gpusched.operator.pods import pod_manifest
+from gpusched.operator.pods import pod_manifest, pod_name
 from gpusched.operator.records import JobRecord, PodInfo, World, build_world
 from gpusched.operator.translate import NodeReader, TenantMap, core_tenant, job_shape, tenant_map
 
@@ -147,7 +147,6 @@ class Controller:
         self.clock = clock
         self.nodes = NodeReader(self.config.node_selector)
         self._validated: dict[str, tuple[float, str | None]] = {}
-        self._create_errors: dict[str, str] = {}
         # Per-job work runs on the outer pool and per-pod calls on the inner one, so a job's
         # task never waits for a slot of the pool it occupies.
         self._writer = ThreadPoolExecutor(self.config.write_workers, "gpusched-job")
@@ -275,7 +274,9 @@ class Controller:
         for _ in self._pods.map(lambda p: self.api.delete_pod(p.namespace, p.name, grace), todo):
             pass
 
-    def _create_pods(self, view: JobView) -> bool:
+    def _create_pods(self, view: JobView) -> PodRefusedError | bool:
+        """Create the missing pods of the job's admission: True when all exist, False when
+        some could not be made now, or the API server's refusal."""
         status = view.status
         tenant = view.tenant or ""
         by_replica = {p.replica: p for p in status.placement}
@@ -292,17 +293,58 @@ class Controller:
         existing = {p.name for p in view.record.pods_of(status.admission)}
         todo = [m for m in manifests if m["metadata"]["name"] not in existing]
 
-        def create(manifest: dict[str, Any]) -> bool:
+        def create(manifest: dict[str, Any]) -> PodRefusedError | bool:
             try:
                 ok = self.api.create_pod(manifest)
             except PodRefusedError as err:
-                # Kept for the release message; the pods-ready timeout releases the gang.
-                self._create_errors[view.key] = str(err)
-                return False
+                return err
             failpoints.reach("admission-after-first-pod")
             return ok
 
-        return all(self._pods.map(create, todo))
+        outcomes = list(self._pods.map(create, todo))
+        refusal = next((o for o in outcomes if isinstance(o, PodRefusedError)), None)
+        return refusal if refusal is not None else all(outcomes)
+
+    def _start_pods(self, view: JobView, now: datetime) -> bool:
+        """Create the job's pods; a refusal releases the gang at once (True: all pods exist)."""
+        outcome = self._create_pods(view)
+        if not isinstance(outcome, PodRefusedError):
+            return outcome
+        # All or nothing: pods of the gang the server did accept go too.
+        for replica in range(view.job.spec.replicas):
+            name = pod_name(view.record.name, view.status.admission, replica)
+            self.api.delete_pod(view.record.namespace, name, 0)
+        gpus = view.gpus
+        transition = st.Transition(view.status, now, view.record.generation)
+        if outcome.invalid:
+            # The pod can never be created as it is: fail the job with the server's reason
+            # (and check the template again for every job that shares the verdict).
+            self._validated.pop(self._template_key(view), None)
+            if self._write(view, st.refused(transition, str(outcome), gpus)):
+                self._event(view, st.Reason.INVALID_POD_TEMPLATE.value, str(outcome), True)
+            self._terminating(view, [], None)
+            return False
+        # Refused for now (a namespace ResourceQuota, a policy): release and retry later.
+        count = view.status.requeue_count
+        delay = min(self.config.backoff_max, self.config.backoff_base * 2**count)
+        text = (
+            f"the API server refused its pods: {outcome}; gang released, next attempt in "
+            f"{delay:.0f}s"
+        )
+        if self._write(
+            view,
+            st.requeued(
+                transition,
+                st.Reason.PODS_REFUSED,
+                text,
+                gpus,
+                requeue_at=now + timedelta(seconds=delay),
+            ),
+        ):
+            self._event(view, st.Reason.PODS_REFUSED.value, text, warning=True)
+            self.metrics.requeues.labels(view.tenant or "", st.Reason.PODS_REFUSED.value).inc()
+        self._terminating(view, [], None)
+        return False
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -323,9 +365,7 @@ class Controller:
             placement=None,
             dry_run=True,
         )
-        digest = hashlib.sha256(
-            json.dumps([view.record.namespace, manifest["spec"]], sort_keys=True).encode()
-        ).hexdigest()
+        digest = self._template_key(view, manifest)
         now = time.monotonic()
         cached = self._validated.get(digest)
         if cached is not None and now - cached[0] < VALIDATION_TTL:
@@ -336,6 +376,20 @@ class Controller:
         if error:
             return st.Reason.INVALID_POD_TEMPLATE, f"the API server refuses its pods: {error}"
         return None
+
+    def _template_key(self, view: JobView, manifest: dict[str, Any] | None = None) -> str:
+        """The dry-run verdict's key: the whole pod that would be created (namespace, labels,
+        annotations and spec), so only jobs whose pods are the same share a verdict."""
+        if manifest is None:
+            manifest = pod_manifest(
+                view.job,
+                tenant=view.tenant or "",
+                admission=0,
+                replica=0,
+                placement=None,
+                dry_run=True,
+            )
+        return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
     def settle(self, world: World, tenants: TenantMap) -> dict[str, JobView]:
         """Bring every job's status in line with its pods, before admission decides."""
@@ -535,8 +589,8 @@ class Controller:
             self._release_unready(view, current, transition(), gpus, now)
             return
         if len(present) < replicas:
-            if self._create_pods(view) and not transition().has(st.Cond.ADMITTED):
-                self._write(view, st.pods_created(transition()))
+            if self._start_pods(view, now) and not transition().has(st.Cond.ADMITTED):
+                self._write(view, st.released_by_victims(transition()))
                 self._event(view, "PodsCreated", f"created {replicas} pods")
             return
         if (
@@ -558,11 +612,9 @@ class Controller:
         """Release a gang whose pods did not all run in time and queue it again with backoff."""
         count = view.status.requeue_count
         delay = min(self.config.backoff_max, self.config.backoff_base * 2**count)
-        refused = self._create_errors.pop(view.key, None)
         text = (
             f"pods not all running within {self.config.pods_ready_timeout:.0f}s; gang "
             f"released, next attempt in {delay:.0f}s"
-            + (f" (pod creation refused: {refused})" if refused else "")
         )
         self._delete_pods(current, 0)
         if self._write(
@@ -727,8 +779,10 @@ class Controller:
                 continue
             pods = [p for p in victim.record.pods_of(victim.status.admission) if p.live]
             for pod in pods:
-                self.api.annotate_pod(
-                    pod.namespace, pod.name, {keys.ANNOTATION_PREEMPTED_BY: admission.job}
+                self.api.patch_pod_metadata(
+                    pod.namespace,
+                    pod.name,
+                    annotations={keys.ANNOTATION_PREEMPTED_BY: admission.job},
                 )
             self._delete_pods(pods, victim.job.spec.checkpoint_grace_period_seconds)
             self._event(victim, st.Reason.PREEMPTED_BY.value, victim.status.message or "", True)
@@ -757,7 +811,7 @@ class Controller:
             )
         elif not self._leaving.get(view.key):
             # (GPUs reserved by victims that are still leaving: pods come once they are gone.)
-            self._create_pods(view)
+            self._start_pods(view, now)
         self.metrics.admissions.labels(admission.tenant, admission.reason.value).inc()
         if waited_since is not None:
             self.metrics.queue_wait.labels(admission.tenant, str(view.priority)).observe(
@@ -830,6 +884,7 @@ class Controller:
                 used_gpus_by_model=dict(u.used_by_model),
                 fair_share=u.fair_share,
                 pending_jobs=u.pending,
+                admitted_jobs=u.admitted,
                 running_jobs=u.running,
                 gpu_seconds=round(seconds, 1),
                 conditions=conditions,

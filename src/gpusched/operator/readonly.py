@@ -36,7 +36,14 @@ class ReadOnlyApi(OperatorApi):
     def delete_job_pods(self, namespace: str, uid: str) -> None:
         return None
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
         return None
 
     def event(

@@ -45,9 +45,11 @@ class Reason(StrEnum):
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
     QUEUED = "Queued"
     WAITING_FOR_PREEMPTION = "WaitingForPreemption"
-    PODS_CREATED = "PodsCreated"
+    PLACED = "Placed"
+    WAITING_FOR_PODS = "WaitingForPods"
     RUNNING = "Running"
     PODS_READY_TIMEOUT = "PodsReadyTimeout"
+    PODS_REFUSED = "PodsRefused"
     PODS_LOST = "PodsLost"
     PREEMPTED_BY = "PreemptedBy"
     REQUEUED = "Requeued"
@@ -215,7 +217,9 @@ def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[
         message=admission.message,
     )
     t.cond(Cond.QUOTA_RESERVED, True, admission.reason.value, admission.message)
-    t.cond(Cond.PODS_READY, False, Reason.PODS_CREATED, "pods not all running yet")
+    # Written before any pod exists: it says only what is true now (the GPUs are reserved);
+    # pods that the API server then refuses show up as PodsRefused.
+    t.cond(Cond.PODS_READY, False, Reason.WAITING_FOR_PODS, "pods not all running yet")
     if t.has(Cond.PREEMPTED):
         t.cond(Cond.PREEMPTED, False, "Readmitted", "admitted again after a preemption")
     if admission.victims:
@@ -224,15 +228,37 @@ def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[
         t.set(reason=Reason.WAITING_FOR_PREEMPTION.value, message=text)
         t.cond(Cond.ADMITTED, False, Reason.WAITING_FOR_PREEMPTION, text)
     else:
-        t.cond(Cond.ADMITTED, True, Reason.PODS_CREATED, "all pods of the gang created")
+        t.cond(Cond.ADMITTED, True, Reason.PLACED, admission.message)
     return t
 
 
-def pods_created(t: Transition) -> Transition:
-    text = "all pods of the gang created"
-    return t.set(reason=Reason.PODS_CREATED.value, message=text).cond(
-        Cond.ADMITTED, True, Reason.PODS_CREATED, text
+def released_by_victims(t: Transition) -> Transition:
+    """The victims of its preemption left its GPUs: its pods come next."""
+    text = "the preempted jobs released its GPUs"
+    reserved = next((c for c in t.status.conditions if c.type == Cond.QUOTA_RESERVED.value), None)
+    reason = reserved.reason if reserved is not None else Reason.PLACED.value
+    t.set(reason=reason, message=text)
+    return t.cond(Cond.ADMITTED, True, Reason.PLACED, text)
+
+
+def refused(t: Transition, message: str, gpus: int) -> Transition:
+    """The API server refused the job's pods as invalid: failed until its spec changes."""
+    t.stop_metering(gpus)
+    text = f"the API server refuses its pods: {message}"
+    t.set(
+        phase=JobPhase.FAILED,
+        reason=Reason.INVALID_POD_TEMPLATE.value,
+        message=text[:4000],
+        started_at=None,
+        placement=[],
+        placement_quality=None,
+        queue_position=None,
+        requeue_at=None,
+        observed_generation=t.generation,
     )
+    t.cond(Cond.QUOTA_RESERVED, False, Reason.INVALID_POD_TEMPLATE, text)
+    t.cond(Cond.ADMITTED, False, Reason.INVALID_POD_TEMPLATE, text)
+    return t.cond(Cond.PODS_READY, False, Reason.PODS_REFUSED, text)
 
 
 def running(t: Transition, replicas: int, bound: Sequence[PodInfo] = ()) -> Transition:

@@ -143,7 +143,10 @@ def test_admission_reserves_the_plan_and_names_the_gang() -> None:
     assert s.placement_quality == "numa"
     conditions = {c.type: (c.status.value, c.reason) for c in s.conditions}
     assert conditions["QuotaReserved"] == ("True", "Borrowing")
-    assert conditions["Admitted"] == ("True", "PodsCreated")
+    assert conditions["Admitted"] == ("True", "Placed")
+    # Written before any pod exists: nothing in it may say pods were created.
+    assert conditions["PodsReady"] == ("False", "WaitingForPods")
+    assert all("created" not in c.message for c in s.conditions)
 
 
 def test_admission_with_victims_waits_for_them() -> None:
