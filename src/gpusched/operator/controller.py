@@ -544,6 +544,17 @@ class Controller:
         def transition() -> st.Transition:
             return st.Transition(view.status, now, record.generation)
 
+        # The namespace's owner may have changed (its TenantQuota deleted, another one
+        # claiming it): the job and its pods name the tenant that accounts them now.
+        if view.status.tenant != view.tenant:
+            self._stage(view, transition().set(tenant=view.tenant))
+        label = view.tenant or ""
+        for pod in current:
+            if pod.live and not pod.deleting and pod.labels.get(keys.LABEL_TENANT) != label:
+                self.api.patch_pod_metadata(
+                    pod.namespace, pod.name, labels={keys.LABEL_TENANT: label}
+                )
+
         failed = [p for p in current if p.phase == "Failed"]
         if failed:
             pod = failed[0]
