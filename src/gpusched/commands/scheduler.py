@@ -37,13 +37,14 @@ def serve(kubeconfig: str | None, address: str, port: int, log_level: str) -> No
     """Serve filter / prioritize / bind, /healthz, /readyz and /metrics."""
     from aiohttp import web
 
-    from gpusched.kube import api_client
+    from gpusched.kube import load_configuration
+    from gpusched.kubeasync import AsyncApi
     from gpusched.scheduler.server import Extender
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    extender = Extender(api_client(kubeconfig))
+    extender = Extender(AsyncApi(load_configuration(kubeconfig)))
     web.run_app(extender.app(), host=address, port=port, access_log=None, print=None)
 
 
