@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,19 +24,28 @@ def explain(
     job: str, namespace: str, kubeconfig: Path | None, node_selector: str, as_json: bool
 ) -> None:
     """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits."""
+    import asyncio
+
     from gpusched.commands.operator import _labels
-    from gpusched.kube import api_client
-    from gpusched.operator.explainer import JobNotFoundError, explain_job, render
+    from gpusched.kube import load_configuration
+    from gpusched.kubeasync import AsyncApi
+    from gpusched.operator.explainer import JobNotFoundError, explain_job, read_store, render
 
     if "/" in job:
         namespace, job = job.split("/", 1)
-    kube = api_client(kubeconfig)
+
+    async def read() -> Any:
+        api = AsyncApi(load_configuration(kubeconfig))
+        try:
+            return await read_store(api)
+        finally:
+            await api.close()
+
+    store = asyncio.run(read())
     try:
-        result, status = explain_job(kube, f"{namespace}/{job}", _labels(node_selector))
+        result, status = explain_job(store, f"{namespace}/{job}", _labels(node_selector))
     except JobNotFoundError as err:
         raise click.ClickException(str(err)) from None
-    finally:
-        kube.close()  # type: ignore[no-untyped-call]  # ApiClient.close is untyped upstream
     if as_json:
         payload = {"status": status, "explanation": result.to_dict()}
         click.echo(json.dumps(payload, indent=2, default=str))

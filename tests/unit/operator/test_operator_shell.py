@@ -16,13 +16,12 @@ from gpusched.core.admission import (
     PreemptReason,
     ReplicaPlan,
 )
+from gpusched.core.lifecycle import PodFacts, merge_patch, tenant_map
+from gpusched.core.lifecycle import status as st
+from gpusched.core.lifecycle.pods import pod_manifest, pod_name
 from gpusched.core.placement import TopologyScope
 from gpusched.dev.localcluster.topologies import fixture_objects
-from gpusched.operator import status as st
-from gpusched.operator.controller import merge_patch
-from gpusched.operator.pods import pod_manifest, pod_name
-from gpusched.operator.records import PodInfo
-from gpusched.operator.translate import NodeReader, tenant_map
+from gpusched.operator.nodes import NodeReader
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -188,7 +187,7 @@ def test_running_records_the_gpus_the_extender_bound() -> None:
         phase=JobPhase.ADMITTED,
         placement=[ReplicaPlacement(replica=0, node="n0", gpu_indices=[0, 1])],
     )
-    pod = PodInfo(
+    pod = PodFacts(
         name="train-1-0",
         namespace="ns",
         phase="Running",

@@ -21,8 +21,8 @@ from gpusched.api.gpujob import (
 )
 from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.core.admission import Admission, Preemption, WaitReason
+from gpusched.core.lifecycle.facts import PodFacts
 from gpusched.core.placement import SCOPES, scope_rank
-from gpusched.operator.records import PodInfo
 
 #: Topology classes, tightest first (as the placement engine ranks them).
 SCOPE_ORDER = [scope.value for scope in SCOPES]
@@ -261,7 +261,7 @@ def refused(t: Transition, message: str, gpus: int) -> Transition:
     return t.cond(Cond.PODS_READY, False, Reason.PODS_REFUSED, text)
 
 
-def running(t: Transition, replicas: int, bound: Sequence[PodInfo] = ()) -> Transition:
+def running(t: Transition, replicas: int, bound: Sequence[PodFacts] = ()) -> Transition:
     """All pods run; the placement records the GPUs the extender actually bound, if it did."""
     text = f"all {replicas} pods running" if replicas > 1 else "its pod is running"
     by_replica = {p.replica: p for p in bound}

@@ -1,10 +1,14 @@
-"""The operator's reading of the cluster at one moment: GpuJobs with their pods, TenantQuotas,
-nodes, topologies and priorities, parsed once per cycle."""
+"""What the job lifecycle reads: GpuJobs and their pods, parsed once from API objects.
+
+A :class:`PodFacts` or :class:`JobFacts` is built when the watch delivers the object (or when the
+operator assumes what its own write will make), then shared, unchanged, by every cycle until the
+object changes again.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,8 +16,7 @@ from pydantic import ValidationError
 
 from gpusched.api import keys
 from gpusched.api.annotations import parse_indices
-from gpusched.api.gpujob import GpuJob, JobPhase
-from gpusched.api.tenantquota import TenantQuota
+from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase
 from gpusched.core.scheduling import RequestError, gpu_count
 
 #: Pod phases after which a pod holds no GPU.
@@ -33,9 +36,15 @@ def parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-@dataclass
-class PodInfo:
-    """One pod as the operator needs it."""
+def _version(meta: Mapping[str, Any]) -> int:
+    """The object's resourceVersion as a number (0 when absent or not numeric)."""
+    value = str(meta.get("resourceVersion") or "")
+    return int(value) if value.isdigit() else 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """One pod as the lifecycle needs it."""
 
     name: str
     namespace: str
@@ -47,9 +56,12 @@ class PodInfo:
     annotations: Mapping[str, str]
     gpus: int
     message: str = ""
+    uid: str = ""
+    version: int = 0
+    """resourceVersion as a number (0: assumed by the operator, not yet read back)."""
 
     @classmethod
-    def of(cls, pod: Mapping[str, Any]) -> PodInfo:
+    def from_api(cls, pod: Mapping[str, Any]) -> PodFacts:
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
@@ -77,7 +89,13 @@ class PodInfo:
             annotations=meta.get("annotations") or {},
             gpus=gpus,
             message=message,
+            uid=meta.get("uid", ""),
+            version=_version(meta),
         )
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
     @property
     def live(self) -> bool:
@@ -116,153 +134,120 @@ class PodInfo:
         """Node it is bound to, else the one it was planned for."""
         return self.node or self.annotations.get(keys.ANNOTATION_PLANNED_NODE) or None
 
+    def with_deletion(self) -> PodFacts:
+        """The pod as it is once a delete was sent."""
+        return replace(self, deleting=True)
 
-@dataclass
-class JobRecord:
+
+@dataclass(frozen=True)
+class JobFacts:
     """A GpuJob and its pods."""
 
-    raw: dict[str, Any]
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    version: int
+    """resourceVersion as a number."""
+    resource_version: str
+    deleting: bool
     job: GpuJob | None
     """None when the object cannot be read as a GpuJob (then ``error`` says why)."""
+    status: GpuJobStatus
+    """The status as the operator last read it from, or wrote it to, the API server."""
     error: str = ""
-    pods: list[PodInfo] = field(default_factory=list)
+    checkpoint: datetime | None = None
+    """Latest checkpoint the job itself reported (annotation)."""
+    pods: tuple[PodFacts, ...] = ()
+    raw_meta: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def namespace(self) -> str:
-        return str(self.raw["metadata"]["namespace"])
-
-    @property
-    def name(self) -> str:
-        return str(self.raw["metadata"]["name"])
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> JobFacts:
+        """Parse a GpuJob; an object the types refuse becomes facts with an error."""
+        meta = raw.get("metadata") or {}
+        job: GpuJob | None = None
+        error = ""
+        try:
+            job = GpuJob.model_validate(raw)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            error = f"{where}: {first.get('msg', 'invalid')}"
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            generation=int(meta.get("generation") or 1),
+            version=_version(meta),
+            resource_version=str(meta.get("resourceVersion", "")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            job=job,
+            status=job.status if job is not None else GpuJobStatus(),
+            error=error,
+            checkpoint=parse_time(
+                (meta.get("annotations") or {}).get(keys.ANNOTATION_LAST_CHECKPOINT)
+            ),
+            raw_meta=meta,
+        )
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def uid(self) -> str:
-        return str(self.raw["metadata"].get("uid", ""))
-
-    @property
-    def generation(self) -> int:
-        return int(self.raw["metadata"].get("generation") or 1)
-
-    @property
-    def resource_version(self) -> str:
-        return str(self.raw["metadata"].get("resourceVersion", ""))
-
-    @property
-    def deleting(self) -> bool:
-        return bool(self.raw["metadata"].get("deletionTimestamp"))
-
-    @property
     def phase(self) -> JobPhase | None:
-        return self.job.status.phase if self.job is not None else None
+        return self.status.phase
 
-    def pods_of(self, admission: int) -> list[PodInfo]:
+    @property
+    def gpus(self) -> int:
+        return self.job.total_gpus if self.job is not None else 0
+
+    def pods_of(self, admission: int) -> list[PodFacts]:
         """Pods of one admission, by replica index."""
         return sorted(
             (p for p in self.pods if p.admission == admission),
             key=lambda p: (p.replica if p.replica is not None else -1, p.name),
         )
 
-    def live_pods(self) -> list[PodInfo]:
+    def live_pods(self) -> list[PodFacts]:
         return [p for p in self.pods if p.live]
 
     def last_checkpoint(self) -> datetime | None:
         """Latest checkpoint the job or its pods reported."""
-        times = [
-            parse_time(
-                self.raw["metadata"].get("annotations", {}).get(keys.ANNOTATION_LAST_CHECKPOINT)
-            )
-        ]
+        times = [self.checkpoint]
         times += [parse_time(p.annotations.get(keys.ANNOTATION_LAST_CHECKPOINT)) for p in self.pods]
         known = [t for t in times if t is not None]
         return max(known) if known else None
 
-
-def read_job(raw: dict[str, Any]) -> JobRecord:
-    """Parse a GpuJob; an object the types refuse becomes a record with an error."""
-    try:
-        return JobRecord(raw, GpuJob.model_validate(raw))
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return JobRecord(raw, None, f"{where}: {first.get('msg', 'invalid')}")
-
-
-@dataclass
-class World:
-    """Everything one cycle reads from the API server."""
-
-    now: datetime
-    jobs: list[JobRecord]
-    quotas: list[TenantQuota]
-    quota_raw: dict[str, dict[str, Any]]
-    nodes: list[dict[str, Any]]
-    topologies: dict[str, dict[str, Any]]
-    priorities: dict[str, int]
-    default_priority: int
-    pods: list[PodInfo]
-    """Every pod that may hold GPUs: live pods on nodes, and every pod of a GpuJob."""
-
-    def job_pods(self) -> dict[tuple[str, str], list[PodInfo]]:
-        out: dict[tuple[str, str], list[PodInfo]] = {}
-        for pod in self.pods:
-            if pod.job:
-                out.setdefault((pod.namespace, pod.job), []).append(pod)
-        return out
+    def reference(self) -> dict[str, Any]:
+        """The object reference events and owner references name."""
+        return {
+            "apiVersion": keys.API_VERSION,
+            "kind": "GpuJob",
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+        }
 
 
-def build_world(
-    now: datetime,
-    *,
-    jobs: Iterable[dict[str, Any]],
-    quotas: Iterable[dict[str, Any]],
-    nodes: list[dict[str, Any]],
-    topologies: Iterable[dict[str, Any]],
-    priority_classes: Iterable[dict[str, Any]],
-    pods: Iterable[dict[str, Any]],
-) -> World:
-    """Parse raw API objects into a :class:`World`."""
-    pod_infos = [PodInfo.of(p) for p in pods]
-    records = [read_job(raw) for raw in jobs]
-    by_job: dict[tuple[str, str], list[PodInfo]] = {}
-    for pod in pod_infos:
-        if pod.job:
-            by_job.setdefault((pod.namespace, pod.job), []).append(pod)
-    for record in records:
-        uid = record.raw["metadata"].get("uid")
-        record.pods = [
-            pod
-            for pod in by_job.get((record.namespace, record.name), [])
-            if pod.job_uid in (None, uid)
-        ]
-    quota_objects = []
-    quota_raw = {}
-    for raw in quotas:
-        try:
-            quota_objects.append(TenantQuota.model_validate(raw))
-            quota_raw[raw["metadata"]["name"]] = raw
-        except ValidationError:
-            continue
-    priorities: dict[str, int] = {}
-    default = 0
-    for pc in priority_classes:
-        name = (pc.get("metadata") or {}).get("name")
-        if not name:
-            continue
-        priorities[name] = int(pc.get("value") or 0)
-        if pc.get("globalDefault"):
-            default = priorities[name]
-    return World(
-        now=now,
-        jobs=records,
-        quotas=quota_objects,
-        quota_raw=quota_raw,
-        nodes=nodes,
-        topologies={t["metadata"]["name"]: t for t in topologies},
-        priorities=priorities,
-        default_priority=default,
-        pods=pod_infos,
+def owns(job: JobFacts, pod: PodFacts) -> bool:
+    """Whether the pod belongs to the job (same name and, when the pod says, the same UID)."""
+    return (
+        pod.namespace == job.namespace
+        and pod.job == job.name
+        and pod.job_uid in (None, "", job.uid)
     )
+
+
+def leaving_victims(jobs: Iterable[JobFacts]) -> dict[str, list[str]]:
+    """Preemptor key -> its victims whose pods still hold the GPUs it was admitted on."""
+    leaving: dict[str, list[str]] = {}
+    for job in jobs:
+        status = job.status
+        if (
+            status.phase is JobPhase.PREEMPTED
+            and status.preemptions
+            and any(p.live for p in job.pods_of(status.admission))
+        ):
+            leaving.setdefault(status.preemptions[-1].preemptor, []).append(job.key)
+    return leaving
