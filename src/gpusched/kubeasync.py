@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final, cast
 from urllib.parse import urlencode
@@ -29,6 +30,8 @@ MERGE_PATCH: Final = "application/merge-patch+json"
 LARGE_BODY_BYTES: Final = 1 << 20
 #: Seconds a watch request stays open before it is renewed (the server may end it sooner).
 WATCH_SECONDS: Final = 300
+#: Seconds between re-reads of the credentials (service-account tokens rotate hourly).
+CREDENTIALS_REFRESH_SECONDS: Final = 60.0
 
 #: Called after every request with (method, path, HTTP status; 0 when no answer came).
 RequestHook = Callable[[str, str, int], None]
@@ -73,6 +76,8 @@ class AsyncApi:
         self._ssl = self._ssl_context(configuration)
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._auth: dict[str, str] | None = None
+        self._auth_at = 0.0
         self.on_request = on_request
 
     @staticmethod
@@ -88,17 +93,24 @@ class AsyncApi:
         return context
 
     def _headers(self, content_type: str = "application/json") -> dict[str, str]:
-        configuration = self._configuration
-        if configuration.refresh_api_key_hook is not None:
-            configuration.refresh_api_key_hook(configuration)
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
-        # Whatever the configuration would send: its auth settings name the header and value
-        # (a bearer token from a kubeconfig or the pod's service account; none with certs).
-        settings = cast(dict[str, dict[str, str]], configuration.auth_settings())
-        for setting in settings.values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
-        return headers
+        now = time.monotonic()
+        if self._auth is None or now - self._auth_at > CREDENTIALS_REFRESH_SECONDS:
+            configuration = self._configuration
+            if configuration.refresh_api_key_hook is not None:
+                # Re-reads the token (a rotated service-account token, an exec plugin); it
+                # reloads the whole kubeconfig, far too slow to run for every request.
+                configuration.refresh_api_key_hook(configuration)
+            # Whatever the configuration would send: its auth settings name the header and
+            # value (a bearer token from a kubeconfig or the pod's service account; none with
+            # client certificates).
+            settings = cast(dict[str, dict[str, str]], configuration.auth_settings())
+            self._auth = {
+                setting["key"]: setting["value"]
+                for setting in settings.values()
+                if setting.get("in") == "header" and setting.get("value")
+            }
+            self._auth_at = now
+        return {"Content-Type": content_type, "Accept": "application/json", **self._auth}
 
     async def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

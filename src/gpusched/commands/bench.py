@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from gpusched.dev.bench.admission import admission, admission_e2e
+from gpusched.dev.bench.admission import admission
+from gpusched.dev.bench.admission_e2e import admission_e2e
 from gpusched.dev.bench.extender import extender
 from gpusched.dev.bench.placement import placement
 from gpusched.dev.bench.probe import probe

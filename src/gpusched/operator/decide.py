@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpusched.api.gpujob import GpuJobStatus
-from gpusched.core.admission import CycleConfig, CycleResult, Snapshot, run_cycle
+from gpusched.core.admission import CycleConfig, CycleResult, Job, Snapshot, run_cycle
 from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
@@ -77,14 +77,57 @@ class Decision:
         return self.final.get(key) or self.settled[key].status
 
 
+@dataclass
+class Memo:
+    """What earlier cycles settled, kept while a job, its pods and its context stay the same:
+    at steady state a cycle settles only the jobs that changed (or whose deadline came)."""
+
+    settled: dict[str, tuple[JobFacts, JobContext, Settled]] = field(default_factory=dict)
+    jobs: dict[str, tuple[Settled, JobContext, Job | None]] = field(default_factory=dict)
+
+    def settle(
+        self, job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig
+    ) -> Settled:
+        found = self.settled.get(job.key)
+        if found is not None and found[0] is job and found[1] == context:
+            done = found[2]
+            # Reused only when settling changed nothing and no deadline has come since.
+            if (
+                done.status is job.status
+                and not done.actions
+                and not done.needs_verdict
+                and (done.wake_at is None or now < done.wake_at)
+            ):
+                return done
+        done = settle(job, context, now, config)
+        self.settled[job.key] = (job, context, done)
+        return done
+
+    def core_job(
+        self, job: JobFacts, done: Settled, context: JobContext, now: datetime
+    ) -> Job | None:
+        found = self.jobs.get(job.key)
+        if found is not None and found[0] is done and found[1] == context:
+            return found[2]
+        made = core_job(job, done, context, now)
+        self.jobs[job.key] = (done, context, made)
+        return made
+
+    def forget_except(self, keys: Collection[str]) -> None:
+        """Drop jobs that are gone."""
+        for table in (self.settled, self.jobs):
+            for key in [k for k in table if k not in keys]:
+                del table[key]
+
+
 def job_contexts(
     world: World,
     tenants: TenantMap,
     verdicts: Mapping[str, Verdict | None],
+    leaving: Mapping[str, list[str]],
 ) -> dict[str, JobContext]:
     """Per job: its tenant, priority, dry-run verdict, refusal, and whether it waits for
     victims to leave."""
-    leaving = leaving_victims(world.jobs)
     out: dict[str, JobContext] = {}
     for job in world.jobs:
         spec = job.job.spec if job.job is not None else None
@@ -106,21 +149,26 @@ def decide(
     verdicts: Mapping[str, Verdict | None],
     config: OperatorConfig,
     nodes: NodeReader,
+    *,
     busy: Collection[str] = (),
+    memo: Memo | None = None,
 ) -> Decision:
-    """Settle, admit and plan over ``world``."""
+    """Settle, admit and plan over ``world`` (``memo``: what earlier cycles settled)."""
+    memo = memo if memo is not None else Memo()
     t0 = time.perf_counter()
     now = world.now
     tenants = tenant_map(world.quotas)
-    contexts = job_contexts(world, tenants, verdicts)
+    leaving = leaving_victims(world.jobs)
+    contexts = job_contexts(world, tenants, verdicts, leaving)
     lifecycle = config.lifecycle()
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
-    settled = {key: settle(job, contexts[key], now, lifecycle) for key, job in by_key.items()}
+    memo.forget_except(by_key)
+    settled = {key: memo.settle(job, contexts[key], now, lifecycle) for key, job in by_key.items()}
     t1 = time.perf_counter()
     jobs = [
         found
         for key, job in by_key.items()
-        if (found := core_job(job, settled[key], contexts[key], now)) is not None
+        if (found := memo.core_job(job, settled[key], contexts[key], now)) is not None
     ]
     busy_gpus = foreign_busy(world.pods, world.jobs, settled)
     snapshot = build_snapshot(
@@ -133,7 +181,6 @@ def decide(
     t2 = time.perf_counter()
     result = run_cycle(snapshot)
     t3 = time.perf_counter()
-    leaving = leaving_victims(world.jobs)
     planned = plan(by_key, settled, result, now, leaving=leaving, busy=busy)
     t4 = time.perf_counter()
     wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpusched.api.gpujob import GpuJobStatus
@@ -35,7 +35,7 @@ from gpusched.core.lifecycle import (
 from gpusched.core.lifecycle import status as st
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.api import OperatorApi, Refused
-from gpusched.operator.decide import Decision, OperatorConfig, decide
+from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
 from gpusched.operator.executor import Executor
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.nodes import NodeReader
@@ -43,6 +43,9 @@ from gpusched.operator.store import Store, World
 from gpusched.operator.templates import TemplateChecker
 
 log = logging.getLogger(__name__)
+
+#: Least seconds between two writes of a TenantQuota's usage (a job stopping is written at once).
+QUOTA_MIN_INTERVAL = 1.0
 
 
 @dataclass
@@ -68,7 +71,7 @@ class AdmissionLoop:
         *,
         leader: LeaderElector | None = None,
         resync: float = 30.0,
-        debounce: float = 0.05,
+        debounce: float = 0.1,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.api = api
@@ -80,6 +83,7 @@ class AdmissionLoop:
         self.debounce = debounce
         self.clock = clock
         self.nodes = NodeReader(self.config.node_selector)
+        self.memo = Memo()
         self.checker = TemplateChecker(api)
         self.executor = Executor(
             api,
@@ -91,7 +95,9 @@ class AdmissionLoop:
             refresh_seconds=self.config.status_refresh,
         )
         self.cycles = 0
+        self._last_seconds = 0.0
         self._wake_at: datetime | None = None
+        self._quota_due: datetime | None = None
         self._quota_written: dict[str, float] = {}
         self._quota_busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -147,7 +153,9 @@ class AdmissionLoop:
                     await task
         if self.leader is not None:
             self.leader.changed.clear()
-        await _sleep_or_stop(stop, self.debounce)
+        # Changes keep coming under load: a cycle waits at least as long as the last one took,
+        # so deciding never takes more than about half the process's time and bursts coalesce.
+        await _sleep_or_stop(stop, max(self.debounce, min(self._last_seconds, 1.0)))
 
     async def cycle(self) -> CycleReport:
         """One cycle: decide over the store, start the writes, publish."""
@@ -156,9 +164,11 @@ class AdmissionLoop:
         world = self.store.world(self.clock())
         verdicts = await self._verdicts(world)
         busy = frozenset(self.executor.busy)
-        decision = await asyncio.to_thread(decide, world, verdicts, self.config, self.nodes, busy)
+        decision = await asyncio.to_thread(
+            lambda: decide(world, verdicts, self.config, self.nodes, busy=busy, memo=self.memo)
+        )
         report = CycleReport(seconds=dict(decision.seconds))
-        self._wake_at = decision.wake_at
+        self._quota_due = None
         if not self.leading():
             return report
         report.groups = self.executor.submit(list(decision.plan.groups))
@@ -166,9 +176,11 @@ class AdmissionLoop:
         report.preempted = [v.victim for a in decision.plan.admitted for v in a.victims]
         report.waiting = len(decision.result.waiting)
         self._publish_quotas(decision)
+        wakes = [t for t in (decision.wake_at, self._quota_due) if t is not None]
+        self._wake_at = min(wakes) if wakes else None
         self._count(decision)
         self.cycles += 1
-        report.seconds["cycle"] = time.perf_counter() - started
+        report.seconds["cycle"] = self._last_seconds = time.perf_counter() - started
         for stage, seconds in report.seconds.items():
             self.metrics.cycle_seconds.labels(stage).observe(seconds)
         return report
@@ -196,6 +208,7 @@ class AdmissionLoop:
     def _publish_quotas(self, decision: Decision) -> None:
         now = decision.world.now
         usage = {u.name: u for u in decision.result.tenants}
+        # Only jobs that ran count towards GPU-seconds.
         metered = [
             MeteredJob(
                 tenant=decision.contexts[job.key].tenant,
@@ -204,6 +217,7 @@ class AdmissionLoop:
                 after=decision.final_status(job.key),
             )
             for job in decision.world.jobs
+            if job.status.started_at is not None
         ]
         for quota in decision.world.quotas:
             name = quota.metadata.name or ""
@@ -216,6 +230,11 @@ class AdmissionLoop:
             stale = time.monotonic() - self._quota_written.get(name, 0.0)
             if not update.changed and stale < self.config.quota_meter_interval:
                 self.metrics.gpu_seconds.labels(name).set(quota.status.gpu_seconds)
+                continue
+            if update.changed and not update.urgent and stale < QUOTA_MIN_INTERVAL:
+                # Usage moves with every admission under load: written at most once a second.
+                due = now + timedelta(seconds=QUOTA_MIN_INTERVAL - stale)
+                self._quota_due = due if self._quota_due is None else min(self._quota_due, due)
                 continue
             patch = merge_patch(quota.status.to_k8s(), update.status.to_k8s())
             if patch is None:

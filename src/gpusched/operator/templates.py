@@ -2,9 +2,9 @@
 
 The pod dry-run is the whole pod the job would create (namespace, labels, annotations, spec), so
 admission webhooks, policies, LimitRanges and field validation all have their say, and a verdict
-is reused only for exactly that pod. Verdicts are remembered for a minute. The cycle waits for the
-dry runs of new jobs (they go out together), so a job is decided in the first cycle that sees it,
-as it would be without the check.
+is reused only for the same pod (see :func:`template_key`). Verdicts are remembered for a
+minute. The cycle waits for the dry runs of new jobs (they go out together), so a job is decided
+in the first cycle that sees it, as it would be without the check.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gpusched.api import keys
 from gpusched.api.gpujob import GpuJob
 from gpusched.core.lifecycle import Verdict
 from gpusched.core.lifecycle.pods import pod_manifest
@@ -35,9 +36,25 @@ def dry_run_manifest(job: GpuJob, tenant: str | None) -> dict[str, Any]:
     )
 
 
+#: Label values gpusched derives from the GpuJob's own name and UID: valid by construction (the
+#: CRD bounds job names to valid label values), different for every job.
+IDENTITY_LABELS = (keys.LABEL_JOB_NAME, keys.LABEL_JOB_UID)
+
+
 def template_key(manifest: Mapping[str, Any]) -> str:
-    """Verdicts are shared only by identical pods."""
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    """Verdicts are shared only by pods that are the same in everything the job's author
+    controls: namespace, labels, annotations and spec. Only the values gpusched derives from
+    each job's name and UID are left out (the job's own identity, valid by construction), so the
+    jobs of one template, e.g. a sweep of 500, cost one dry run; an admission policy that judges
+    pods by their job's name still has its say when the pods are created (a refusal there fails
+    the job and drops the verdict)."""
+    meta = dict(manifest["metadata"])
+    meta.pop("generateName", None)
+    meta["labels"] = {
+        k: v for k, v in (meta.get("labels") or {}).items() if k not in IDENTITY_LABELS
+    }
+    shared = {**manifest, "metadata": meta}
+    return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()
 
 
 class TemplateChecker:
@@ -73,10 +90,10 @@ class TemplateChecker:
             else:
                 todo.setdefault(digest, (manifest, []))[1].append(key)
         answers = await asyncio.gather(*(self._dry_run(m) for m, _ in todo.values()))
-        for (digest, (_, keys)), verdict in zip(todo.items(), answers, strict=True):
+        for (digest, (_, waiting)), verdict in zip(todo.items(), answers, strict=True):
             if verdict is not None:
                 self._verdicts[digest] = (self.clock(), verdict)
-            for key in keys:
+            for key in waiting:
                 out[key] = verdict
         return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,6 +37,10 @@ def parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _number(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
 def _version(meta: Mapping[str, Any]) -> int:
     """The object's resourceVersion as a number (0 when absent or not numeric)."""
     value = str(meta.get("resourceVersion") or "")
@@ -59,6 +64,14 @@ class PodFacts:
     uid: str = ""
     version: int = 0
     """resourceVersion as a number (0: assumed by the operator, not yet read back)."""
+    admission: int | None = field(init=False, default=None)
+    """The admission of its job that created it (label), read once."""
+    replica: int | None = field(init=False, default=None)
+    """Its replica index (label), read once."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "admission", _number(self.labels.get(keys.LABEL_ADMISSION)))
+        object.__setattr__(self, "replica", _number(self.labels.get(keys.LABEL_REPLICA_INDEX)))
 
     @classmethod
     def from_api(cls, pod: Mapping[str, Any]) -> PodFacts:
@@ -111,16 +124,6 @@ class PodFacts:
         """UID of the GpuJob that created the pod: a job deleted and recreated under the same
         name is another job, whose pods must not be mistaken for the old one's."""
         return self.labels.get(keys.LABEL_JOB_UID)
-
-    @property
-    def admission(self) -> int | None:
-        value = self.labels.get(keys.LABEL_ADMISSION, "")
-        return int(value) if value.isdigit() else None
-
-    @property
-    def replica(self) -> int | None:
-        value = self.labels.get(keys.LABEL_REPLICA_INDEX, "")
-        return int(value) if value.isdigit() else None
 
     @property
     def bound_gpus(self) -> tuple[int, ...] | None:
@@ -190,7 +193,7 @@ class JobFacts:
             raw_meta=meta,
         )
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
@@ -198,7 +201,7 @@ class JobFacts:
     def phase(self) -> JobPhase | None:
         return self.status.phase
 
-    @property
+    @cached_property
     def gpus(self) -> int:
         return self.job.total_gpus if self.job is not None else 0
 

@@ -215,6 +215,7 @@ class _Settle:
 
         if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
             self.delete(current, None)
+            self.terminating(current, None)  # pods still leaving hold their GPUs
             return self.result()
 
         if spec.suspend:
@@ -306,6 +307,7 @@ class _Settle:
             self.delete(current, None)
             self.move(st.finished(self.transition(), False, text, gpus))
             self.event("Failed", text, warning=True)
+            self.terminating(current, None)
             return
         if len(current) == replicas and all(p.phase == "Succeeded" for p in current):
             text = f"all {replicas} pods succeeded" if replicas > 1 else "its pod succeeded"
@@ -350,9 +352,9 @@ class _Settle:
             self.create_missing(current)
             return
         if all_running and self.status.phase is not JobPhase.RUNNING:
+            # No event: the PodsReady condition and status.placement say it, and an event per
+            # job start would be the operator's most numerous write.
             self.move(st.running(self.transition(), replicas, bound=current))
-            nodes = ", ".join(sorted({p.node or "?" for p in current}))
-            self.event("Running", f"all pods running on {nodes}")
 
     def create_missing(self, current: list[PodFacts]) -> None:
         """Create the pods the gang lacks (first creation, or finishing an interrupted one)."""
@@ -387,7 +389,7 @@ class _Settle:
         if refusal.invalid:
             self.move(st.refused(self.transition(), refusal.message, gpus))
             self.event(st.Reason.INVALID_POD_TEMPLATE.value, refusal.message, warning=True)
-            self.state = None
+            self.terminating(current, None)
             return
         delay = self.config.backoff(self.status.requeue_count)
         text = (

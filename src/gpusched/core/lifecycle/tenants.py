@@ -123,6 +123,9 @@ class QuotaUpdate:
     status: TenantQuotaStatus
     changed: bool
     """Something besides ``gpuSeconds`` / ``lastMeteredAt`` differs, or a job stopped."""
+    urgent: bool = False
+    """To be written now: a job stopped running (next cycle its status no longer says it ran,
+    so its GPU-seconds up to now are counted only by this write), or never metered yet."""
 
 
 def quota_status(
@@ -182,4 +185,5 @@ def quota_status(
     metered = ("gpuSeconds", "lastMeteredAt")
     before = {k: v for k, v in old.to_k8s().items() if k not in metered}
     after = {k: v for k, v in new.to_k8s().items() if k not in metered}
-    return QuotaUpdate(new, before != after or stopped or last is None)
+    urgent = stopped or last is None
+    return QuotaUpdate(new, before != after or urgent, urgent)
