@@ -114,7 +114,7 @@ def test_a_pod_already_bound_here_is_success_and_elsewhere_is_refused(
 ) -> None:
     core = client.CoreV1Api(kube)
     pod = _pod(core, namespace, "retried")
-    first, cache = _binder(kube, nodes)
+    first, _ = _binder(kube, nodes)
     [ok] = _run(first, _args(pod, nodes[0]))
     assert ok == ""
     bound = _read(core, namespace, "retried")
