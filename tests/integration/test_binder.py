@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,7 +41,7 @@ def nodes(gpu_nodes: Callable[..., list[str]]) -> list[str]:
 
 
 def _pod(core: Any, namespace: str, name: str, gpus: int = 4) -> dict[str, Any]:
-    created = core.create_namespaced_pod(
+    response = core.create_namespaced_pod(
         namespace,
         {
             "metadata": {"name": name},
@@ -55,8 +56,10 @@ def _pod(core: Any, namespace: str, name: str, gpus: int = 4) -> dict[str, Any]:
                 ],
             },
         },
+        _preload_content=False,
     )
-    return dict(client.ApiClient().sanitize_for_serialization(created))
+    pod: dict[str, Any] = json.loads(response.data)
+    return pod
 
 
 def _args(pod: dict[str, Any], node: str) -> ExtenderBindingArgs:
