@@ -43,7 +43,9 @@ class OperatorProcess:
         self.record: ProcessRecord | None = None
         self.starts = 0
 
-    def start(self, failpoints: str = "", *, pods_ready_timeout: float = 30) -> None:
+    def start(
+        self, failpoints: str = "", *, pods_ready_timeout: float = 30, backoff_base: float = 1
+    ) -> None:
         env = {**os.environ}
         env.pop("GPUSCHED_FAILPOINTS", None)
         if failpoints:
@@ -58,7 +60,7 @@ class OperatorProcess:
                 "--metrics-port=0",
                 "--resync=1",
                 f"--pods-ready-timeout={pods_ready_timeout}",
-                "--backoff-base=1",
+                f"--backoff-base={backoff_base}",
                 f"--node-selector={POOL_LABEL}={POOL}",
             ],
             env=env,
@@ -226,6 +228,36 @@ class Scenario:
     def pods(self, namespace: str, job: str | None = None) -> list[Any]:
         selector = f"{keys.LABEL_JOB_NAME}={job}" if job else keys.LABEL_JOB_NAME
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def finish(self, namespace: str, job: str, exit_code: int = 0) -> None:
+        """The containers of the job's pods exit now (as a kubelet reports it): a job's end at a
+        moment the test chooses, instead of after a simulated runtime it would have to race."""
+        phase = "Succeeded" if exit_code == 0 else "Failed"
+        for pod in self.pods(namespace, job):
+            terminated = {
+                "exitCode": exit_code,
+                "reason": "Completed" if not exit_code else "Error",
+            }
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name,
+                namespace,
+                {
+                    "status": {
+                        "phase": phase,
+                        "containerStatuses": [
+                            {
+                                "name": c.name,
+                                "image": c.image,
+                                "imageID": "",
+                                "ready": False,
+                                "restartCount": 0,
+                                "state": {"terminated": terminated},
+                            }
+                            for c in pod.spec.containers
+                        ],
+                    }
+                },
+            )
 
     def quota_status(self, name: str) -> dict[str, Any]:
         obj = self.custom.get_cluster_custom_object(G, V, "tenantquotas", name)
