@@ -17,6 +17,7 @@ from gpusched.core.lifecycle import (
     JobFacts,
     LifecycleConfig,
     Plan,
+    Refresh,
     Settled,
     TenantMap,
     Verdict,
@@ -84,12 +85,22 @@ class Memo:
 
     settled: dict[str, tuple[JobFacts, JobContext, Settled]] = field(default_factory=dict)
     jobs: dict[str, tuple[Settled, JobContext, Job | None]] = field(default_factory=dict)
+    contexts: dict[str, JobContext] = field(default_factory=dict)
+
+    def context(self, key: str, context: JobContext) -> JobContext:
+        """The same context object as last cycle when nothing in it changed (so the tables
+        below compare by identity)."""
+        found = self.contexts.get(key)
+        if found is not None and found == context:
+            return found
+        self.contexts[key] = context
+        return context
 
     def settle(
         self, job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig
     ) -> Settled:
         found = self.settled.get(job.key)
-        if found is not None and found[0] is job and found[1] == context:
+        if found is not None and found[0] is job and found[1] is context:
             done = found[2]
             # Reused only when settling changed nothing and no deadline has come since.
             if (
@@ -107,7 +118,7 @@ class Memo:
         self, job: JobFacts, done: Settled, context: JobContext, now: datetime
     ) -> Job | None:
         found = self.jobs.get(job.key)
-        if found is not None and found[0] is done and found[1] == context:
+        if found is not None and found[0] is done and found[1] is context:
             return found[2]
         made = core_job(job, done, context, now)
         self.jobs[job.key] = (done, context, made)
@@ -115,7 +126,7 @@ class Memo:
 
     def forget_except(self, keys: Collection[str]) -> None:
         """Drop jobs that are gone."""
-        for table in (self.settled, self.jobs):
+        for table in (self.settled, self.jobs, self.contexts):
             for key in [k for k in table if k not in keys]:
                 del table[key]
 
@@ -152,6 +163,7 @@ def decide(
     *,
     busy: Collection[str] = (),
     memo: Memo | None = None,
+    refresh: Refresh | None = None,
 ) -> Decision:
     """Settle, admit and plan over ``world`` (``memo``: what earlier cycles settled)."""
     memo = memo if memo is not None else Memo()
@@ -159,7 +171,10 @@ def decide(
     now = world.now
     tenants = tenant_map(world.quotas)
     leaving = leaving_victims(world.jobs)
-    contexts = job_contexts(world, tenants, verdicts, leaving)
+    contexts = {
+        key: memo.context(key, context)
+        for key, context in job_contexts(world, tenants, verdicts, leaving).items()
+    }
     lifecycle = config.lifecycle()
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
     memo.forget_except(by_key)
@@ -181,7 +196,7 @@ def decide(
     t2 = time.perf_counter()
     result = run_cycle(snapshot)
     t3 = time.perf_counter()
-    planned = plan(by_key, settled, result, now, leaving=leaving, busy=busy)
+    planned = plan(by_key, settled, result, now, leaving=leaving, busy=busy, refresh=refresh)
     t4 = time.perf_counter()
     wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]
     return Decision(

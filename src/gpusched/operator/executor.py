@@ -71,17 +71,20 @@ class Executor:
         """Jobs with a group in flight."""
         self._slots = asyncio.Semaphore(requests)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._refreshed: dict[str, float] = {}
+        self._written: dict[str, float] = {}
 
     # --- submitting ----------------------------------------------------------------------
 
     def submit(self, groups: list[Group]) -> int:
         """Assume and start every group; returns how many were started."""
         started = 0
-        for planned in groups:
-            group = self._without_deferred(planned)
+        now = time.monotonic()
+        for group in groups:
             if not group.steps or group.jobs & self.busy:
                 continue
+            for action in group.actions():
+                if isinstance(action, WriteStatus):
+                    self._written[action.key] = now
             self.busy |= group.jobs
             undo = [self._assume(action) for action in group.actions()]
             task = asyncio.create_task(self._run(group, undo))
@@ -90,25 +93,12 @@ class Executor:
             started += 1
         return started
 
-    def _without_deferred(self, group: Group) -> Group:
-        """Drop status writes that only reword a waiting job's reason or move its queue position,
-        if that job's status was refreshed recently: the reason itself is written at once, the
-        wording at most once per ``refresh_seconds`` (``gpusched explain`` has the live answer)."""
+    def recently_written(self) -> set[str]:
+        """Jobs whose status was written within ``refresh_seconds``."""
         now = time.monotonic()
-        steps = []
-        for step in group.steps:
-            actions = []
-            for action in step.actions:
-                if isinstance(action, WriteStatus) and action.cosmetic:
-                    if now - self._refreshed.get(action.key, 0.0) < self.refresh_seconds:
-                        continue
-                    self._refreshed[action.key] = now
-                elif isinstance(action, WriteStatus):
-                    self._refreshed[action.key] = now
-                actions.append(action)
-            if actions:
-                steps.append(type(step)(step.stage, tuple(actions), step.required))
-        return Group(group.jobs, tuple(steps))
+        for key in [k for k, at in self._written.items() if now - at >= self.refresh_seconds]:
+            del self._written[key]
+        return set(self._written)
 
     def _assume(self, action: Action) -> Callable[[], None] | None:
         """Record in the store what the action will make true; returns how to take it back."""

@@ -25,6 +25,7 @@ from gpusched.api.tenantquota import TenantQuotaStatus
 from gpusched.core.lifecycle import (
     CreatePod,
     MeteredJob,
+    Refresh,
     Refusal,
     Verdict,
     merge_patch,
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 #: Least seconds between two writes of a TenantQuota's usage (a job stopping is written at once).
 QUOTA_MIN_INTERVAL = 1.0
+#: Most waiting jobs whose status wording (not reason) is rewritten in one cycle.
+STATUS_REFRESH_BUDGET = 100
 
 
 @dataclass
@@ -164,8 +167,17 @@ class AdmissionLoop:
         world = self.store.world(self.clock())
         verdicts = await self._verdicts(world)
         busy = frozenset(self.executor.busy)
+        refresh = Refresh(self.executor.recently_written(), STATUS_REFRESH_BUDGET)
         decision = await asyncio.to_thread(
-            lambda: decide(world, verdicts, self.config, self.nodes, busy=busy, memo=self.memo)
+            lambda: decide(
+                world,
+                verdicts,
+                self.config,
+                self.nodes,
+                busy=busy,
+                memo=self.memo,
+                refresh=refresh,
+            )
         )
         report = CycleReport(seconds=dict(decision.seconds))
         self._quota_due = None

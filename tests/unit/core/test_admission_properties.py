@@ -228,14 +228,18 @@ def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
 
 def _check_minimal_victims(snapshot: Snapshot, result: CycleResult) -> None:
     """With any one victim spared, the preemptor could not have been admitted: run the cycle
-    again over the cluster as it stood at that decision, without the other victims, with the
-    preemptor alone in the queue and no preemption allowed."""
+    again over the cluster as it stood at that decision (earlier victims still terminating on
+    what their preemptors did not take), without the other victims, with the preemptor alone
+    in the queue and no preemption allowed."""
     held = {j.key: j for j in snapshot.jobs if j.state in (JobState.ADMITTED, JobState.TERMINATING)}
     jobs = {j.key: j for j in snapshot.jobs}
     no_preemption = CycleConfig(max_preemption_searches=0)
     for admission in result.admissions:
         preemptor = jobs[admission.job]
         names = [v.victim for v in admission.victims]
+        reclaimed = {
+            v.victim for v in admission.victims if v.reason is not PreemptReason.HIGHER_PRIORITY
+        }
         for spared in names:
             others = set(names) - {spared}
             trial = replace(
@@ -243,12 +247,16 @@ def _check_minimal_victims(snapshot: Snapshot, result: CycleResult) -> None:
                 jobs=(*(j for k, j in held.items() if k not in others), preemptor),
                 config=no_preemption,
             )
-            again = run_cycle(trial)
-            assert again.admission_of(admission.job) is None, (
-                f"{admission.job} evicted {spared} for nothing: {names}"
+            alternative = run_cycle(trial).admission_of(admission.job)
+            # Reclaiming another tenant's GPUs is only for a job inside its guarantee: without
+            # the spared victim the others would not all be allowed.
+            allowed = alternative is not None and (
+                not (others & reclaimed) or alternative.reason is AdmitReason.WITHIN_GUARANTEE
             )
+            assert not allowed, f"{admission.job} evicted {spared} for nothing: {names}"
         for name in names:
-            held.pop(name, None)
+            # Evicted, but still on the GPUs its preemptor does not take (terminating).
+            held[name] = replace(held[name], state=JobState.TERMINATING, reserved_for=None)
         placed = tuple(
             Assignment(p.node, (), len(p.gpus)) if p.count_only else Assignment(p.node, p.gpus)
             for p in admission.placement

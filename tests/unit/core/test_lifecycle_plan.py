@@ -23,6 +23,7 @@ from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
     PatchPod,
+    Refresh,
     Stage,
     Verdict,
     WriteStatus,
@@ -142,13 +143,12 @@ def test_a_new_reason_is_written_at_once_with_an_event() -> None:
     [group] = plan(jobs, settled, _result(waiting=(wait,)), NOW).groups
     write, event = group.actions()
     assert isinstance(write, WriteStatus)
-    assert not write.cosmetic
     assert write.patch["reason"] == "NoTenant"
     assert isinstance(event, Event)
     assert (event.reason, event.warning) == ("NoTenant", True)
 
 
-def test_an_unchanged_wait_writes_nothing_and_a_moved_position_is_cosmetic() -> None:
+def test_a_moved_queue_position_is_rewritten_only_as_the_refresh_allows() -> None:
     status = {
         "phase": "Queued",
         "tenant": "t",
@@ -163,8 +163,15 @@ def test_an_unchanged_wait_writes_nothing_and_a_moved_position_is_cosmetic() -> 
     [group] = plan(jobs, settled, _result(waiting=(moved,)), NOW).groups
     [write] = group.actions()
     assert isinstance(write, WriteStatus)
-    assert write.cosmetic
     assert write.patch["queuePosition"] == 2
+    lately = Refresh(recent={"ns/train"})
+    assert plan(jobs, settled, _result(waiting=(moved,)), NOW, refresh=lately).groups == ()
+    spent = Refresh(budget=0)
+    assert plan(jobs, settled, _result(waiting=(moved,)), NOW, refresh=spent).groups == ()
+    # A new reason is written whatever the refresh says.
+    other = Waiting("ns/train", "t", WaitReason.QUOTA_EXCEEDED, "over the limit", 2)
+    [group] = plan(jobs, settled, _result(waiting=(other,)), NOW, refresh=spent).groups
+    assert group.actions()[0].patch["reason"] == "QuotaExceeded"  # type: ignore[union-attr]
 
 
 def test_settled_changes_are_one_write_followed_by_their_pod_operations() -> None:

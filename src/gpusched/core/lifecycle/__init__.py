@@ -22,7 +22,7 @@ from gpusched.core.lifecycle.actions import (
 )
 from gpusched.core.lifecycle.facts import JobFacts, PodFacts, leaving_victims, owns, parse_time
 from gpusched.core.lifecycle.patch import merge_patch
-from gpusched.core.lifecycle.plan import Plan, plan, write_status
+from gpusched.core.lifecycle.plan import Plan, Refresh, plan, write_status
 from gpusched.core.lifecycle.settle import (
     JobContext,
     LifecycleConfig,
@@ -56,6 +56,7 @@ __all__ = [
     "Plan",
     "PodFacts",
     "QuotaUpdate",
+    "Refresh",
     "Refusal",
     "Settled",
     "Stage",

@@ -32,8 +32,6 @@ class WriteStatus:
     """Merge patch from the status last read (or written) to ``status``."""
     resource_version: str | None = None
     """Only if the job still has this resourceVersion (decisions: admission, preemption)."""
-    cosmetic: bool = False
-    """Only the wording or queue position of a waiting job changed: may be written later."""
 
 
 @dataclass(frozen=True, slots=True)

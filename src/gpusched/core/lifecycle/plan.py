@@ -39,6 +39,18 @@ WARNING_REASONS = frozenset({WaitReason.NO_TENANT, WaitReason.NO_FEASIBLE_NODES}
 
 
 @dataclass(frozen=True)
+class Refresh:
+    """Which waiting jobs may have only the wording of their status rewritten this cycle (its
+    counts and queue position move with every admission; the reason itself is always written
+    at once)."""
+
+    recent: Collection[str] = ()
+    """Jobs whose status was written lately: not again for the wording alone."""
+    budget: int = 100
+    """Most such rewrites in one cycle."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The groups of one cycle and what they do, for metrics and logs."""
 
@@ -52,7 +64,6 @@ def write_status(
     status: GpuJobStatus,
     *,
     resource_version: str | None = None,
-    cosmetic: bool = False,
 ) -> WriteStatus | None:
     """The write that brings the job's status from what was read to ``status`` (None: equal);
     with ``resource_version``, only if the job still has it."""
@@ -69,7 +80,6 @@ def write_status(
         status=status,
         patch=patch,
         resource_version=resource_version,
-        cosmetic=cosmetic,
     )
 
 
@@ -81,10 +91,13 @@ def plan(
     *,
     leaving: Mapping[str, Collection[str]] | None = None,
     busy: Collection[str] = (),
+    refresh: Refresh | None = None,
 ) -> Plan:
     """Groups of actions for one cycle. ``busy`` jobs have writes in flight: nothing is
     planned for them (an admission touching one waits for the next cycle)."""
     leaving = leaving or {}
+    refresh = refresh or Refresh()
+    budget = [refresh.budget]
     groups: list[Group] = []
     planned: set[str] = set()
     admitted: list[Admission] = []
@@ -99,7 +112,9 @@ def plan(
     for key, done in settled.items():
         if key in planned or key in busy:
             continue
-        group = _settled(jobs[key], done, waiting.get(key), now)
+        group = _settled(
+            jobs[key], done, waiting.get(key), now, recent=refresh.recent, budget=budget
+        )
         if group is not None:
             groups.append(group)
     return Plan(tuple(groups), tuple(admitted))
@@ -175,37 +190,50 @@ def _admission(
     return Group(frozenset({job.key, *(v.victim for v in admission.victims)}), tuple(steps))
 
 
-def _settled(job: JobFacts, done: Settled, waiting: Waiting | None, now: datetime) -> Group | None:
+def _settled(
+    job: JobFacts,
+    done: Settled,
+    waiting: Waiting | None,
+    now: datetime,
+    *,
+    recent: Collection[str],
+    budget: list[int],
+) -> Group | None:
     status = done.status
     actions = list(done.actions)
-    cosmetic = False
-    if waiting is not None and done.state is JobState.QUEUED:
-        before = status
-        if not _says(before, waiting):
-            t = st.Transition(before, now, job.generation)
-            status = st.waiting(
-                t, waiting.tenant, waiting.reason, waiting.message, waiting.queue_position
-            ).status
-            server = job.status
-            # Only the wording or the queue position moved: the operator may write it later.
-            cosmetic = (
-                before is server
-                and server.phase is JobPhase.QUEUED
-                and server.reason == waiting.reason.value
-                and server.tenant == waiting.tenant
+    if waiting is not None and done.state is JobState.QUEUED and not _says(status, waiting):
+        server = job.status
+        # Only the wording or the queue position moved: written when the refresh allows.
+        cosmetic = (
+            status is server
+            and server.phase is JobPhase.QUEUED
+            and server.reason == waiting.reason.value
+            and server.tenant == waiting.tenant
+        )
+        if cosmetic and (job.key in recent or budget[0] <= 0):
+            return None if not actions else _group(job, status, actions)
+        if cosmetic:
+            budget[0] -= 1
+        if status.reason != waiting.reason.value:
+            actions.insert(
+                0,
+                Event(
+                    job.reference(),
+                    waiting.reason.value,
+                    waiting.message,
+                    waiting.reason in WARNING_REASONS,
+                ),
             )
-            if before.reason != waiting.reason.value:
-                actions.insert(
-                    0,
-                    Event(
-                        job.reference(),
-                        waiting.reason.value,
-                        waiting.message,
-                        waiting.reason in WARNING_REASONS,
-                    ),
-                )
+        t = st.Transition(status, now, job.generation)
+        status = st.waiting(
+            t, waiting.tenant, waiting.reason, waiting.message, waiting.queue_position
+        ).status
+    return _group(job, status, actions)
+
+
+def _group(job: JobFacts, status: GpuJobStatus, actions: list[Action]) -> Group | None:
     steps: list[Step] = []
-    write = write_status(job, status, cosmetic=cosmetic)
+    write = write_status(job, status)
     if write is not None:
         steps.append(Step(Stage.SETTLE, (write,)))
     if actions:
