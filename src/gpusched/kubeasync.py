@@ -9,6 +9,7 @@ client certificates or bearer tokens, refreshed the way the configuration says).
 
 Reads: :meth:`AsyncApi.list` (paged) and :meth:`AsyncApi.watch` (a stream of events), which
 :mod:`gpusched.kubewatch` turns into a list-then-watch cache. Writes: :meth:`AsyncApi.request`.
+Synchronous code (the device probe) uses the same client through :class:`BlockingApi`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final, cast
@@ -239,3 +241,27 @@ def _error(status: int, reason: str, raw: bytes) -> ApiError:
     return ApiError(
         status, str(payload.get("reason") or reason), str(payload.get("message") or text)
     )
+
+
+class BlockingApi:
+    """The same client for synchronous callers (the device probe's loop): requests run on an
+    event loop of their own, on a daemon thread, and the caller waits for the answer."""
+
+    def __init__(self, configuration: client.Configuration, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._api = AsyncApi(configuration, **options)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="kubeasync", daemon=True
+        )
+        self._thread.start()
+
+    def request(self, method: str, path: str, body: Any = None, **options: Any) -> dict[str, Any]:
+        """:meth:`AsyncApi.request`, waited for; raises what it raises."""
+        call = self._api.request(method, path, body, **options)
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
+
+    def close(self) -> None:
+        """Close the connections and stop the loop."""
+        asyncio.run_coroutine_threadsafe(self._api.close(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)

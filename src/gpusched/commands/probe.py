@@ -228,9 +228,10 @@ def probe(  # noqa: PLR0917 - one parameter per click option
         publisher = None
         if not dry_run:
             from gpusched.device_probe.publisher import Publisher
-            from gpusched.kube import api_client
+            from gpusched.kube import load_configuration
+            from gpusched.kubeasync import BlockingApi
 
-            publisher = Publisher(api_client(kubeconfig), node, metrics)
+            publisher = Publisher(BlockingApi(load_configuration(kubeconfig)), node, metrics)
         runner = Probe(backend, config, publisher, metrics, boot=boot_time(), watch_events=not once)
         if once:
             result = runner.cycle()
