@@ -271,6 +271,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
         gauge.labels("t").set(1)
     metrics.cycle_seconds.labels("decide").observe(0.1)
     metrics.api_errors.labels("job-status").inc()
+    metrics.count_request("GET", "/api/v1/pods", 200)
     exported = {
         line.split("{")[0].split(" ")[0]
         for line in generate_latest(metrics.registry).decode().splitlines()
