@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -24,26 +23,16 @@ def explain(
     job: str, namespace: str, kubeconfig: Path | None, node_selector: str, as_json: bool
 ) -> None:
     """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits."""
-    import asyncio
-
     from gpusched.commands.operator import _labels
     from gpusched.kube import load_configuration
-    from gpusched.kubeasync import AsyncApi
-    from gpusched.operator.explainer import JobNotFoundError, explain_job, read_store, render
+    from gpusched.operator.explainer import JobNotFoundError, explain_in_cluster, render
 
     if "/" in job:
         namespace, job = job.split("/", 1)
-
-    async def read() -> Any:
-        api = AsyncApi(load_configuration(kubeconfig))
-        try:
-            return await read_store(api)
-        finally:
-            await api.close()
-
-    store = asyncio.run(read())
     try:
-        result, status = explain_job(store, f"{namespace}/{job}", _labels(node_selector))
+        result, status = explain_in_cluster(
+            load_configuration(kubeconfig), f"{namespace}/{job}", _labels(node_selector)
+        )
     except JobNotFoundError as err:
         raise click.ClickException(str(err)) from None
     if as_json:

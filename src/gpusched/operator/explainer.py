@@ -32,6 +32,22 @@ async def read_store(api: AsyncApi) -> Store:
     return store
 
 
+def explain_in_cluster(
+    configuration: Any, key: str, node_selector: Mapping[str, str] | None = None
+) -> tuple[Explanation, dict[str, Any]]:
+    """:func:`explain_job` over one fresh read of the cluster a ``kubernetes`` configuration
+    names (synchronous: for the CLI and scripts)."""
+
+    async def read() -> Store:
+        api = AsyncApi(configuration)
+        try:
+            return await read_store(api)
+        finally:
+            await api.close()
+
+    return explain_job(asyncio.run(read()), key, node_selector)
+
+
 def explain_job(
     store: Store, key: str, node_selector: Mapping[str, str] | None = None
 ) -> tuple[Explanation, dict[str, Any]]:

@@ -63,6 +63,11 @@ class World:
     """(job UID, admission) -> the API server's refusal of one of its pods."""
 
 
+def _version(meta: Mapping[str, Any]) -> int:
+    value = str(meta.get("resourceVersion") or "")
+    return int(value) if value.isdigit() else 0
+
+
 def _pod_key(pod: PodFacts) -> tuple[str, str]:
     return pod.namespace, pod.job or ""
 
@@ -164,12 +169,16 @@ class Store:
     # --- GpuJobs -------------------------------------------------------------------------
 
     def upsert_job(self, raw: Mapping[str, Any]) -> None:
-        facts = JobFacts.from_api(raw)
-        if self._buried(facts.uid):
+        meta = raw.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if self._buried(uid):
             return  # an answer to an earlier request, after the job was deleted
-        old = self.jobs.get(facts.key)
-        if old is not None and old.uid == facts.uid and old.version > facts.version:
-            return  # an older event than what the operator's own write returned
+        old = self.jobs.get(f"{meta.get('namespace')}/{meta.get('name')}")
+        if old is not None and old.uid == uid and old.version >= _version(meta):
+            # The watch echoing the operator's own write (already in from its answer), or an
+            # older event: nothing new, not even worth parsing.
+            return
+        facts = JobFacts.from_api(raw)
         self.jobs[facts.key] = facts
         self._touch(facts.key)
 
@@ -211,7 +220,7 @@ class Store:
             return
         by_name = self.job_pods.setdefault(_pod_key(pod), {})
         old = by_name.get(pod.name)
-        if old is not None and old.uid == pod.uid and old.version > pod.version:
+        if old is not None and old.uid == pod.uid and old.version >= pod.version:
             return
         by_name[pod.name] = pod
         self._touch_pods_of(pod.namespace, pod.job or "")
