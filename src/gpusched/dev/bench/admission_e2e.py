@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
 from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
-from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster.binaries import default_progress, repo_root
 from gpusched.dev.localcluster.components import (
     gpusched_command,
     service_account_kubeconfig,
@@ -56,6 +56,8 @@ from gpusched.kubewatch import Reflector
 H100 = "NVIDIA-H100-80GB-HBM3"
 #: (verb, resource, subresource) -> requests
 Requests = Counter[tuple[str, str, str]]
+#: (verb, resource, subresource) -> seconds
+Seconds = dict[tuple[str, str, str], float]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -68,24 +70,33 @@ def _percentile(values: list[float], q: float) -> float:
 def apiserver_requests(api: Any) -> Requests:
     """``apiserver_request_total`` by (verb, resource, subresource), every client together
     (dry runs counted apart as resource ``pods (dry run)``)."""
+    return apiserver_figures(api)[0]
+
+
+def apiserver_figures(api: Any) -> tuple[Requests, Seconds]:
+    """Requests (``apiserver_request_total``) and the API server's seconds spent answering them
+    (``apiserver_request_duration_seconds``, watches left out: they last), both by (verb,
+    resource, subresource)."""
     response = api.call_api(
         "GET", api.configuration.host + "/metrics", header_params={"Accept": "text/plain"}
     )
     response.read()
-    out: Requests = Counter()
+    requests: Requests = Counter()
+    seconds: Seconds = {}
     for family in text_string_to_metric_families(response.data.decode()):
-        if family.name != "apiserver_request":
+        if family.name not in ("apiserver_request", "apiserver_request_duration_seconds"):
             continue
         for sample in family.samples:
-            if not sample.name.endswith("_total"):
-                continue
             labels = sample.labels
             resource = labels.get("resource", "")
             if labels.get("dry_run"):
                 resource += " (dry run)"
             key = (labels.get("verb", ""), resource, labels.get("subresource", ""))
-            out[key] += int(sample.value)
-    return out
+            if family.name == "apiserver_request" and sample.name.endswith("_total"):
+                requests[key] += int(sample.value)
+            elif sample.name.endswith("_sum") and key[0] not in ("WATCH", "CONNECT"):
+                seconds[key] = seconds.get(key, 0.0) + sample.value
+    return requests, seconds
 
 
 def operator_metrics(port: int) -> dict[str, Any]:
@@ -122,6 +133,18 @@ def _table(requests: Requests, per: int) -> dict[str, float]:
         name = f"{verb} {resource}" + (f"/{sub}" if sub else "")
         rows[name] = round(n / max(1, per), 2)
     return rows
+
+
+def _ms_table(after: Seconds, before: Seconds, per: int) -> dict[str, float]:
+    """The API server's milliseconds answering requests, per job (or pod), by kind; largest
+    first, the top ten."""
+    rows = {}
+    for (verb, resource, sub), total in after.items():
+        spent = total - before.get((verb, resource, sub), 0.0)
+        if spent > 0:
+            rows[f"{verb} {resource}" + (f"/{sub}" if sub else "")] = 1000 * spent / max(1, per)
+    top = sorted(rows.items(), key=lambda kv: -kv[1])[:10]
+    return {name: round(ms, 2) for name, ms in top}
 
 
 def _job_manifest(name: str, gpus: int) -> dict[str, Any]:
@@ -184,6 +207,7 @@ def run_e2e(
     """See the module docstring."""
     from kubernetes import client
 
+    progress = default_progress
     namespace = "bench"
     with tempfile.TemporaryDirectory(prefix="gpusched-bench-") as tmp:
         cluster = LocalCluster(Path(tmp) / "cluster", ensure_toolchain())
@@ -192,6 +216,7 @@ def run_e2e(
             cluster.install_crds(repo_root() / "crds")
             api = cluster.api_client()
             names = [f"node-{i:04d}" for i in range(nodes)]
+            progress(f"[bench] creating {nodes} simulated H100 nodes with their NodeGpuTopology")
             for name in names:
                 topology, health = fixture_objects("hgx-h100-sxm-8gpu-8nic", name)
                 add_gpu_nodes(
@@ -209,6 +234,7 @@ def run_e2e(
             custom.create_cluster_custom_object(
                 keys.GROUP, keys.VERSION, "tenantquotas", _quota("bench", namespace, nodes * 8)
             )
+            progress("[bench] starting the extender, its kube-scheduler and the operator")
             start_scheduler(cluster)
             kubeconfig = service_account_kubeconfig(
                 cluster, repo_root() / "operator" / "rbac.yaml", "gpusched-operator"
@@ -245,15 +271,17 @@ def run_e2e(
                 f"/apis/{keys.GROUP}/{keys.VERSION}/namespaces/{namespace}/gpujobs",
                 _job_started,
             )
-            api_before = apiserver_requests(api)
+            api_before, api_seconds_before = apiserver_figures(api)
             op_before = operator_metrics(port)
             cpu_before = cpu_seconds(cluster)
+            progress(f"[bench] {jobs} GpuJobs: creating, then waiting for all to run")
             started = time.time()
             apply_seconds = _create_all(create, jobs, workers)
             running = watcher.wait(jobs, 600)
+            progress(f"[bench] GpuJobs: {len(running)} running in {time.time() - started:.1f} s")
             finished = max(running.values()) if running else time.time()
             cpu_after = cpu_seconds(cluster)
-            api_after = apiserver_requests(api)
+            api_after, api_seconds_after = apiserver_figures(api)
             op_after = operator_metrics(port)
             latencies = sorted(running[n] - created[n] for n in running)
             job_rate = len(running) / max(1e-9, finished - started)
@@ -264,11 +292,13 @@ def run_e2e(
                 keys.GROUP, keys.VERSION, namespace, "gpujobs"
             )
             _wait(lambda: not core.list_namespaced_pod(namespace, limit=1).items, 300)
-            pods_before = apiserver_requests(api)
+            progress(f"[bench] {jobs} plain pods straight to the gpusched scheduler")
+            pods_before, pods_seconds_before = apiserver_figures(api)
             pods_cpu_before = cpu_seconds(cluster)
             pod_rate = _plain_pods_per_second(api, core, count=jobs, workers=workers)
             pods_cpu = _cpu_per(cpu_seconds(cluster), pods_cpu_before, jobs)
-            pod_requests = _diff(apiserver_requests(api), pods_before)
+            pods_after, pods_seconds_after = apiserver_figures(api)
+            pod_requests = _diff(pods_after, pods_before)
             result: dict[str, Any] = {
                 "jobs": jobs,
                 "running": len(running),
@@ -289,10 +319,17 @@ def run_e2e(
                 "api_requests_per_job_by_kind": _table(job_requests, jobs),
                 "api_requests_per_plain_pod_by_kind": _table(pod_requests, jobs),
                 "operator_requests_per_job_by_kind": _table(operator_requests, jobs),
+                "apiserver_ms_per_job_by_kind": _ms_table(
+                    api_seconds_after, api_seconds_before, jobs
+                ),
+                "apiserver_ms_per_plain_pod_by_kind": _ms_table(
+                    pods_seconds_after, pods_seconds_before, jobs
+                ),
                 "operator_cycles": op_after["cycles"] - op_before["cycles"],
                 "cpu_ms_per_job": _cpu_per(cpu_after, cpu_before, jobs),
                 "cpu_ms_per_plain_pod": pods_cpu,
             }
+            progress(f"[bench] plain pods: {pod_rate} pods/s")
             if steady_jobs:
                 result["steady"] = _steady_state(
                     api, core, custom, port, count=steady_jobs, workers=workers
@@ -421,7 +458,9 @@ def _steady_state(
             keys.GROUP, keys.VERSION, namespace, "gpujobs", _job_manifest(f"wait-{i:05d}", 1)
         )
 
+    default_progress(f"[bench] steady state: creating {count} GpuJobs that wait for good")
     apply_seconds = _create_all(create, count, workers)
+    default_progress("[bench] steady state: waiting until every one of them waits")
 
     def all_waiting() -> bool:
         listed: Any = custom.list_namespaced_custom_object(
@@ -432,9 +471,10 @@ def _steady_state(
 
     _wait(all_waiting, 1200, step=5)
     time.sleep(10)  # writes of the last cycles land
+    window = 60.0
+    default_progress(f"[bench] steady state: counting requests over {window:.0f} s")
     api_before = apiserver_requests(api)
     op_before = operator_metrics(port)
-    window = 60.0
     time.sleep(window)  # cycles every --resync (5 s) over an unchanged cluster
     op_after = operator_metrics(port)
     api_after = apiserver_requests(api)
