@@ -7,19 +7,22 @@ import itertools
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
 from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.binaries import repo_root
 from gpusched.dev.localcluster.components import gpusched_command, service_account_kubeconfig
-from gpusched.dev.localcluster.processes import ProcessRecord, is_running
+from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
 from gpusched.dev.localcluster.topologies import fixture_objects
 
 G, V = keys.GROUP, keys.VERSION
@@ -32,6 +35,22 @@ _ids = itertools.count()
 T = TypeVar("T")
 
 
+@dataclass
+class OperatorCounts:
+    """What the operator's /metrics say it has done: requests by (verb, resource), cycles."""
+
+    requests: dict[tuple[str, str], int] = field(default_factory=dict)
+    cycles: int = 0
+
+    def since(self, before: OperatorCounts) -> dict[tuple[str, str], int]:
+        """Requests made after ``before`` was read, by (verb, resource)."""
+        return {
+            key: n - before.requests.get(key, 0)
+            for key, n in self.requests.items()
+            if n > before.requests.get(key, 0)
+        }
+
+
 class OperatorProcess:
     """``gpusched operator`` under its own ServiceAccount (operator/rbac.yaml)."""
 
@@ -42,6 +61,7 @@ class OperatorProcess:
         )
         self.record: ProcessRecord | None = None
         self.starts = 0
+        self.metrics_port = 0
 
     def start(
         self, failpoints: str = "", *, pods_ready_timeout: float = 30, backoff_base: float = 1
@@ -51,13 +71,14 @@ class OperatorProcess:
         if failpoints:
             env["GPUSCHED_FAILPOINTS"] = failpoints
         self.starts += 1
+        self.metrics_port = free_port()
         self.record = self.cluster.spawn(
             f"gpusched-operator-{self.starts}",
             [
                 *gpusched_command(),
                 "operator",
                 f"--kubeconfig={self.kubeconfig}",
-                "--metrics-port=0",
+                f"--metrics-port={self.metrics_port}",
                 "--resync=1",
                 f"--pods-ready-timeout={pods_ready_timeout}",
                 f"--backoff-base={backoff_base}",
@@ -65,6 +86,25 @@ class OperatorProcess:
             ],
             env=env,
         )
+
+    def metrics(self) -> OperatorCounts:
+        """The operator's request counts and cycles so far, from its /metrics."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        counts = OperatorCounts()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == "gpusched_operator_api_requests_total":
+                    key = (labels["verb"], labels["resource"])
+                    counts.requests[key] = counts.requests.get(key, 0) + int(sample.value)
+                elif (
+                    sample.name == "gpusched_admission_cycle_duration_seconds_count"
+                    and labels.get("stage") == "cycle"
+                ):
+                    counts.cycles = int(sample.value)
+        return counts
 
     def running(self) -> bool:
         return self.record is not None and is_running(self.record)
