@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def gpusched_scheduler(local_cluster: LocalCluster) -> SchedulerProcesses:
     """The extender and a kube-scheduler serving the gpusched profile, running as the scheduler
-    ServiceAccount with exactly scheduler/rbac.yaml."""
+    ServiceAccounts the chart gives them (two identities)."""
     return start_scheduler(local_cluster)
 
 

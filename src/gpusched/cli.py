@@ -17,9 +17,11 @@ from gpusched import __version__
 #: Subcommand name -> "module:attribute" of its click command.
 SUBCOMMANDS: dict[str, str] = {
     "bench": "gpusched.commands.bench:bench",
+    "chart": "gpusched.commands.chart:chart",
     "cluster": "gpusched.commands.cluster:cluster",
     "crds": "gpusched.commands.crds:crds",
     "demo": "gpusched.commands.demo:demo",
+    "device-plugin": "gpusched.commands.device_plugin:device_plugin",
     "explain": "gpusched.commands.explain:explain",
     "operator": "gpusched.commands.operator:operator",
     "probe": "gpusched.commands.probe:probe",

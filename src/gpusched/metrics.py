@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gpusched.api.gpujob import TopologyScope
+
 NAMESPACE = "gpusched"
 
 
@@ -41,6 +43,10 @@ class SchedulerMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        # Every class exported from the start at 0, so the first bind of a class shows in
+        # rate() and increase() (a series that appears at 1 looks like no change).
+        for scope in TopologyScope:
+            self.placements.labels(scope.value)
         self.bind_errors = Counter(
             "bind_errors",
             "Bind calls that failed, by reason.",
@@ -59,6 +65,22 @@ class SchedulerMetrics:
             "free_gpus",
             "Healthy GPUs not held by any pod, by GPU model.",
             ["gpu_model"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.node_gpus = Gauge(
+            "node_gpus",
+            "GPUs of each node by state: allocated (held by pods or binds in flight), free "
+            "(placeable, not held), unavailable (unhealthy, unschedulable or MIG).",
+            ["node", "gpu_model", "state"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.largest_free_nvlink_set = Gauge(
+            "node_largest_free_nvlink_set_gpus",
+            "Free GPUs in the node's best NVLink island: the largest NVLink-connected GPU set a "
+            "job could get there now (fragmentation shows as free GPUs well above it).",
+            ["node"],
             namespace=NAMESPACE,
             registry=self.registry,
         )
@@ -135,9 +157,84 @@ class ProbeMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.last_success = Gauge(
+            "probe_last_success_timestamp_seconds",
+            "Unix time of the last cycle whose reading is published (results ok or "
+            "nvml-unavailable); time() minus it is how stale the node's published health is.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.nvml_errors = Counter(
             "probe_nvml_errors",
             "Unexpected NVML errors (not 'not supported'), each degrading one field or GPU.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+
+
+# --- node agent (device plugin) ------------------------------------------------------------
+
+
+class NodeAgentMetrics:
+    """Metrics of the node agent, gpusched's device plugin (one process per node, no node
+    label)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else new_registry()
+        self.calls = Counter(
+            "node_agent_calls",
+            "GetPreferredAllocation (preferred) and Allocate (allocate) answers, by outcome "
+            "(accepted, refused) and refusal reason.",
+            ["call", "outcome", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.call_seconds = Histogram(
+            "node_agent_call_duration_seconds",
+            "Time to answer one GetPreferredAllocation or Allocate call.",
+            ["call"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+        )
+        self.registered = Gauge(
+            "node_agent_registered",
+            "1 while the plugin is registered with the kubelet.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.registrations = Counter(
+            "node_agent_registrations",
+            "Registrations with the kubelet (each kubelet or plugin restart adds one).",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.conflict = Gauge(
+            "node_agent_conflicting_plugin",
+            "1 while another device plugin for the same GPUs is live on the node (gpusched's "
+            "plugin then stays unregistered).",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.devices = Gauge(
+            "node_agent_devices",
+            "Devices advertised to the kubelet, by health (Healthy, Unhealthy).",
+            ["health"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.drift_pods = Gauge(
+            "node_agent_drift_pods",
+            "Pods whose GPUs per the kubelet's PodResources differ from gpusched's assignment, "
+            "by kind (OutsideAssignment, Incomplete, TakesReserved); 0 is the healthy value.",
+            ["kind"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.drift_checks = Counter(
+            "node_agent_drift_checks",
+            "Drift checks against the kubelet's PodResources, by outcome (ok, drift, error).",
+            ["outcome"],
             namespace=NAMESPACE,
             registry=self.registry,
         )
@@ -217,6 +314,21 @@ class OperatorMetrics:
         self.fair_share = Gauge(
             "tenant_fair_share_gpus",
             "GPUs the tenant is entitled to now: guarantee plus weighted share of idle GPUs.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.gpus_pending = Gauge(
+            "tenant_pending_gpus",
+            "GPUs requested by the tenant's queued jobs (demand not yet admitted).",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.oldest_wait = Gauge(
+            "queue_oldest_wait_seconds",
+            "How long the tenant's longest-waiting queued job has waited since submission or "
+            "requeue (0: nothing queued).",
             ["tenant"],
             namespace=NAMESPACE,
             registry=self.registry,

@@ -19,9 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
-from gpusched.dev.localcluster import LocalCluster
-from gpusched.dev.localcluster.binaries import repo_root
-from gpusched.dev.localcluster.components import gpusched_command, service_account_kubeconfig
+from gpusched.dev.localcluster import LocalCluster, identities
+from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
 from gpusched.dev.localcluster.topologies import fixture_objects
 
@@ -52,13 +51,11 @@ class OperatorCounts:
 
 
 class OperatorProcess:
-    """``gpusched operator`` under its own ServiceAccount (operator/rbac.yaml)."""
+    """``gpusched operator`` under the chart's operator identity."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self.kubeconfig = service_account_kubeconfig(
-            cluster, repo_root() / "operator" / "rbac.yaml", "gpusched-operator"
-        )
+        self.kubeconfig = identities.kubeconfig(cluster, identities.OPERATOR)
         self.record: ProcessRecord | None = None
         self.starts = 0
         self.metrics_port = 0

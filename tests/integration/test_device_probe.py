@@ -1,6 +1,7 @@
 """The device probe against the real control plane: one probe process per simulated node (each
-on a different real ``topo -m`` matrix, NVML faked), authenticated with the ServiceAccount token
-and exactly the RBAC in device-probe/rbac.yaml.
+on a different real ``topo -m`` matrix, NVML faked), authenticated with a token of the chart's
+probe ServiceAccount bound to its node, under exactly the RBAC and own-node policy the chart
+renders.
 
 Covers publishing, an XID flipping a GPU through the event path, zero writes when nothing
 changed, restarts without flapping, drift repair, garbage collection with the Node, GFD
@@ -25,13 +26,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopology
-from gpusched.dev.localcluster import LocalCluster, pki
-from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.processes import ProcessRecord, is_running
 from gpusched.dev.localcluster.topologies import fixture_path
-from gpusched.dev.localprobes import ACCOUNT, start_fake_probe
-from gpusched.dev.localprobes import probe_kubeconfig as local_probe_kubeconfig
+from gpusched.dev.localprobes import probe_kubeconfig, start_fake_probe
 
 H100 = "hgx-h100-sxm-8gpu-8nic"
 BRIDGED = "pcie-8gpu-nvlink-bridge-pairs-2socket"
@@ -102,7 +101,6 @@ class Probes:
     """Starts probe processes as the probe's ServiceAccount and stops them after the test."""
 
     cluster: LocalCluster
-    kubeconfig: Path
     directory: Path
     running: list[RunningProbe] = field(default_factory=list)
 
@@ -113,7 +111,6 @@ class Probes:
             self.cluster,
             node,
             fixture_path(fixture),
-            kubeconfig=self.kubeconfig,
             faults=faults or self.directory / f"{node}-faults.jsonl",
             args=args,
         )
@@ -135,7 +132,7 @@ class Probes:
                 "probe",
                 "--once",
                 f"--node={node}",
-                f"--kubeconfig={kubeconfig or self.kubeconfig}",
+                f"--kubeconfig={kubeconfig or probe_kubeconfig(self.cluster, node)}",
                 f"--fake={fixture_path(fixture)}",
                 *args,
             ],
@@ -151,15 +148,9 @@ class Probes:
         return dict(json.loads(result.stdout))
 
 
-@pytest.fixture(scope="module")
-def probe_kubeconfig(local_cluster: LocalCluster) -> Path:
-    """A kubeconfig with a token of the probe's ServiceAccount (RBAC from device-probe/)."""
-    return local_probe_kubeconfig(local_cluster)
-
-
 @pytest.fixture
-def probes(local_cluster: LocalCluster, probe_kubeconfig: Path, tmp_path: Path) -> Iterator[Probes]:
-    runner = Probes(local_cluster, probe_kubeconfig, tmp_path)
+def probes(local_cluster: LocalCluster, tmp_path: Path) -> Iterator[Probes]:
+    runner = Probes(local_cluster, tmp_path)
     yield runner
     for probe in list(runner.running):
         runner.stop(probe)
@@ -412,98 +403,21 @@ def test_nvml_failure_is_published_and_recovered_from(
     assert is_running(probe.record)
 
 
-def test_the_probe_service_account_may_do_nothing_else(
-    local_cluster: LocalCluster, probe_kubeconfig: Path
-) -> None:
-    assert probe_kubeconfig.exists()  # the RBAC is applied
-
-    def can(*args: str) -> bool:
-        result = local_cluster.kubectl(
-            "auth",
-            "can-i",
-            f"--as=system:serviceaccount:gpusched-system:{ACCOUNT}",
-            *args,
-            check=False,
-        )
-        return result.stdout.strip() == "yes"
-
-    assert can("patch", "nodes")
-    assert can("create", "nodegputopologies.gpusched.io")
-    assert can("patch", "nodegputopologies.gpusched.io", "--subresource=status")
-    for forbidden in (
-        ("delete", "nodes"),
-        ("list", "nodes"),
-        ("update", "nodes"),
-        ("delete", "nodegputopologies.gpusched.io"),
-        ("list", "nodegputopologies.gpusched.io"),
-        ("get", "pods", "-A"),
-        ("create", "gpujobs.gpusched.io", "-A"),
-        ("get", "secrets", "-A"),
-    ):
-        assert not can(*forbidden), forbidden
-
-
-def test_the_own_node_policy_confines_a_probe_to_its_node(
+def test_a_probe_publishes_only_for_the_node_its_token_is_bound_to(
     kube: Any,
     local_cluster: LocalCluster,
     gpu_nodes: Callable[..., list[str]],
     probes: Probes,
-    tmp_path: Path,
 ) -> None:
     own, other = gpu_nodes(2, gpus=4, prefix="probe-own")
-    uid = client.CoreV1Api(kube).read_node(own).metadata.uid
-    # The token a pod on ``own`` gets carries that node's name, as this Node-bound token does.
-    token = local_cluster.kubectl(
-        "create",
-        "token",
-        ACCOUNT,
-        "-n",
-        "gpusched-system",
-        "--bound-object-kind=Node",
-        f"--bound-object-name={own}",
-        f"--bound-object-uid={uid}",
-    ).stdout.strip()
-    kubeconfig = pki.write_kubeconfig(
-        tmp_path / "bound.kubeconfig",
-        local_cluster.server,
-        local_cluster.ca_cert,
-        f"system:serviceaccount:gpusched-system:{ACCOUNT}",
-        token=token,
-    )
-    policy = repo_root() / "device-probe" / "own-node-policy.yaml"
-    local_cluster.kubectl("apply", "-f", str(policy))
-    kubectl = local_cluster.binary("kubectl")
-
-    def dry_run_refused() -> bool:
-        # Admission runs on server-side dry runs, so this waits for the policy without writing.
-        result = subprocess.run(
-            [
-                kubectl,
-                f"--kubeconfig={kubeconfig}",
-                "label",
-                "node",
-                other,
-                "probe-test=1",
-                "--dry-run=server",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        return result.returncode != 0 and "may only write the Node it runs on" in result.stderr
-
-    try:
-        wait_for(dry_run_refused, "the policy to be in force")
-        refused = probes.run_once(other, WORKSTATION, kubeconfig=kubeconfig)
-        assert refused.returncode == 1
-        assert "may only write the Node it runs on" in refused.stderr
-        assert json.loads(refused.stdout)["outcome"] == "api-error"
-        allowed = probes.run_once(own, WORKSTATION, kubeconfig=kubeconfig)
-        assert allowed.returncode == 0, allowed.stderr[-3000:]
-        assert json.loads(allowed.stdout)["writes"] == 3
-    finally:
-        local_cluster.kubectl("delete", "-f", str(policy), "--ignore-not-found")
+    kubeconfig = probe_kubeconfig(local_cluster, own)
+    refused = probes.run_once(other, WORKSTATION, kubeconfig=kubeconfig)
+    assert refused.returncode == 1
+    assert "may only write the Node it runs on" in refused.stderr
+    assert json.loads(refused.stdout)["outcome"] == "api-error"
+    allowed = probes.run_once(own, WORKSTATION, kubeconfig=kubeconfig)
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    assert json.loads(allowed.stdout)["writes"] == 3
     assert node_labels(kube, own)[keys.LABEL_GPU_COUNT] == "4"
     assert topology(kube, own) is not None
     assert keys.LABEL_PROBED not in node_labels(kube, other)

@@ -2,7 +2,7 @@
 preemption with grace periods, all-or-nothing gangs, completion, deletion, restarts in the middle
 of admissions and preemptions, and jobs nobody owns.
 
-The operator runs as a real process under operator/rbac.yaml's ServiceAccount, with the gpusched
+The operator runs as a real process under the chart's operator identity, with the gpusched
 extender and its kube-scheduler binding the pods onto simulated H100 nodes; kwok runs the pods
 for the simulated runtime in their template.
 """

@@ -21,6 +21,7 @@ SCHEDULER_NAME: Final = "gpusched"
 FIELD_MANAGER_PROBE: Final = "gpusched-device-probe"
 FIELD_MANAGER_OPERATOR: Final = "gpusched-operator"
 FIELD_MANAGER_SCHEDULER: Final = "gpusched-scheduler"
+FIELD_MANAGER_NODE_AGENT: Final = "gpusched-node-agent"
 
 # --- Node labels written by the device probe (our own prefix) -------------------------------
 LABEL_GPU_COUNT: Final = f"{PREFIX}gpu.count"
@@ -62,6 +63,12 @@ TAINT_NO_HEALTHY_GPU: Final = f"{PREFIX}no-healthy-gpu"
 ANNOTATION_GPUS: Final = f"{PREFIX}gpus"
 #: Comma-separated GPU indices on the node, matching ``ANNOTATION_GPUS`` one to one.
 ANNOTATION_GPU_INDICES: Final = f"{PREFIX}gpu-indices"
+#: GPU UUIDs the kubelet really allocated to the pod's containers, read from its PodResources
+#: API and written by the node agent (gpusched's device plugin); comma-separated, index order.
+#: For a pod gpusched did not place, it is how the extender learns which GPUs the pod holds.
+ANNOTATION_ALLOCATED_GPUS: Final = f"{PREFIX}allocated-gpus"
+#: The indices of ``ANNOTATION_ALLOCATED_GPUS``, one to one.
+ANNOTATION_ALLOCATED_GPU_INDICES: Final = f"{PREFIX}allocated-gpu-indices"
 #: Achieved topology class of the bound set (``nvlink``, ``pcie-switch``, ``numa``, ``node``).
 ANNOTATION_TOPOLOGY_CLASS: Final = f"{PREFIX}topology-class"
 #: Requested scope and mode; the operator sets them from the GpuJob, users may set them directly.

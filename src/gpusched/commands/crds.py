@@ -30,6 +30,10 @@ def generate(out: Path) -> None:
     """Write one YAML file per kind."""
     for path in crdgen.generate(out):
         click.echo(f"wrote {path}")
+    chart_crds = Path("deploy") / "helm" / "gpusched" / "crds"
+    if chart_crds.is_dir() and out == Path("crds"):
+        for path in crdgen.generate(chart_crds):
+            click.echo(f"wrote {path} (the Helm chart's copy)")
     if REFERENCE.parent.is_dir():
         REFERENCE.write_text(reference.render(), encoding="utf-8")
         click.echo(f"wrote {REFERENCE}")

@@ -2,7 +2,8 @@
 
 A local control plane with simulated GPU nodes wired like real machines; the device probe
 publishing each node's wiring and health; the scheduler extender placing pods on well-wired GPU
-sets and saying why when it cannot; a GPU failure taking a GPU out of placement; and the
+sets and saying why when it cannot; a GPU failure taking a GPU out of placement; a real kubelet
+handing a container exactly the GPUs the extender chose, through gpusched's device plugin; and the
 operator admitting GpuJobs of two tenants with different priorities, placing a gang and
 preempting a borrower. It stays up until interrupted (or exits after the walk-through with
 ``--no-wait``) and always tears the cluster down.
@@ -170,6 +171,7 @@ def _probes_and_scheduling(cluster: LocalCluster) -> None:
 )
 def demo(name: str, wait: bool) -> None:
     """Run the demo: probes, scheduler and operator on a local cluster with simulated GPUs."""
+    from gpusched.dev.node_agent_demo import run_node_agent_demo
     from gpusched.dev.operator_demo import run_operator_demo
 
     cluster = LocalCluster(default_state_dir(name), ensure_toolchain())
@@ -180,6 +182,9 @@ def demo(name: str, wait: bool) -> None:
         cluster.up()
         cluster.install_crds(repo_root() / "crds")
         _probes_and_scheduling(cluster)
+
+        _section("On a real kubelet: the container gets exactly the GPUs written on its pod")
+        run_node_agent_demo(cluster, click.echo)
 
         _section("Tenants, priorities, gangs and preemption: the GpuJob operator")
         run_operator_demo(cluster, click.echo, start_extender=False)

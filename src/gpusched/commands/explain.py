@@ -2,7 +2,9 @@
 
 It reads the cluster exactly as the operator does, runs the same admission cycle without writing
 anything, and prints the cycle's verdict on the job with the evidence: its tenant's standing, who
-it may preempt (or who may preempt it) and what each node says to one of its replicas.
+it may preempt (or who may preempt it) and what each node says to one of its replicas. For each
+of the job's pods it adds whether the kubelet gave its containers exactly the GPUs gpusched chose
+(the node agent's report). ``gpusched explain pod/NAME`` says that for any pod.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 from pathlib import Path
 
 import click
+from kubernetes.client.exceptions import ApiException
 
 
 @click.command()
@@ -22,21 +25,38 @@ import click
 def explain(
     job: str, namespace: str, kubeconfig: Path | None, node_selector: str, as_json: bool
 ) -> None:
-    """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits."""
+    """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits; with
+    pod/NAME (or pod/NAMESPACE/NAME), whether a pod holds exactly the GPUs gpusched chose."""
     from gpusched.commands.operator import _labels
-    from gpusched.kube import load_configuration
+    from gpusched.kube import api_client, load_configuration
+    from gpusched.node_agent.explain import job_pods, pod_report, render_pod
     from gpusched.operator.explainer import JobNotFoundError, explain_in_cluster, render
 
-    if "/" in job:
-        namespace, job = job.split("/", 1)
+    kind, _, target = job.partition("/") if job.startswith("pod/") else ("", "", job)
+    if "/" in target:
+        namespace, target = target.split("/", 1)
+    kube = api_client(kubeconfig)
     try:
-        result, status = explain_in_cluster(
-            load_configuration(kubeconfig), f"{namespace}/{job}", _labels(node_selector)
-        )
+        if kind == "pod":
+            reports = [pod_report(kube, namespace, target)]
+        else:
+            result, status = explain_in_cluster(
+                load_configuration(kubeconfig), f"{namespace}/{target}", _labels(node_selector)
+            )
+            reports = [pod_report(kube, namespace, p) for p in job_pods(kube, namespace, target)]
     except JobNotFoundError as err:
         raise click.ClickException(str(err)) from None
+    except ApiException as err:
+        raise click.ClickException(f"{kind} {namespace}/{target}: {err.reason}") from None
+    finally:
+        kube.close()  # type: ignore[no-untyped-call]  # ApiClient.close is untyped upstream
     if as_json:
-        payload = {"status": status, "explanation": result.to_dict()}
+        payload: dict[str, object] = {"pods": reports}
+        if kind != "pod":
+            payload = {"status": status, "explanation": result.to_dict(), **payload}
         click.echo(json.dumps(payload, indent=2, default=str))
         return
-    click.echo("\n".join(render(result, status)))
+    lines = [] if kind == "pod" else render(result, status)
+    for report in reports:
+        lines.extend(render_pod(report))
+    click.echo("\n".join(lines))

@@ -28,12 +28,33 @@ def scheduler() -> None:
 )
 @click.option("--port", default=8888, show_default=True, help="Listen port.")
 @click.option(
+    "--metrics-address",
+    default="0.0.0.0",
+    show_default=True,
+    help="Listen address of the observability port.",
+)
+@click.option(
+    "--metrics-port",
+    default=0,
+    show_default=True,
+    help="A second port serving only /metrics, /healthz and /readyz (0: none), so Prometheus "
+    "and the kubelet reach them while the verbs stay on loopback.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
-def serve(kubeconfig: str | None, address: str, port: int, log_level: str) -> None:
+def serve(
+    *,
+    kubeconfig: str | None,
+    address: str,
+    port: int,
+    metrics_address: str,
+    metrics_port: int,
+    log_level: str,
+) -> None:
     """Serve filter / prioritize / bind, /healthz, /readyz and /metrics."""
     from aiohttp import web
 
@@ -45,7 +66,20 @@ def serve(kubeconfig: str | None, address: str, port: int, log_level: str) -> No
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     extender = Extender(AsyncApi(load_configuration(kubeconfig)))
-    web.run_app(extender.app(), host=address, port=port, access_log=None, print=None)
+    app = extender.app()
+    if metrics_port:
+        observability = web.AppRunner(extender.observability_app(), access_log=None)
+
+        async def start_observability(_app: web.Application) -> None:
+            await observability.setup()
+            await web.TCPSite(observability, metrics_address, metrics_port).start()
+
+        async def stop_observability(_app: web.Application) -> None:
+            await observability.cleanup()
+
+        app.on_startup.append(start_observability)
+        app.on_cleanup.append(stop_observability)
+    web.run_app(app, host=address, port=port, access_log=None, print=None)
 
 
 @scheduler.command()

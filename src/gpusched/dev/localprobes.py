@@ -1,8 +1,9 @@
 """Device probes for the simulated nodes of a local cluster, run as the Helm chart runs them.
 
 Each probe is a separate ``gpusched probe --fake`` process authenticated with a token of the
-probe's ServiceAccount (RBAC from ``device-probe/rbac.yaml``), so whatever uses this (the
-integration tests, the benchmark, a demo) also proves that RBAC sufficient. Faults are injected
+chart's probe ServiceAccount bound to its node (RBAC and own-node policy as the chart renders
+them), so whatever uses this (the integration tests, the benchmark, a demo) also proves that
+identity sufficient. Faults are injected
 by appending to the probe's fault file.
 """
 
@@ -13,22 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster import identities
 from gpusched.dev.localcluster.cluster import LocalCluster
-from gpusched.dev.localcluster.components import gpusched_command, service_account_kubeconfig
+from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.processes import ProcessRecord, free_port
 
-ACCOUNT: Final = "gpusched-device-probe"
+ACCOUNT: Final = identities.PROBE
 
 
-def rbac_manifest() -> Path:
-    """The probe's RBAC, as the chart ships it."""
-    return repo_root() / "device-probe" / "rbac.yaml"
-
-
-def probe_kubeconfig(cluster: LocalCluster) -> Path:
-    """Apply the probe's RBAC and return a kubeconfig with a token of its ServiceAccount."""
-    return service_account_kubeconfig(cluster, rbac_manifest(), ACCOUNT)
+def probe_kubeconfig(cluster: LocalCluster, node: str) -> Path:
+    """A kubeconfig with a token of the chart's probe ServiceAccount bound to ``node``, as the
+    projected token of the DaemonSet's pod on that node is: the chart's own-node policy lets it
+    write only that Node's labels and taint and its NodeGpuTopology."""
+    return identities.kubeconfig(cluster, ACCOUNT, node=node)
 
 
 @dataclass
@@ -75,7 +73,7 @@ def start_fake_probe(
         *gpusched_command(),
         "probe",
         f"--node={node}",
-        f"--kubeconfig={kubeconfig or probe_kubeconfig(cluster)}",
+        f"--kubeconfig={kubeconfig or probe_kubeconfig(cluster, node)}",
         f"--fake={topology}",
         f"--fake-faults={faults}",
         f"--metrics-port={port}",

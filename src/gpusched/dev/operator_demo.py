@@ -24,12 +24,10 @@ from typing import Any
 from kubernetes import client
 
 from gpusched.api import keys
-from gpusched.dev.localcluster import LocalCluster
-from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster import LocalCluster, identities
 from gpusched.dev.localcluster.components import (
     SchedulerProcesses,
     gpusched_command,
-    service_account_kubeconfig,
     start_scheduler,
 )
 from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
@@ -110,9 +108,7 @@ def run_operator_demo(
         return str((obj.get("status") or {}).get("phase", ""))
 
     scheduler = start_scheduler(cluster) if start_extender else None
-    kubeconfig = service_account_kubeconfig(
-        cluster, repo_root() / "operator" / "rbac.yaml", "gpusched-operator"
-    )
+    kubeconfig = identities.kubeconfig(cluster, identities.OPERATOR)
     operator = cluster.spawn(
         f"{prefix}-gpusched-operator",
         [

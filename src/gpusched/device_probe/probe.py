@@ -282,6 +282,8 @@ class Probe:
         seconds = time.perf_counter() - started
         self.metrics.cycle_seconds.observe(seconds)
         self.metrics.cycles.labels(outcome).inc()
+        if outcome in ("ok", "nvml-unavailable"):
+            self.metrics.last_success.set_to_current_time()
         self._export(topology)
         self.last = CycleResult(
             outcome, self._writes() - writes_before, topology, labels, status, seconds

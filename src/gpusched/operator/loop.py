@@ -14,14 +14,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpusched.api.gpujob import GpuJobStatus
+from prometheus_client import Gauge
+
+from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.api.meta import ConditionStatus
 from gpusched.api.tenantquota import TenantQuotaStatus
+from gpusched.core.admission import AdmitReason, PreemptReason
 from gpusched.core.lifecycle import (
     CreatePod,
     MeteredJob,
@@ -302,12 +305,47 @@ class AdmissionLoop:
                 )
         specs = {q.metadata.name: q.spec for q in decision.world.quotas}
         for u in decision.result.tenants:
+            # Each tenant's counters exist from its first cycle at 0, so its first admission,
+            # preemption or requeue shows in rate() and increase().
+            for admit in AdmitReason:
+                m.admissions.labels(u.name, admit.value)
+            for preempt in PreemptReason:
+                m.preemptions.labels(u.name, preempt.value)
+            for requeue in (
+                st.Reason.PODS_READY_TIMEOUT,
+                st.Reason.PODS_LOST,
+                st.Reason.PODS_REFUSED,
+            ):
+                m.requeues.labels(u.name, requeue.value)
             m.gpus_used.labels(u.name).set(u.used)
             m.gpus_borrowed.labels(u.name).set(u.borrowed)
             m.gpus_guaranteed.labels(u.name).set(
                 specs[u.name].guaranteed_gpus if u.name in specs else 0
             )
             m.fair_share.labels(u.name).set(u.fair_share)
+        pending: dict[str, float] = {u.name: 0 for u in decision.result.tenants}
+        oldest: dict[str, float] = dict.fromkeys(pending, 0.0)
+        for job in decision.world.jobs:
+            status = decision.final_status(job.key)
+            if status.phase is not JobPhase.QUEUED:
+                continue
+            tenant = decision.contexts[job.key].tenant or ""
+            pending[tenant] = pending.get(tenant, 0) + job.gpus
+            since = _queued_since(status)
+            waited = max(0.0, (now - since).total_seconds()) if since else 0.0
+            oldest[tenant] = max(oldest.get(tenant, 0.0), waited)
+        set_tenant_series(m.gpus_pending, pending)
+        set_tenant_series(m.oldest_wait, oldest)
+
+
+def set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:
+    """Set one series per tenant and drop the others, never leaving a scrape without the
+    tenants that stay (a gap would reset alerts' `for` timers)."""
+    current = {sample.labels["tenant"] for family in gauge.collect() for sample in family.samples}
+    for tenant, value in values.items():
+        gauge.labels(tenant).set(value)
+    for tenant in current - set(values):
+        gauge.remove(tenant)
 
 
 def _queued_since(status: GpuJobStatus) -> datetime | None:

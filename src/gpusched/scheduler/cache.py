@@ -70,6 +70,23 @@ class Assumption:
     bound_at: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NodeInventory:
+    """A node's GPUs as the extender accounts them."""
+
+    node: str
+    model: str
+    allocated: int
+    """Held by bound pods or reserved by binds in flight."""
+    free: int
+    """Placeable and not held."""
+    unavailable: int
+    """Neither: unhealthy, unschedulable or in MIG mode."""
+    largest_free_nvlink_set: int
+    """Free GPUs in the node's best NVLink island: the largest NVLink-connected job it can
+    take now."""
+
+
 @dataclass
 class ClusterCache:
     """Nodes' topologies, GPU holders and in-flight assumptions."""
@@ -145,7 +162,11 @@ class ClusterCache:
         if not node or phase in TERMINAL_PHASES or count == 0:
             self._drop_pod(key, meta.get("uid", ""))
             return
-        gpus = parse_indices((meta.get("annotations") or {}).get(keys.ANNOTATION_GPU_INDICES))
+        annotations = meta.get("annotations") or {}
+        gpus = parse_indices(annotations.get(keys.ANNOTATION_GPU_INDICES))
+        if gpus is None:
+            # A pod gpusched did not place: the node agent writes which GPUs it really holds.
+            gpus = parse_indices(annotations.get(keys.ANNOTATION_ALLOCATED_GPU_INDICES))
         record = PodRecord(key=key, uid=meta.get("uid", ""), node=node, gpus=gpus, count=count)
         self._unindex(key)
         self.pods[key] = record
@@ -276,6 +297,33 @@ class ClusterCache:
                 # Indices the node does not have (a stale or hand-edited annotation) hold nothing.
                 held.intersection_update(prepared.wiring.indices)
             out.append(NodeView(name, prepared, frozenset(held), unaccounted))
+        return out
+
+    def inventory(self) -> list[NodeInventory]:
+        """Each node's GPUs by state, and its largest free NVLink-connected set (the gauges
+        behind the cluster dashboard: allocation, health and fragmentation)."""
+        out = []
+        for view in self.views(self.topologies):
+            prepared = view.prepared
+            assert prepared is not None
+            wiring = prepared.wiring
+            busy = prepared.mask(view.busy)
+            available = prepared.placeable_mask & ~busy
+            free = max(0, bin(available).count("1") - view.unaccounted)
+            allocated = bin(busy).count("1") + min(view.unaccounted, bin(available).count("1"))
+            largest = max(
+                (bin(island & available).count("1") for island in wiring.islands), default=0
+            )
+            out.append(
+                NodeInventory(
+                    node=view.name,
+                    model=self.models.get(view.name, "unknown"),
+                    allocated=allocated,
+                    free=free,
+                    unavailable=wiring.n - allocated - free,
+                    largest_free_nvlink_set=min(largest, free),
+                )
+            )
         return out
 
     def free_by_model(self) -> dict[str, int]:

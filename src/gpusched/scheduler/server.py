@@ -87,6 +87,22 @@ class Extender:
             self.cache.expire()
             for model, free in self.cache.free_by_model().items():
                 self.metrics.free_gpus.labels(model).set(free)
+            self._export_inventory()
+
+    def _export_inventory(self) -> None:
+        """Per-node GPU gauges, rebuilt whole (no await in between: a scrape never sees them
+        half done) so deleted nodes disappear."""
+        gpus, largest = self.metrics.node_gpus, self.metrics.largest_free_nvlink_set
+        gpus.clear()
+        largest.clear()
+        for row in self.cache.inventory():
+            for state, count in (
+                ("allocated", row.allocated),
+                ("free", row.free),
+                ("unavailable", row.unavailable),
+            ):
+                gpus.labels(row.node, row.model, state).set(count)
+            largest.labels(row.node).set(row.largest_free_nvlink_set)
 
     async def on_startup(self, app: web.Application) -> None:
         self.start_watches()
@@ -109,6 +125,14 @@ class Extender:
         app.router.add_get("/metrics", self.metrics_endpoint)
         app.on_startup.append(self.on_startup)
         app.on_cleanup.append(self.on_cleanup)
+        return app
+
+    def observability_app(self) -> web.Application:
+        """Only health and metrics, for a listener outside the pod's loopback."""
+        app = web.Application()
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics_endpoint)
         return app
 
     # --- plumbing ------------------------------------------------------------------------

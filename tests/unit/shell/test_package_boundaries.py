@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "gpusched"
-PRODUCT_PACKAGES = ["api", "core", "operator", "scheduler", "device_probe"]
+PRODUCT_PACKAGES = [
+    "api",
+    "core",
+    "operator",
+    "scheduler",
+    "device_probe",
+    "node_agent",
+    "kubeletapi",
+]
 PRODUCT_MODULES = ["kube.py", "kubeasync.py", "kubewatch.py", "metrics.py"]
 
 

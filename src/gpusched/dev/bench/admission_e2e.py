@@ -39,11 +39,10 @@ import click
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
-from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
+from gpusched.dev.localcluster import LocalCluster, ensure_toolchain, identities
 from gpusched.dev.localcluster.binaries import default_progress, repo_root
 from gpusched.dev.localcluster.components import (
     gpusched_command,
-    service_account_kubeconfig,
     start_scheduler,
 )
 from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
@@ -236,9 +235,7 @@ def run_e2e(
             )
             progress("[bench] starting the extender, its kube-scheduler and the operator")
             start_scheduler(cluster)
-            kubeconfig = service_account_kubeconfig(
-                cluster, repo_root() / "operator" / "rbac.yaml", "gpusched-operator"
-            )
+            kubeconfig = identities.kubeconfig(cluster, identities.OPERATOR)
             port = free_port()
             cluster.spawn(
                 "gpusched-operator",

@@ -32,6 +32,7 @@ from typing import Any
 
 import click
 
+from gpusched.dev.bench import bench_cluster
 from gpusched.dev.localcluster.topologies import fixture_path
 
 FIXTURE = "hgx-h100-sxm-8gpu-8nic"
@@ -84,14 +85,13 @@ def _metric(port: int, name: str) -> float:
     )
 
 
-def _start(cluster: Any, node: str, kubeconfig: Path, *args: str) -> Any:
+def _start(cluster: Any, node: str, *args: str) -> Any:
     from gpusched.dev.localprobes import start_fake_probe
 
     running = start_fake_probe(
         cluster,
         node,
         fixture_path(FIXTURE),
-        kubeconfig=kubeconfig,
         args=(*args, "--log-level=warning"),
     )
     deadline = time.monotonic() + 60
@@ -106,12 +106,12 @@ def _start(cluster: Any, node: str, kubeconfig: Path, *args: str) -> Any:
         time.sleep(0.2)
 
 
-def _footprint(cluster: Any, kubeconfig: Path, seconds: float) -> dict[str, Any]:
+def _footprint(cluster: Any, seconds: float) -> dict[str, Any]:
     """RSS and CPU of two probe processes running side by side: the default reading interval,
     and a fast one that makes the per-cycle cost dominate."""
     variants = {"interval 10s (default)": "--interval=10", "interval 0.5s": "--interval=0.5"}
     running = {
-        name: _start(cluster, f"bench-fp-{i}", kubeconfig, flag)
+        name: _start(cluster, f"bench-fp-{i}", flag)
         for i, (name, flag) in enumerate(variants.items())
     }
     time.sleep(5)  # past start-up and the first publication
@@ -139,11 +139,11 @@ def _footprint(cluster: Any, kubeconfig: Path, seconds: float) -> dict[str, Any]
     return figures
 
 
-def _event_latency(cluster: Any, kube: Any, kubeconfig: Path) -> dict[str, Any]:
+def _event_latency(cluster: Any, kube: Any) -> dict[str, Any]:
     """Seconds from an XID in the fault file to the published status, per GPU."""
     from kubernetes import client
 
-    running = _start(cluster, "bench-xid", kubeconfig, "--interval=3600", "--resync=3600")
+    running = _start(cluster, "bench-xid", "--interval=3600", "--resync=3600")
     custom = client.CustomObjectsApi(kube)
     latencies = []
     try:
@@ -182,10 +182,7 @@ def _event_latency(cluster: Any, kube: Any, kubeconfig: Path) -> dict[str, Any]:
 )
 def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) -> None:
     """Device-probe footprint (RSS, CPU per cycle) and XID-to-API latency on an 8-GPU node."""
-    from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
-    from gpusched.dev.localcluster.binaries import repo_root
     from gpusched.dev.localcluster.nodes import add_gpu_nodes, delete_nodes, wait_nodes_ready
-    from gpusched.dev.localprobes import probe_kubeconfig
 
     figures: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
@@ -199,30 +196,19 @@ def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) 
     full = figures["in_process"]["cycle_with_inventory"]["cpu_ms_per_cycle"]
     figures["in_process"]["inventory_cost_ratio"] = round(full / steady, 2)
 
-    with tempfile.TemporaryDirectory(prefix="gpusched-bench-probe-") as tmp:
-        workdir = Path(tmp)
-        if cluster_dir is not None:
-            cluster = LocalCluster.attach(cluster_dir)
-            owned = False
-        else:
-            cluster = LocalCluster(
-                workdir / "cluster", ensure_toolchain(), progress=lambda _m: None
-            )
-            cluster.up()
-            cluster.install_crds(repo_root() / "crds")
-            owned = True
+    with (
+        tempfile.TemporaryDirectory(prefix="gpusched-bench-probe-") as tmp,
+        bench_cluster(cluster_dir, Path(tmp)) as cluster,
+    ):
         kube = cluster.api_client()
         nodes = ["bench-fp-0", "bench-fp-1", "bench-xid"]
         try:
             add_gpu_nodes(kube, nodes)
             wait_nodes_ready(kube, nodes)
-            kubeconfig = probe_kubeconfig(cluster)
-            figures["process"] = _footprint(cluster, kubeconfig, seconds)
-            figures["xid_to_api"] = _event_latency(cluster, kube, kubeconfig)
+            figures["process"] = _footprint(cluster, seconds)
+            figures["xid_to_api"] = _event_latency(cluster, kube)
         finally:
             delete_nodes(kube, nodes)
-            if owned:
-                cluster.down()
 
     if as_json:
         json.dump(figures, sys.stdout, indent=2)

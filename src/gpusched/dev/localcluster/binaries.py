@@ -38,7 +38,10 @@ class GoTool:
     name: str
     module: str
     packages: tuple[str, ...]
+    #: ``{version}`` is replaced by the pinned version.
     ldflags: str = "-s -w"
+    #: Go build tags (``go build -tags``), e.g. to leave out dependencies the proxy lacks.
+    tags: tuple[str, ...] = ()
 
     def version(self, tools_dir: Path) -> str:
         """The pinned version of ``module``, read from the tool's go.mod."""
@@ -96,7 +99,35 @@ ETCD = GoTool(
     name="etcd", module="go.etcd.io/etcd/server/v3", packages=("go.etcd.io/etcd/server/v3",)
 )
 KWOK = GoTool(name="kwok", module="sigs.k8s.io/kwok", packages=("sigs.k8s.io/kwok/cmd/kwok",))
-TOOLS = (ETCD, KWOK, KUBERNETES)
+#: A real kubelet and the fake container runtime it runs pods on (``e2e/tools/kubelet/fakecri``).
+#: Its own module, pinned to the same Kubernetes release and the same dependency versions as
+#: ``kubernetes``: the packages both need come out of Go's build cache, and adding the kubelet
+#: does not change the control plane's cache key.
+KUBELET = GoTool(
+    name="kubelet",
+    module="k8s.io/kubernetes",
+    packages=("k8s.io/kubernetes/cmd/kubelet", "gpusched.io/e2e/tools/kubelet/fakecri"),
+)
+#: Helm v4 (a module of its own: it requires the same k8s.io/* releases as the control plane).
+HELM = GoTool(
+    name="helm",
+    module="helm.sh/helm/v4",
+    packages=("helm.sh/helm/v4/cmd/helm",),
+    ldflags="-s -w -X helm.sh/helm/v4/internal/version.version={version}",
+)
+#: Prometheus and promtool. ``remove_all_sd`` leaves out every service-discovery plugin (one of
+#: their dependencies is not served by the module proxy; static and file targets remain), and
+#: without ``builtinassets`` the web UI is left out: the tests use the HTTP API only.
+PROMETHEUS = GoTool(
+    name="prometheus",
+    module="github.com/prometheus/prometheus",
+    packages=(
+        "github.com/prometheus/prometheus/cmd/prometheus",
+        "github.com/prometheus/prometheus/cmd/promtool",
+    ),
+    tags=("remove_all_sd",),
+)
+TOOLS = (ETCD, KWOK, KUBERNETES, KUBELET, HELM, PROMETHEUS)
 
 
 def repo_root() -> Path:
@@ -138,9 +169,15 @@ def _go_version() -> str:
 
 
 def _stamp(tool: GoTool, tools_dir: Path, go_version: str) -> str:
+    """Digest of what the build depends on: Go, the module files and any Go source of ours
+    (a module without sources keeps the digest it always had)."""
     digest = hashlib.sha256(go_version.encode())
+    module_dir = tools_dir / tool.name
     for name in ("go.mod", "go.sum"):
-        digest.update((tools_dir / tool.name / name).read_bytes())
+        digest.update((module_dir / name).read_bytes())
+    for source in sorted(module_dir.rglob("*.go")):
+        digest.update(source.relative_to(module_dir).as_posix().encode())
+        digest.update(source.read_bytes())
     return digest.hexdigest()
 
 
@@ -189,7 +226,11 @@ def _build(
     progress(f"[toolchain] {tool.name} {version}: downloading modules")
     subprocess.run(["go", "mod", "download"], cwd=module_dir, env=env, check=True)
     total = _count_packages(tool, module_dir, env)
-    ldflags = _kubernetes_ldflags(version) if tool is KUBERNETES else tool.ldflags
+    ldflags = (
+        _kubernetes_ldflags(version)
+        if tool.module == KUBERNETES.module
+        else tool.ldflags.format(version=version)
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{tool.name}-", dir=target.parent))
     command = [
@@ -197,6 +238,7 @@ def _build(
         "build",
         "-v",
         "-trimpath",
+        *_tags_flag(tool),
         "-ldflags",
         ldflags,
         "-o",
@@ -239,9 +281,13 @@ def _build(
     )
 
 
+def _tags_flag(tool: GoTool) -> list[str]:
+    return ["-tags", ",".join(tool.tags)] if tool.tags else []
+
+
 def _count_packages(tool: GoTool, module_dir: Path, env: dict[str, str]) -> int:
     listing = subprocess.run(
-        ["go", "list", "-deps", *tool.packages],
+        ["go", "list", "-deps", *_tags_flag(tool), *tool.packages],
         cwd=module_dir,
         env=env,
         check=True,

@@ -1,8 +1,9 @@
-"""Run gpusched's components on a local cluster as real processes, under their own RBAC.
+"""Run gpusched's components on a local cluster as real processes, under the chart's identities.
 
 Tests, benchmarks and the demo start components the way the Helm chart runs them: as separate
-processes, authenticated as the component's ServiceAccount with exactly the RBAC shipped in
-``<component>/rbac.yaml``, so that running them proves those rules are sufficient.
+processes, each authenticated as the chart's ServiceAccount for it, with exactly the RBAC and
+admission policies the chart renders (:mod:`gpusched.dev.localcluster.identities`), so that
+running them proves those identities sufficient.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpusched.dev.localcluster import pki
-from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.dev.localcluster import identities
 from gpusched.dev.localcluster.cluster import ClusterError, LocalCluster
 from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
 
@@ -27,24 +27,6 @@ SYSTEM_NAMESPACE = "gpusched-system"
 def gpusched_command() -> list[str]:
     """How to run this checkout's ``gpusched`` CLI."""
     return [sys.executable, "-m", "gpusched"]
-
-
-def service_account_kubeconfig(
-    cluster: LocalCluster, rbac: Path, account: str, namespace: str = SYSTEM_NAMESPACE
-) -> Path:
-    """Apply ``rbac`` and return a kubeconfig authenticating as its ServiceAccount (token)."""
-    cluster.kubectl("create", "namespace", namespace, check=False)
-    cluster.kubectl("apply", "-f", str(rbac))
-    token = cluster.kubectl(
-        "create", "token", account, "-n", namespace, "--duration=48h"
-    ).stdout.strip()
-    return pki.write_kubeconfig(
-        cluster.state_dir / f"sa-{account}.kubeconfig",
-        cluster.server,
-        cluster.ca_cert,
-        f"system:serviceaccount:{namespace}:{account}",
-        token=token,
-    )
 
 
 def wait_http_ok(url: str, record: ProcessRecord, timeout: float = 60.0) -> None:
@@ -83,7 +65,9 @@ class SchedulerProcesses:
         wait_http_ok(f"{self.url}/readyz", self.extender)
 
 
-def _spawn_extender(cluster: LocalCluster, kubeconfig: Path, port: int) -> ProcessRecord:
+def _spawn_extender(
+    cluster: LocalCluster, kubeconfig: Path, port: int, metrics_port: int = 0
+) -> ProcessRecord:
     return cluster.spawn(
         "gpusched-extender",
         [
@@ -93,6 +77,8 @@ def _spawn_extender(cluster: LocalCluster, kubeconfig: Path, port: int) -> Proce
             f"--kubeconfig={kubeconfig}",
             "--address=127.0.0.1",
             f"--port={port}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={metrics_port}",
         ],
     )
 
@@ -106,37 +92,43 @@ class ExtenderProcess:
     kubeconfig: Path
 
 
-def start_extender_only(cluster: LocalCluster, *, admin: bool = False) -> ExtenderProcess:
-    """Start the extender (as the scheduler ServiceAccount unless ``admin``); return once its
-    cache is synced."""
+def start_extender_only(
+    cluster: LocalCluster, *, admin: bool = False, metrics_port: int = 0
+) -> ExtenderProcess:
+    """Start the extender (as the chart's extender identity unless ``admin``); return once its
+    cache is synced. ``metrics_port``: also serve health and metrics there, as in the chart."""
     kubeconfig = (
-        cluster.kubeconfig
-        if admin
-        else service_account_kubeconfig(
-            cluster, repo_root() / "scheduler" / "rbac.yaml", "gpusched-scheduler"
-        )
+        cluster.kubeconfig if admin else identities.kubeconfig(cluster, identities.EXTENDER)
     )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    record = _spawn_extender(cluster, kubeconfig, port)
+    record = _spawn_extender(cluster, kubeconfig, port, metrics_port)
     wait_http_ok(f"{url}/readyz", record)
+    if metrics_port:
+        wait_http_ok(f"http://127.0.0.1:{metrics_port}/readyz", record)
     return ExtenderProcess(record, url, kubeconfig)
 
 
 def start_gpusched_kube_scheduler(
-    cluster: LocalCluster, extender: ExtenderProcess
+    cluster: LocalCluster, extender: ExtenderProcess, *, admin: bool = False
 ) -> ProcessRecord:
-    """A kube-scheduler serving the ``gpusched`` profile through ``extender``."""
+    """A kube-scheduler serving the ``gpusched`` profile through ``extender``, as the chart's
+    kube-scheduler identity (a ServiceAccount of its own, not the extender's)."""
     from gpusched.scheduler.config import kube_scheduler_config
 
+    kubeconfig = (
+        cluster.kubeconfig if admin else identities.kubeconfig(cluster, identities.KUBE_SCHEDULER)
+    )
     config = kube_scheduler_config(
-        extender.url, kubeconfig=str(extender.kubeconfig), leader_elect=False, qps=500, burst=1000
+        extender.url, kubeconfig=str(kubeconfig), leader_elect=False, qps=500, burst=1000
     )
     return cluster.start_scheduler("gpusched-kube-scheduler", config)
 
 
-def start_scheduler(cluster: LocalCluster, *, admin: bool = False) -> SchedulerProcesses:
+def start_scheduler(
+    cluster: LocalCluster, *, admin: bool = False, metrics_port: int = 0
+) -> SchedulerProcesses:
     """Start the gpusched extender and its kube-scheduler; return once both serve."""
-    extender = start_extender_only(cluster, admin=admin)
-    scheduler = start_gpusched_kube_scheduler(cluster, extender)
+    extender = start_extender_only(cluster, admin=admin, metrics_port=metrics_port)
+    scheduler = start_gpusched_kube_scheduler(cluster, extender, admin=admin)
     return SchedulerProcesses(extender.record, scheduler, extender.url, extender.kubeconfig)

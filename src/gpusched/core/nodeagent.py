@@ -1,0 +1,651 @@
+"""The node agent's decisions: which pod the kubelet is admitting, which GPUs it must get, whether
+what the kubelet hands a container is what the extender chose, and where a node has drifted.
+
+Device-plugin calls carry no pod identity. Two independent facts supply it:
+
+* **Which pod.** The kubelet admits one pod at a time and allocates its containers one by one;
+  while it does, its PodResources ``List`` already shows that pod (the pod manager knows it and it
+  is active) with the containers not yet allocated holding no device. So the pod being admitted is
+  the one the kubelet lists with a GPU container that holds nothing yet.
+* **Which GPUs.** The extender wrote the pod's set in ``gpusched.io/gpus`` in the same API call
+  that bound it, and live pods' sets never overlap. So a device set also names its pod.
+
+``GetPreferredAllocation`` answers the admitted pod's set; ``Allocate`` accepts a device set only
+when both facts agree. Everything here is a pure function over a :class:`NodeState` snapshot built
+by the shell (``gpusched.node_agent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from gpusched.api import keys
+from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopologySpec, NodeGpuTopologyStatus
+
+#: Pod phases after which a pod holds nothing.
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+class RefusalReason(StrEnum):
+    """Machine reasons of a refused ``GetPreferredAllocation`` / ``Allocate``."""
+
+    NO_POD_RESOURCES = "PodResourcesUnavailable"
+    """The kubelet's PodResources API could not be read: the pod cannot be identified."""
+    POD_GONE = "PodGone"
+    """The pod being admitted no longer exists in the API (deleted after it was bound)."""
+    NO_ADMITTING_POD = "NoAdmittingPod"
+    """The kubelet lists no pod waiting for GPUs."""
+    AMBIGUOUS = "Ambiguous"
+    """Several pods wait for GPUs and the devices tie to none of them."""
+    MISMATCH = "Mismatch"
+    """The devices are not (a part of) the admitted pod's ``gpusched.io/gpus``."""
+    NOT_AVAILABLE = "AssignedGpusNotAvailable"
+    """The kubelet cannot offer the GPUs the pod was bound to (held by another pod, unhealthy)."""
+    RESERVED = "ReservedByGpusched"
+    """A pod gpusched did not place asks for GPUs the extender reserved for another pod."""
+    MALFORMED = "MalformedAssignment"
+    """The pod's ``gpusched.io/gpus`` cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGpus:
+    """One container's request for the plugin's resource."""
+
+    name: str
+    gpus: int
+    init: bool = False
+    """A classic (non-restartable) init container: the kubelet's PodResources does not list it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodGpus:
+    """What the node agent needs of a pod bound to its node."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    containers: tuple[ContainerGpus, ...] = ()
+    assigned: tuple[str, ...] | None = None
+    """``gpusched.io/gpus`` in annotation order; None when the pod carries none."""
+    assignment_error: str | None = None
+    """Why ``gpusched.io/gpus`` is unusable, when it is present but malformed."""
+    live: bool = True
+    """Not in a terminal phase."""
+    deleting: bool = False
+    """Has a deletionTimestamp: it keeps what it holds until it ends, but is admitted no more."""
+    created: str = ""
+    """creationTimestamp (RFC 3339 sorts as text): the kubelet admits older pods first."""
+    allocated: tuple[str, ...] | None = None
+    """``gpusched.io/allocated-gpus`` as last written by the node agent."""
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the only identity the kubelet's PodResources gives."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def requests_gpus(self) -> bool:
+        """Whether any container asks for the resource."""
+        return any(c.gpus > 0 for c in self.containers)
+
+    @property
+    def gpusched_placed(self) -> bool:
+        """Whether the extender chose this pod's GPUs (it carries an assignment)."""
+        return self.assigned is not None or self.assignment_error is not None
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletPod:
+    """A pod as the kubelet's PodResources ``List`` shows it: devices of the plugin's resource
+    per listed container (classic init containers are not listed)."""
+
+    namespace: str
+    name: str
+    devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def held(self) -> frozenset[str]:
+        """Every device of the resource its containers hold."""
+        return frozenset().union(*self.devices.values()) if self.devices else frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEntry:
+    """One GPU of the node, as the device probe published it."""
+
+    uuid: str
+    index: int
+    numa_node: int | None = None
+    healthy: bool = True
+    """False when the probe judged it Unhealthy (or it is MIG-split): never offered."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A snapshot of one node: its GPUs, the pods bound to it, the kubelet's holdings."""
+
+    node: str
+    pods: Mapping[str, PodGpus]
+    """Pods bound to the node per the API server, by ``namespace/name``."""
+    kubelet: Mapping[str, KubeletPod] | None
+    """The kubelet's PodResources view by ``namespace/name``; None when unreadable."""
+    gpus: Sequence[GpuEntry] = ()
+
+    def describe(self, devices: Iterable[str]) -> str:
+        """``GPU 3 (GPU-ab12...), GPU 5 (...)``: indices where known, in index order."""
+        index = {g.uuid: g.index for g in self.gpus}
+        ordered = sorted(devices, key=lambda d: (index.get(d, 1 << 30), d))
+        parts = [f"GPU {index[d]} ({d})" if d in index else d for d in ordered]
+        return ", ".join(parts) if parts else "none"
+
+    def holder(self, device: str) -> str | None:
+        """The pod the kubelet says holds ``device``."""
+        for pod in (self.kubelet or {}).values():
+            if device in pod.held:
+                return pod.key
+        return None
+
+    def owner(self, device: str, *, excluding: str = "") -> PodGpus | None:
+        """The live pod whose assignment contains ``device``."""
+        for pod in self.pods.values():
+            if pod.key != excluding and pod.live and pod.assigned and device in pod.assigned:
+                return pod
+        return None
+
+    def reserved(self, *, excluding: str = "") -> frozenset[str]:
+        """GPUs the extender assigned to live pods on the node (all but ``excluding``)."""
+        out: set[str] = set()
+        for pod in self.pods.values():
+            if pod.key != excluding and pod.live and pod.assigned:
+                out.update(pod.assigned)
+        return frozenset(out)
+
+
+# --- reading pods --------------------------------------------------------------------------
+
+
+def _count(value: Any) -> int | None:
+    text = str(value).strip()
+    return int(text) if text.isdigit() else None
+
+
+def _container_gpus(container: Mapping[str, Any], resource: str, *, init: bool) -> ContainerGpus:
+    resources = container.get("resources") or {}
+    value = (resources.get("limits") or {}).get(resource)
+    if value is None:
+        value = (resources.get("requests") or {}).get(resource)
+    gpus = _count(value) if value is not None else 0
+    return ContainerGpus(str(container.get("name") or ""), gpus or 0, init=init)
+
+
+def parse_uuids(value: str | None) -> tuple[str, ...] | None:
+    """The UUID list of a ``gpusched.io/gpus``-style annotation, None when absent or empty."""
+    if not value:
+        return None
+    parts = tuple(part.strip() for part in value.split(","))
+    return parts if all(parts) else None
+
+
+def pod_gpus(pod: Mapping[str, Any], resource: str = keys.GPU_RESOURCE) -> PodGpus:
+    """The node agent's view of an API pod (a dict as the API server sends it)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    containers = [
+        _container_gpus(c, resource, init=c.get("restartPolicy") != "Always")
+        for c in spec.get("initContainers") or []
+    ]
+    containers += [_container_gpus(c, resource, init=False) for c in spec.get("containers") or []]
+    raw = annotations.get(keys.ANNOTATION_GPUS)
+    assigned = parse_uuids(raw)
+    error = None
+    if raw is not None and assigned is None:
+        error = f"annotation {keys.ANNOTATION_GPUS}={raw!r} is not a list of GPU UUIDs"
+    elif assigned is not None and len(set(assigned)) != len(assigned):
+        error = f"annotation {keys.ANNOTATION_GPUS}={raw!r} names a GPU twice"
+        assigned = None
+    phase = (pod.get("status") or {}).get("phase")
+    return PodGpus(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        containers=tuple(containers),
+        assigned=assigned,
+        assignment_error=error,
+        live=phase not in TERMINAL_PHASES,
+        deleting=bool(meta.get("deletionTimestamp")),
+        created=str(meta.get("creationTimestamp") or ""),
+        allocated=parse_uuids(annotations.get(keys.ANNOTATION_ALLOCATED_GPUS)),
+    )
+
+
+def node_gpus(spec: NodeGpuTopologySpec, status: NodeGpuTopologyStatus | None) -> list[GpuEntry]:
+    """The devices to advertise, from the probe's NodeGpuTopology: one per GPU UUID, unhealthy
+    when the probe judged it Unhealthy or it is MIG-split (not allocatable as a whole GPU).
+    Degraded and Unschedulable GPUs stay healthy to the kubelet: running pods keep them, and the
+    extender never offers them to new pods."""
+    health = {g.index: g.state for g in (status.gpus if status is not None else [])}
+    return [
+        GpuEntry(
+            uuid=gpu.uuid,
+            index=gpu.index,
+            numa_node=gpu.numa_node,
+            healthy=health.get(gpu.index) is not GpuHealthState.UNHEALTHY and not gpu.mig_enabled,
+        )
+        for gpu in sorted(spec.gpus, key=lambda g: g.index)
+    ]
+
+
+# --- who is being admitted -----------------------------------------------------------------
+
+
+def waiting_containers(pod: PodGpus, seen: KubeletPod) -> list[ContainerGpus]:
+    """The pod's listed GPU containers that hold no device yet."""
+    return [c for c in pod.containers if not c.init and c.gpus > 0 and not seen.devices.get(c.name)]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Who the kubelet is admitting, as far as the snapshot tells."""
+
+    pods: tuple[PodGpus, ...]
+    """Known pods with a GPU container that holds nothing yet, oldest first."""
+    gone: tuple[str, ...]
+    """Pods the kubelet lists without any device that the API no longer has."""
+
+
+def admitting(state: NodeState) -> Admission:
+    """The pods the kubelet is admitting right now (normally exactly one)."""
+    pods: list[PodGpus] = []
+    gone: list[str] = []
+    for key, seen in sorted((state.kubelet or {}).items()):
+        pod = state.pods.get(key)
+        if pod is None or (pod.deleting and pod.live and waiting_containers(pod, seen)):
+            if not seen.held:
+                gone.append(key)
+            continue
+        if pod.live and waiting_containers(pod, seen):
+            pods.append(pod)
+    pods.sort(key=lambda p: (p.created, p.key))
+    return Admission(tuple(pods), tuple(gone))
+
+
+# --- the two calls -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer to one device-plugin call."""
+
+    pod: str | None
+    """The pod the call was tied to, when known."""
+    devices: tuple[str, ...] = ()
+    """Preferred devices (GetPreferredAllocation); the accepted ones (Allocate)."""
+    reason: RefusalReason | None = None
+    message: str = ""
+    placed_by_gpusched: bool = True
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call succeeds."""
+        return self.reason is None
+
+
+def _refuse(reason: RefusalReason, message: str, pod: str | None = None) -> Verdict:
+    return Verdict(pod=pod, reason=reason, message=message)
+
+
+def _unidentified(state: NodeState, admission: Admission) -> Verdict:
+    if admission.gone:
+        names = ", ".join(admission.gone)
+        return _refuse(
+            RefusalReason.POD_GONE,
+            f"pod {names} being admitted was deleted after it was bound (it is gone from the "
+            "API server or terminating); it gets no GPUs",
+            admission.gone[0],
+        )
+    return _refuse(
+        RefusalReason.NO_ADMITTING_POD,
+        f"the kubelet on {state.node} lists no pod waiting for GPUs, so these devices cannot be "
+        "tied to a pod",
+    )
+
+
+def _held_by_siblings(pod: PodGpus, state: NodeState) -> frozenset[str]:
+    seen = (state.kubelet or {}).get(pod.key)
+    return seen.held if seen is not None else frozenset()
+
+
+def _not_available(pod: PodGpus, missing: Iterable[str], state: NodeState) -> str:
+    reasons = []
+    unhealthy = {g.uuid for g in state.gpus if not g.healthy}
+    index = {g.uuid: g.index for g in state.gpus}
+    for device in sorted(missing, key=lambda d: (index.get(d, 1 << 30), d)):
+        holder = state.holder(device)
+        if holder is not None:
+            why = f"held by pod {holder}"
+        elif device in unhealthy:
+            why = "unhealthy"
+        elif device not in {g.uuid for g in state.gpus}:
+            why = "not a GPU of this node"
+        else:
+            why = "not offered by the kubelet"
+        reasons.append(f"{state.describe([device])} is {why}")
+    return (
+        f"pod {pod.key} is bound to {state.describe(pod.assigned or ())} ({keys.ANNOTATION_GPUS}) "
+        f"but {'; '.join(reasons)}"
+    )
+
+
+def _choose_for_pod(
+    pod: PodGpus,
+    state: NodeState,
+    available: frozenset[str],
+    must_include: Sequence[str],
+    size: int,
+) -> Verdict:
+    if pod.assignment_error is not None:
+        return _refuse(RefusalReason.MALFORMED, f"pod {pod.key}: {pod.assignment_error}", pod.key)
+    if pod.assigned is None:
+        return _choose_unplaced(pod, state, available, must_include, size)
+    held = _held_by_siblings(pod, state)
+    wanted = [g for g in pod.assigned if g not in held]
+    foreign = [d for d in must_include if d not in wanted]
+    if foreign:
+        return _refuse(
+            RefusalReason.MISMATCH,
+            f"the kubelet insists on {state.describe(foreign)} for pod {pod.key}, which is bound "
+            f"to {state.describe(pod.assigned)} ({keys.ANNOTATION_GPUS})",
+            pod.key,
+        )
+    usable = [g for g in wanted if g in available]
+    if len(usable) < size:
+        missing = [g for g in wanted if g not in available]
+        return _refuse(RefusalReason.NOT_AVAILABLE, _not_available(pod, missing, state), pod.key)
+    chosen = list(must_include) + [g for g in usable if g not in must_include]
+    return Verdict(pod=pod.key, devices=tuple(chosen[:size]))
+
+
+def _choose_unplaced(
+    pod: PodGpus,
+    state: NodeState,
+    available: frozenset[str],
+    must_include: Sequence[str],
+    size: int,
+) -> Verdict:
+    """A pod gpusched did not place gets GPUs nobody else was assigned, lowest index first."""
+    reserved = state.reserved(excluding=pod.key)
+    clash = [d for d in must_include if d in reserved]
+    if clash:
+        return _refuse(RefusalReason.RESERVED, _reserved_message(pod, clash, state), pod.key)
+    order = {g.uuid: g.index for g in state.gpus}
+    free = sorted(
+        (d for d in available if d not in reserved and d not in must_include),
+        key=lambda d: (order.get(d, 1 << 30), d),
+    )
+    chosen = list(must_include) + free
+    if len(chosen) < size:
+        taken = sorted(d for d in available if d in reserved)
+        return _refuse(
+            RefusalReason.RESERVED,
+            f"pod {pod.key} (not placed by gpusched) needs {size} GPU(s) but only "
+            f"{len(chosen)} free one(s) are not reserved by gpusched; "
+            + _reserved_message(pod, taken, state),
+            pod.key,
+        )
+    return Verdict(pod=pod.key, devices=tuple(chosen[:size]), placed_by_gpusched=False)
+
+
+def _reserved_message(pod: PodGpus, devices: Iterable[str], state: NodeState) -> str:
+    owners = []
+    for device in devices:
+        owner = state.owner(device, excluding=pod.key)
+        owners.append(
+            f"{state.describe([device])} is reserved for pod {owner.key if owner else '?'}"
+        )
+    return "; ".join(owners)
+
+
+def preferred_allocation(
+    state: NodeState, available: Iterable[str], must_include: Sequence[str], size: int
+) -> Verdict:
+    """The answer to ``GetPreferredAllocation`` for one container request.
+
+    The pod being admitted gets its own annotated GPUs (never another's); a pod gpusched did not
+    place gets free GPUs that no gpusched pod was assigned. A refusal fails the pod's admission
+    with the message, which is what the kubelet would otherwise be led into by Allocate.
+    """
+    if state.kubelet is None:
+        return _refuse(
+            RefusalReason.NO_POD_RESOURCES,
+            "the kubelet's PodResources API is unreadable, so the pod being admitted cannot be "
+            "identified",
+        )
+    offered = frozenset(available) | frozenset(must_include)
+    admission = admitting(state)
+    candidates = [
+        p
+        for p in admission.pods
+        if any(c.gpus == size for c in waiting_containers(p, state.kubelet[p.key]))
+    ] or list(admission.pods)
+    if not candidates:
+        return _unidentified(state, admission)
+    if len(candidates) > 1:
+        fitting = [p for p in candidates if p.assigned is not None and set(p.assigned) & offered]
+        candidates = fitting or candidates
+    return _choose_for_pod(candidates[0], state, offered, must_include, size)
+
+
+def verify_allocation(state: NodeState, devices: Iterable[str]) -> Verdict:
+    """The verdict on ``Allocate`` of ``devices`` for one container.
+
+    Accepted when the kubelet is admitting a pod whose ``gpusched.io/gpus`` contains every device
+    and whose other containers do not hold them, or a pod gpusched did not place that takes no
+    GPU assigned to a gpusched pod. Anything else is refused with a sentence naming the pods and
+    GPUs involved.
+    """
+    requested = frozenset(devices)
+    if state.kubelet is None:
+        return _refuse(
+            RefusalReason.NO_POD_RESOURCES,
+            "the kubelet's PodResources API is unreadable, so the pod being admitted cannot be "
+            "identified; refusing rather than risk handing out another pod's GPUs",
+        )
+    admission = admitting(state)
+    if not admission.pods:
+        return _unidentified(state, admission)
+    for pod in admission.pods:
+        if pod.assigned is not None and requested <= set(pod.assigned):
+            if requested & _held_by_siblings(pod, state):
+                continue
+            return Verdict(pod=pod.key, devices=tuple(sorted(requested)))
+    pod = admission.pods[0]
+    if len(admission.pods) == 1 and pod.assignment_error is not None:
+        return _refuse(RefusalReason.MALFORMED, f"pod {pod.key}: {pod.assignment_error}", pod.key)
+    unplaced = [p for p in admission.pods if not p.gpusched_placed]
+    if unplaced:
+        clash = sorted(requested & state.reserved(excluding=unplaced[0].key))
+        if not clash:
+            return Verdict(
+                pod=unplaced[0].key, devices=tuple(sorted(requested)), placed_by_gpusched=False
+            )
+        if len(admission.pods) == 1:
+            return _refuse(
+                RefusalReason.RESERVED,
+                f"pod {pod.key} was not placed by gpusched and asks for GPUs reserved for "
+                f"others: {_reserved_message(pod, clash, state)}",
+                pod.key,
+            )
+    if len(admission.pods) > 1:
+        names = ", ".join(p.key for p in admission.pods)
+        return _refuse(
+            RefusalReason.AMBIGUOUS,
+            f"pods {names} all wait for GPUs and {state.describe(requested)} belongs to none of "
+            "them",
+        )
+    owner = next((state.owner(d) for d in sorted(requested) if state.owner(d)), None)
+    whose = f"; they are assigned to pod {owner.key}" if owner is not None else ""
+    return _refuse(
+        RefusalReason.MISMATCH,
+        f"the kubelet passed {state.describe(requested)} for pod {pod.key}, which is bound to "
+        f"{state.describe(pod.assigned or ())} ({keys.ANNOTATION_GPUS}){whose}",
+        pod.key,
+    )
+
+
+# --- drift ---------------------------------------------------------------------------------
+
+
+class DriftKind(StrEnum):
+    """How a pod's real GPUs differ from what gpusched decided."""
+
+    OUTSIDE_ASSIGNMENT = "OutsideAssignment"
+    """A gpusched pod's containers hold GPUs that are not in its ``gpusched.io/gpus``."""
+    INCOMPLETE = "Incomplete"
+    """A gpusched pod, fully admitted, holds fewer GPUs than it was assigned."""
+    TAKES_RESERVED = "TakesReserved"
+    """A pod gpusched did not place holds GPUs assigned to a gpusched pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One pod whose real GPUs differ from gpusched's decision."""
+
+    pod: str
+    kind: DriftKind
+    held: tuple[str, ...]
+    assigned: tuple[str, ...]
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DriftReport:
+    """What the kubelet's PodResources say against the annotations."""
+
+    drifts: tuple[Drift, ...]
+    allocated: Mapping[str, tuple[str, ...]]
+    """For every pod the kubelet lists with GPUs: what it really holds, in index order."""
+    checked: int
+    """Pods compared."""
+
+
+def check_drift(state: NodeState) -> DriftReport:
+    """Compare every pod the kubelet lists with the extender's assignments."""
+    if state.kubelet is None:
+        return DriftReport((), {}, 0)
+    order = {g.uuid: g.index for g in state.gpus}
+    drifts: list[Drift] = []
+    allocated: dict[str, tuple[str, ...]] = {}
+    checked = 0
+    for key, seen in sorted(state.kubelet.items()):
+        pod = state.pods.get(key)
+        if pod is None or not pod.live:
+            continue
+        held = seen.held
+        if held:
+            allocated[key] = tuple(sorted(held, key=lambda d: (order.get(d, 1 << 30), d)))
+        if not held and not pod.gpusched_placed:
+            continue
+        checked += 1
+        if pod.assigned is not None:
+            assigned = set(pod.assigned)
+            outside = held - assigned
+            if outside:
+                drifts.append(
+                    Drift(
+                        key,
+                        DriftKind.OUTSIDE_ASSIGNMENT,
+                        allocated.get(key, ()),
+                        pod.assigned,
+                        f"pod {key} holds {state.describe(outside)} outside its assigned "
+                        f"{state.describe(pod.assigned)} ({keys.ANNOTATION_GPUS})",
+                    )
+                )
+            elif held and held != assigned and not waiting_containers(pod, seen):
+                drifts.append(
+                    Drift(
+                        key,
+                        DriftKind.INCOMPLETE,
+                        allocated.get(key, ()),
+                        pod.assigned,
+                        f"pod {key} holds {state.describe(held)} but was assigned "
+                        f"{state.describe(pod.assigned)} ({keys.ANNOTATION_GPUS})",
+                    )
+                )
+            continue
+        taken = held & state.reserved(excluding=key)
+        if taken:
+            drifts.append(
+                Drift(
+                    key,
+                    DriftKind.TAKES_RESERVED,
+                    allocated.get(key, ()),
+                    (),
+                    f"pod {key} (not placed by gpusched) holds GPUs gpusched reserved: "
+                    + _reserved_message(pod, sorted(taken), state),
+                )
+            )
+    return DriftReport(tuple(drifts), allocated, checked)
+
+
+# --- what `gpusched explain` says about a pod ------------------------------------------------
+
+
+class Enforcement(StrEnum):
+    """Whether a pod's containers are known to hold exactly what gpusched decided."""
+
+    CONFIRMED = "Confirmed"
+    """The node agent saw the kubelet give the pod exactly its ``gpusched.io/gpus``."""
+    DRIFT = "Drift"
+    """The kubelet gave the pod other GPUs than its ``gpusched.io/gpus``."""
+    UNCONFIRMED = "Unconfirmed"
+    """No report from a node agent yet (not admitted yet, or no gpusched plugin on the node)."""
+    NOT_PLACED = "NotPlacedByGpusched"
+    """The pod carries no assignment; the node agent reports what it holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnforcementCheck:
+    """The verdict on one pod, with a sentence."""
+
+    state: Enforcement
+    message: str
+
+
+def enforcement(pod: PodGpus) -> EnforcementCheck:
+    """Compare a pod's assignment with what the node agent saw it allocated."""
+    held = ",".join(pod.allocated) if pod.allocated else "nothing reported"
+    if pod.assigned is None:
+        return EnforcementCheck(
+            Enforcement.NOT_PLACED,
+            f"not placed by gpusched; the kubelet gave it {held}",
+        )
+    if pod.allocated is None:
+        return EnforcementCheck(
+            Enforcement.UNCONFIRMED,
+            "no node agent has reported its GPUs yet (not admitted yet, or gpusched's device "
+            "plugin does not run on its node)",
+        )
+    if set(pod.allocated) == set(pod.assigned):
+        return EnforcementCheck(
+            Enforcement.CONFIRMED, "its containers hold exactly its assigned GPUs"
+        )
+    outside = sorted(set(pod.allocated) - set(pod.assigned))
+    missing = sorted(set(pod.assigned) - set(pod.allocated))
+    parts = []
+    if outside:
+        parts.append(f"holds {','.join(outside)} it was not assigned")
+    if missing:
+        parts.append(f"lacks assigned {','.join(missing)}")
+    return EnforcementCheck(
+        Enforcement.DRIFT,
+        "the kubelet's allocation differs from gpusched's assignment: " + "; ".join(parts),
+    )

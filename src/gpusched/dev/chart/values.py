@@ -1,0 +1,373 @@
+# ruff: noqa: N815  (Helm values keys are camelCase by convention)
+"""The Helm chart's values, as types: the one source of `values.yaml` and `values.schema.json`.
+
+Every field's docstring becomes the comment above its key in `values.yaml` and its
+`description` in the schema; every object is closed (`additionalProperties: false`), so a
+typo in an admin's values file is refused by `helm install` with the key named. Kubernetes
+objects passed through verbatim (affinity, security contexts) stay open, like in every chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Closed(BaseModel):
+    """A values object: no unknown keys, field docstrings as descriptions."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+Quantity = str | int | float
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+
+
+class Image(Closed):
+    repository: str
+    """Image repository (registry and path)."""
+    tag: str = ""
+    """Image tag; empty: the chart's appVersion."""
+    pullPolicy: PullPolicy = "IfNotPresent"
+    """When the kubelet pulls the image."""
+
+
+class KubeSchedulerImage(Closed):
+    repository: str = "registry.k8s.io/kube-scheduler"
+    """The stock kube-scheduler image."""
+    tag: str = ""
+    """Image tag; empty: the cluster's own version (kube-scheduler must match the control
+    plane's minor version)."""
+    pullPolicy: PullPolicy = "IfNotPresent"
+    """When the kubelet pulls the image."""
+
+
+class Resources(Closed):
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Requested resources, e.g. `cpu: 100m`."""
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Resource limits, e.g. `memory: 512Mi`."""
+
+
+class Toleration(Closed):
+    key: str = ""
+    """Taint key the toleration applies to (empty with `operator: Exists`: every taint)."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """`Exists` or `Equal`."""
+    value: str = ""
+    """Taint value for `Equal`."""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    """Taint effect; empty: every effect."""
+    tolerationSeconds: int | None = None
+    """For `NoExecute`: how long the pod stays bound after the taint appears."""
+
+
+class Placement(Closed):
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the pods require."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Taints the pods tolerate."""
+    affinity: dict[str, Any] = Field(default_factory=dict)
+    """A Kubernetes `affinity` object, passed through."""
+    podAnnotations: dict[str, str] = Field(default_factory=dict)
+    """Extra annotations on the pods."""
+    podLabels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels on the pods."""
+
+
+class DisruptionBudget(Closed):
+    enabled: bool = True
+    """Create a PodDisruptionBudget, so node drains keep one replica serving."""
+    minAvailable: int = Field(1, ge=0)
+    """Replicas a voluntary disruption must leave running."""
+
+
+def _probe_image() -> Image:
+    return Image(repository="ghcr.io/gpusched/gpusched-device-probe")
+
+
+def _scheduler_image() -> Image:
+    return Image(repository="ghcr.io/gpusched/gpusched-scheduler")
+
+
+def _operator_image() -> Image:
+    return Image(repository="ghcr.io/gpusched/gpusched-operator")
+
+
+class DeviceProbe(Placement):
+    enabled: bool = True
+    """Run the device probe DaemonSet on GPU nodes."""
+    image: Image = Field(default_factory=_probe_image)
+    """Image built from `device-probe/Dockerfile`."""
+    runtimeClassName: str = "nvidia"
+    """RuntimeClass that injects NVML and the GPU device nodes (the NVIDIA container toolkit's);
+    empty: the node's default runtime (when it is the NVIDIA one, or with CDI)."""
+    nodeSelector: dict[str, str] = Field(
+        default_factory=lambda: {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    )
+    """GPU nodes. The default is Node Feature Discovery's label for an NVIDIA PCI device; with
+    the GPU Operator, `nvidia.com/gpu.present: "true"` works as well."""
+    tolerations: list[Toleration] = Field(
+        default_factory=lambda: [
+            Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
+            Toleration(key="gpusched.io/no-healthy-gpu", operator="Exists"),
+        ]
+    )
+    """Taints of GPU nodes the probe tolerates, including its own no-healthy-GPU taint."""
+    interval: str = "10s"
+    """Time between health readings (XID events are published at once)."""
+    resync: str = "300s"
+    """Full re-read of the inventory and of what the API server holds."""
+    telemetryRefresh: str = "600s"
+    """Least time between writes caused by temperature or power alone."""
+    taintUnhealthy: bool = False
+    """Taint a node none of whose GPUs is usable with
+    `gpusched.io/no-healthy-gpu=true:NoSchedule` (removed when one is again)."""
+    gfdLabels: Literal["auto", "never"] = "auto"
+    """`auto`: write GPU Feature Discovery's `nvidia.com/` labels only where GFD does not;
+    `never`: none."""
+    ignoreXids: str = ""
+    """XIDs that never change health, comma separated; empty: the probe's default list
+    (the NVIDIA device plugin's)."""
+    logLevel: Literal["debug", "info", "warning", "error"] = "info"
+    """Log level."""
+    extraArgs: list[str] = Field(default_factory=list)
+    """More `gpusched probe` flags."""
+    metricsPort: int = Field(9402, ge=1, le=65535)
+    """Port of the probe's Prometheus endpoint."""
+    resources: Resources = Field(
+        default_factory=lambda: Resources(
+            requests={"cpu": "10m", "memory": "100Mi"}, limits={"memory": "160Mi"}
+        )
+    )
+    """The probe's resources (about 90 MiB RSS on an 8-GPU node)."""
+    maxUnavailable: str | int = "10%"
+    """Probe pods replaced at once during a rolling update."""
+
+
+class NodeAgent(Closed):
+    enabled: bool = False
+    """Add gpusched's device plugin as a second container of the probe DaemonSet, so each
+    container gets exactly the GPUs the extender chose. It replaces NVIDIA's device plugin on
+    those nodes (see docs/install.md)."""
+    metricsPort: int = Field(9403, ge=1, le=65535)
+    """Port of the node agent's Prometheus endpoint."""
+    kubeletDir: str = "/var/lib/kubelet"
+    """The kubelet's root directory on the host (device-plugins/ and pod-resources/ below it)."""
+    extraArgs: list[str] = Field(default_factory=list)
+    """More `gpusched device-plugin` flags."""
+    resources: Resources = Field(
+        default_factory=lambda: Resources(
+            requests={"cpu": "10m", "memory": "80Mi"}, limits={"memory": "160Mi"}
+        )
+    )
+    """The node agent's resources."""
+
+
+class KubeScheduler(Closed):
+    image: KubeSchedulerImage = Field(default_factory=KubeSchedulerImage)
+    """The kube-scheduler serving the `gpusched` profile."""
+    qps: int = Field(200, ge=1)
+    """Queries per second to the API server."""
+    burst: int = Field(400, ge=1)
+    """Burst above `qps`."""
+    verbosity: int = Field(1, ge=0, le=10)
+    """`-v` log verbosity."""
+    resources: Resources = Field(
+        default_factory=lambda: Resources(
+            requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}
+        )
+    )
+    """kube-scheduler's resources."""
+
+
+class Extender(Closed):
+    image: Image = Field(default_factory=_scheduler_image)
+    """Image built from `scheduler/Dockerfile`."""
+    port: int = Field(8888, ge=1, le=65535)
+    """Loopback port kube-scheduler calls the extender on (never reachable from outside the pod)."""
+    metricsPort: int = Field(8889, ge=1, le=65535)
+    """Port serving only `/metrics`, `/healthz` and `/readyz` on the pod's address."""
+    httpTimeout: str = "30s"
+    """How long kube-scheduler waits for one extender call."""
+    logLevel: Literal["debug", "info", "warning", "error"] = "info"
+    """Log level (`debug` logs every refused node)."""
+    resources: Resources = Field(
+        default_factory=lambda: Resources(
+            requests={"cpu": "200m", "memory": "256Mi"}, limits={"memory": "1Gi"}
+        )
+    )
+    """The extender's resources (its cache grows with nodes and GPU pods)."""
+
+
+class FlowSchema(Closed):
+    enabled: bool = True
+    """Give the scheduler's and the extender's API requests kube-scheduler's own priority level,
+    so binds do not queue behind other workloads (API Priority and Fairness)."""
+    priorityLevel: str = "workload-high"
+    """PriorityLevelConfiguration the requests go to."""
+    matchingPrecedence: int = Field(800, ge=1, le=10000)
+    """Precedence among FlowSchemas (lower wins; the built-in `service-accounts` is 9000)."""
+
+
+class LeaderElection(Closed):
+    leaseName: str = "gpusched-scheduler"
+    """Lease the kube-scheduler replicas elect a leader with."""
+    leaseNamespace: str = "kube-system"
+    """Namespace of that Lease."""
+
+
+class Scheduler(Placement):
+    enabled: bool = True
+    """Run the scheduler Deployment: a stock kube-scheduler serving the `gpusched` profile with
+    the extender beside it in one pod."""
+    replicas: int = Field(2, ge=1)
+    """Replicas; one leads (Lease), the others keep their caches warm."""
+    kubeScheduler: KubeScheduler = Field(default_factory=KubeScheduler)
+    """The kube-scheduler container."""
+    extender: Extender = Field(default_factory=Extender)
+    """The extender container."""
+    leaderElection: LeaderElection = Field(default_factory=LeaderElection)
+    """kube-scheduler's leader election."""
+    flowSchema: FlowSchema = Field(default_factory=FlowSchema)
+    """API Priority and Fairness for the scheduler's requests."""
+    podDisruptionBudget: DisruptionBudget = Field(default_factory=DisruptionBudget)
+    """Disruption budget of the scheduler pods."""
+
+
+class PodPolicy(Closed):
+    protectedNamespaces: list[str] = Field(
+        default_factory=lambda: ["kube-system", "kube-public", "kube-node-lease"]
+    )
+    """Namespaces the operator may never create, change or delete pods in (the release's own
+    namespace is always added)."""
+    namespaceLabels: dict[str, str] = Field(default_factory=dict)
+    """Labels a namespace must carry for the operator to write pods in it; empty: any namespace
+    not protected. Label your tenants' namespaces (say `gpusched.io/tenant: "true"`) and set
+    this to confine the operator to them."""
+
+
+class Operator(Placement):
+    enabled: bool = True
+    """Run the GpuJob / TenantQuota operator."""
+    image: Image = Field(default_factory=_operator_image)
+    """Image built from `operator/Dockerfile`."""
+    replicas: int = Field(2, ge=1)
+    """Replicas; one runs admission cycles (Lease `gpusched-operator`), the others take over."""
+    resync: float = Field(5.0, gt=0)
+    """Seconds between admission cycles when nothing changes."""
+    podsReadyTimeout: float = Field(300.0, gt=0)
+    """Seconds an admitted gang may take until all its pods run; then it is requeued."""
+    backoffBase: float = Field(10.0, gt=0)
+    """First requeue delay after a gang timeout (doubles each time)."""
+    backoffMax: float = Field(600.0, gt=0)
+    """Longest requeue delay."""
+    gpuNodeSelector: dict[str, str] = Field(default_factory=dict)
+    """Only place GpuJobs on nodes with these labels; empty: every node with a NodeGpuTopology."""
+    maxPreemptionSearches: int = Field(32, ge=0)
+    """Victim searches per admission cycle."""
+    metricsPort: int = Field(8080, ge=1, le=65535)
+    """Port of the operator's Prometheus endpoint."""
+    verbose: bool = False
+    """Debug logging."""
+    podPolicy: PodPolicy = Field(default_factory=PodPolicy)
+    """Admission policy on the operator's pod writes: only pods of GpuJob gangs, never in the
+    protected namespaces."""
+    resources: Resources = Field(
+        default_factory=lambda: Resources(
+            requests={"cpu": "200m", "memory": "256Mi"}, limits={"memory": "1Gi"}
+        )
+    )
+    """The operator's resources."""
+    podDisruptionBudget: DisruptionBudget = Field(default_factory=DisruptionBudget)
+    """Disruption budget of the operator pods."""
+
+
+class PriorityClass(Closed):
+    create: bool = True
+    """Create a PriorityClass for gpusched's own pods, so they are not preempted by workloads."""
+    name: str = ""
+    """Its name; empty: `<release>-system`. With `create: false`, an existing class to use
+    (e.g. `system-cluster-critical`), or empty for none."""
+    value: int = Field(1000000000, ge=0, le=1000000000)
+    """Its value: above any workload, below Kubernetes' own system classes."""
+
+
+class ServiceMonitor(Closed):
+    enabled: bool = False
+    """Create ServiceMonitors for the Prometheus Operator (CRD `monitoring.coreos.com/v1`)."""
+    interval: str = "30s"
+    """Scrape interval."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels, e.g. the `release` label your Prometheus selects ServiceMonitors by."""
+
+
+class AlertThresholds(Closed):
+    extenderLatencySeconds: float = Field(1.0, gt=0)
+    """p99 extender filter or bind latency that counts as slow."""
+    probeStaleSeconds: int = Field(300, gt=0)
+    """A probe that has not completed a reading for this long is not reporting."""
+    jobPendingSeconds: int = Field(3600, gt=0)
+    """A tenant whose oldest queued GpuJob has waited longer alerts."""
+    preemptionsPerHour: float = Field(20.0, gt=0)
+    """Preemptions per hour across the cluster above which preemption is churning."""
+
+
+class PrometheusRule(Closed):
+    enabled: bool = False
+    """Create a PrometheusRule with gpusched's alerts (Prometheus Operator)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels, e.g. the `release` label your Prometheus selects rules by."""
+    thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
+    """Alert thresholds."""
+
+
+class GrafanaDashboards(Closed):
+    enabled: bool = False
+    """Create one ConfigMap per dashboard for the Grafana sidecar."""
+    label: str = "grafana_dashboard"
+    """Label the sidecar looks for (kube-prometheus-stack's default)."""
+    labelValue: str = "1"
+    """Value of that label."""
+    namespace: str = ""
+    """Namespace of the ConfigMaps; empty: the release's. Must be one the sidecar watches."""
+    folder: str = "gpusched"
+    """Grafana folder (the sidecar's `k8s-sidecar-target-directory` annotation); empty: none."""
+
+
+class Metrics(Closed):
+    serviceMonitor: ServiceMonitor = Field(default_factory=ServiceMonitor)
+    """Prometheus Operator scraping."""
+    prometheusRule: PrometheusRule = Field(default_factory=PrometheusRule)
+    """Prometheus Operator alerts."""
+    grafanaDashboards: GrafanaDashboards = Field(default_factory=GrafanaDashboards)
+    """Grafana dashboards."""
+
+
+class ChartTests(Closed):
+    timeoutSeconds: int = Field(10, ge=1)
+    """How long each `helm test` check waits for a component to answer."""
+
+
+class Values(Closed):
+    nameOverride: str = ""
+    """Replaces the chart name in resource names."""
+    fullnameOverride: str = ""
+    """Replaces `<release>-<chart>` in resource names."""
+    imagePullSecrets: list[dict[str, str]] = Field(default_factory=list)
+    """Secrets for pulling gpusched's images, e.g. `[{name: regcred}]`."""
+    priorityClass: PriorityClass = Field(default_factory=PriorityClass)
+    """Priority of gpusched's pods."""
+    deviceProbe: DeviceProbe = Field(default_factory=DeviceProbe)
+    """The device probe: NVML -> node labels and NodeGpuTopology."""
+    nodeAgent: NodeAgent = Field(default_factory=NodeAgent)
+    """The node agent (device plugin) beside the probe."""
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    """kube-scheduler with the gpusched extender."""
+    operator: Operator = Field(default_factory=Operator)
+    """The GpuJob / TenantQuota operator."""
+    metrics: Metrics = Field(default_factory=Metrics)
+    """Prometheus and Grafana integration."""
+    tests: ChartTests = Field(default_factory=ChartTests)
+    """`helm test` hooks."""

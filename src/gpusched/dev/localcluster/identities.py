@@ -1,0 +1,174 @@
+"""Component identities on a local cluster, exactly as the Helm chart creates them.
+
+A component process gets a kubeconfig with a token of the chart's ServiceAccount for it, after
+the objects the chart renders for that identity (ServiceAccount, RBAC, admission policies,
+FlowSchema) are applied. A probe's token is bound to its Node, as the projected token of a
+DaemonSet pod on that node is, so the chart's own-node policy applies to it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from gpusched.dev.chart import render
+from gpusched.dev.localcluster import pki
+from gpusched.dev.localcluster.cluster import ClusterError, LocalCluster
+
+NAMESPACE: Final = render.NAMESPACE
+PROBE: Final = "gpusched-device-probe"
+KUBE_SCHEDULER: Final = "gpusched-scheduler"
+EXTENDER: Final = "gpusched-extender"
+OPERATOR: Final = "gpusched-operator"
+#: The node agent's additions to the probe's identity (it runs as the probe's ServiceAccount).
+NODE_AGENT: Final = "node-agent"
+#: Chart component (label) of each ServiceAccount.
+COMPONENT: Final = {
+    PROBE: "device-probe",
+    KUBE_SCHEDULER: "scheduler",
+    EXTENDER: "scheduler",
+    OPERATOR: "operator",
+}
+
+#: Chart values a component's identity is rendered with (default: the chart's defaults).
+_VALUES: Final[dict[str, dict[str, Any]]] = {NODE_AGENT: {"nodeAgent": {"enabled": True}}}
+
+_installed: set[tuple[Path, str]] = set()
+_lock = threading.Lock()
+
+
+def user(account: str, namespace: str = NAMESPACE) -> str:
+    """The username a token of ``account`` authenticates as."""
+    return f"system:serviceaccount:{namespace}:{account}"
+
+
+def install(cluster: LocalCluster, component: str) -> None:
+    """Apply the chart's identity objects of ``component`` (once per cluster and process) and
+    wait until its admission policies are in force."""
+    if component == NODE_AGENT:  # additions to the probe's identity: its ServiceAccount first
+        install(cluster, COMPONENT[PROBE])
+    key = (cluster.state_dir, component)
+    with _lock:
+        if key in _installed:
+            return
+        objects = render.identity(component, _VALUES.get(component))
+        manifest = render.write_manifest(
+            objects, cluster.state_dir / "chart" / f"identity-{component}.yaml"
+        )
+        cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+        if any(obj["kind"] == "ValidatingAdmissionPolicy" for obj in objects):
+            _wait_policy_in_force(cluster, component)
+        _installed.add(key)
+
+
+def uninstall(cluster: LocalCluster, component: str) -> None:
+    """Delete what :func:`install` applied for ``component`` (a test that needs an identity
+    exactly as the chart's defaults render it removes the node agent's additions first)."""
+    with _lock:
+        objects = render.identity(component, _VALUES.get(component))
+        manifest = render.write_manifest(
+            objects, cluster.state_dir / "chart" / f"identity-{component}.yaml"
+        )
+        cluster.kubectl("delete", "--ignore-not-found", "--wait", "-f", str(manifest))
+        _installed.discard((cluster.state_dir, component))
+
+
+def kubeconfig(cluster: LocalCluster, account: str, *, node: str | None = None) -> Path:
+    """Install ``account``'s identity and return a kubeconfig with a token of it (bound to
+    ``node`` when given)."""
+    install(cluster, COMPONENT[account])
+    if node is None:
+        return _token_kubeconfig(cluster, account, "")
+    uid = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}").stdout
+    bound = ("Node", node, uid.strip())
+    return _token_kubeconfig(cluster, account, f"-{node}", bound=bound)
+
+
+def _token_kubeconfig(
+    cluster: LocalCluster,
+    account: str,
+    suffix: str,
+    *,
+    bound: tuple[str, str, str] | None = None,
+) -> Path:
+    """A kubeconfig with a fresh token of ``account`` (bound to an object: kind, name, uid)."""
+    args = ["create", "token", account, "-n", NAMESPACE, "--duration=48h"]
+    if bound is not None:
+        kind, name, uid = bound
+        args += [
+            f"--bound-object-kind={kind}",
+            f"--bound-object-name={name}",
+            f"--bound-object-uid={uid}",
+        ]
+    token = cluster.kubectl(*args).stdout.strip()
+    return pki.write_kubeconfig(
+        cluster.state_dir / f"sa-{account}{suffix}.kubeconfig",
+        cluster.server,
+        cluster.ca_cert,
+        user(account),
+        token=token,
+    )
+
+
+#: A write each component's policy refuses, sent as a server-side dry run (admission runs, nothing
+#: is stored): (account, kubectl arguments).
+_CANARIES: Final = {
+    # A token without a node claim may write no NodeGpuTopology.
+    "device-probe": (
+        PROBE,
+        ["create", "-f", "-", "--dry-run=server"],
+        "apiVersion: gpusched.io/v1alpha1\nkind: NodeGpuTopology\n"
+        "metadata: {name: gpusched-policy-check}\nspec: {nodeName: gpusched-policy-check}\n",
+    ),
+    # No annotation on a pod bound to no node (the canary pod below).
+    NODE_AGENT: (
+        PROBE,
+        ["annotate", "pod", "gpusched-policy-check", "-n", NAMESPACE, "x=y", "--dry-run=server"],
+        None,
+    ),
+    # No pod in kube-system.
+    "operator": (
+        OPERATOR,
+        ["run", "gpusched-policy-check", "-n", "kube-system", "--image=x", "--dry-run=server"],
+        None,
+    ),
+}
+
+
+def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float = 60.0) -> None:
+    canary = _CANARIES.get(component)
+    if canary is None:
+        return
+    account, args, stdin = canary
+    if component == NODE_AGENT:
+        cluster.kubectl(
+            "run",
+            "gpusched-policy-check",
+            "-n",
+            NAMESPACE,
+            "--image=x",
+            '--overrides={"spec": {"schedulerName": "gpusched-policy-check"}}',
+            check=False,
+        )
+    config = _token_kubeconfig(cluster, account, "-canary")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = subprocess.run(
+            [cluster.binary("kubectl"), f"--kubeconfig={config}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0 and "ValidatingAdmissionPolicy" in result.stderr:
+            return
+        time.sleep(0.2)
+    raise ClusterError(
+        f"the chart's admission policy for {component} is not in force after {timeout:.0f}s "
+        f"(kubeconfig {config})"
+    )

@@ -1,0 +1,225 @@
+"""A real kubelet as a Node of the local cluster, running pods on a fake container runtime.
+
+The kubelet is built from the pinned ``k8s.io/kubernetes`` (``e2e/tools/kubelet``), and so is the
+fake CRI runtime it talks to (``fakecri``: k8s.io/cri-client's fake runtime, which records every
+container it is asked to create). Sandboxes and containers exist only in the runtime's memory, so
+no root-owned state, image or cgroup is touched, yet everything above the CRI is the real kubelet:
+registration, admission, the device manager and Topology Manager, device-plugin registration,
+PodResources, status updates, checkpoints and restarts.
+
+The kubelet's device-plugin directory is fixed at ``/var/lib/kubelet/device-plugins`` (a
+constant of the kubelet), so each kubelet runs in its own mount namespace (``unshare``) where a
+directory of the node is bind-mounted over ``/var/lib/kubelet``: several kubelets run side by
+side, and the device plugin (outside the namespace) reaches their sockets under that directory.
+
+Host checks that do not apply here are off: cgroup v1 is accepted (``failCgroupV1: false``), swap
+is tolerated, no QoS cgroups or node-allocatable enforcement, no eviction thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpusched.dev.localcluster.cluster import ClusterError, LocalCluster
+from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
+
+#: What the kubelet sees as its root directory (inside its mount namespace).
+KUBELET_ROOT = "/var/lib/kubelet"
+
+
+def kubelet_configuration(node_dir: Path, port: int, healthz_port: int) -> dict[str, Any]:
+    """The KubeletConfiguration of a loopback kubelet on the fake runtime."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": "127.0.0.1",
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "containerRuntimeEndpoint": f"unix://{node_dir / 'cri.sock'}",
+        "podLogsDir": f"{KUBELET_ROOT}/pod-logs",
+        # This machine: cgroup v1, maybe swap, not ours to reconfigure.
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "cgroupDriver": "cgroupfs",
+        "protectKernelDefaults": False,
+        "makeIPTablesUtilChains": False,
+        "localStorageCapacityIsolation": False,
+        "evictionHard": {},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "resolvConf": "",
+        "registerNode": True,
+        "syncFrequency": "10s",
+        "nodeStatusUpdateFrequency": "5s",
+        "fileCheckFrequency": "0s",
+        "shutdownGracePeriod": "0s",
+    }
+
+
+@dataclass
+class KubeletNode:
+    """One real kubelet registered as a Node, and its fake runtime."""
+
+    cluster: LocalCluster
+    name: str
+    directory: Path
+    """Bind-mounted over /var/lib/kubelet in the kubelet's mount namespace."""
+    fakecri: ProcessRecord
+    kubelet: ProcessRecord
+    labels: dict[str, str]
+    port: int
+    healthz_port: int
+
+    @property
+    def root(self) -> Path:
+        """The kubelet's /var/lib/kubelet, seen from outside its namespace."""
+        return self.directory / "root"
+
+    @property
+    def device_plugin_dir(self) -> Path:
+        """Where the kubelet's ``kubelet.sock`` and the plugins' sockets are."""
+        return self.root / "device-plugins"
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        """The kubelet's PodResources API."""
+        return self.root / "pod-resources" / "kubelet.sock"
+
+    @property
+    def containers_file(self) -> Path:
+        """One JSON line per container the kubelet asked the runtime to create."""
+        return self.directory / "created-containers.jsonl"
+
+    def created_containers(self) -> list[dict[str, Any]]:
+        """What the kubelet asked the runtime to give each container (devices, CDI, env)."""
+        if not self.containers_file.exists():
+            return []
+        lines = self.containers_file.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def healthy(self) -> bool:
+        """Whether the kubelet answers its health check."""
+        import urllib.request
+
+        try:
+            url = f"http://127.0.0.1:{self.healthz_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def restart_kubelet(self, *, kill: bool = False) -> None:
+        """Stop the kubelet (SIGTERM, or SIGKILL like a crash) and start it again; the fake
+        runtime keeps its containers, as a real one would."""
+        if kill:
+            os.killpg(self.kubelet.pid, signal.SIGKILL)
+        self.cluster.stop_process(self.kubelet)
+        self.kubelet = _spawn_kubelet(self.cluster, self.name, self.directory, self.labels)
+        _wait_healthy(self)
+
+    def stop(self) -> None:
+        """Stop the kubelet and its runtime (the Node object stays)."""
+        for record in (self.kubelet, self.fakecri):
+            if is_running(record):
+                self.cluster.stop_process(record)
+
+
+def _spawn_kubelet(
+    cluster: LocalCluster, name: str, directory: Path, labels: dict[str, str]
+) -> ProcessRecord:
+    kubeconfig = cluster.state_dir / f"kubelet-{name}.kubeconfig"
+    if not kubeconfig.exists():
+        # system:masters spares a node authorizer (the local API server runs RBAC only).
+        cluster.identity_kubeconfig(
+            f"kubelet-{name}", f"system:node:{name}", ("system:nodes", "system:masters")
+        )
+    node_labels = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    script = 'mkdir -p "$1" && mount --bind "$0" "$1" && shift && exec "$@"'
+    argv = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        str(directory / "root"),
+        KUBELET_ROOT,
+        cluster.binary("kubelet"),
+        f"--config={directory / 'kubelet.yaml'}",
+        f"--kubeconfig={kubeconfig}",
+        f"--root-dir={KUBELET_ROOT}",
+        f"--hostname-override={name}",
+        *([f"--node-labels={node_labels}"] if node_labels else []),
+        "--v=2",
+    ]
+    return cluster.spawn(f"kubelet-{name}", argv)
+
+
+def _wait_healthy(node: KubeletNode, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_running(node.kubelet):
+            log = Path(node.kubelet.log).read_text(errors="replace")[-3000:]
+            raise ClusterError(f"kubelet {node.name} exited during start-up:\n{log}")
+        if node.healthy() and node.device_plugin_dir.joinpath("kubelet.sock").exists():
+            return
+        time.sleep(0.2)
+    raise ClusterError(f"kubelet {node.name} not healthy after {timeout:.0f}s")
+
+
+def start_kubelet_node(
+    cluster: LocalCluster, name: str, *, labels: dict[str, str] | None = None
+) -> KubeletNode:
+    """Start a fake runtime and a real kubelet registering Node ``name``; return once the kubelet
+    is healthy (wait for the Node's Ready condition separately)."""
+    if shutil.which("unshare") is None:
+        raise ClusterError("a real kubelet node needs `unshare` (util-linux) and root")
+    directory = cluster.state_dir / "kubelets" / name
+    (directory / "root").mkdir(parents=True, exist_ok=True)
+    port, healthz = free_port(), free_port()
+    (directory / "kubelet.yaml").write_text(
+        yaml.safe_dump(kubelet_configuration(directory, port, healthz), sort_keys=False)
+    )
+    fakecri = cluster.spawn(
+        f"fakecri-{name}",
+        [
+            cluster.binary("fakecri"),
+            f"--endpoint=unix://{directory / 'cri.sock'}",
+            f"--record={directory / 'created-containers.jsonl'}",
+        ],
+    )
+    deadline = time.monotonic() + 30
+    while not (directory / "cri.sock").exists():
+        if not is_running(fakecri) or time.monotonic() > deadline:
+            raise ClusterError(f"fake CRI runtime of {name} did not start; see {fakecri.log}")
+        time.sleep(0.05)
+    all_labels = {"gpusched.dev/kubelet": "real", **(labels or {})}
+    node = KubeletNode(
+        cluster,
+        name,
+        directory,
+        fakecri,
+        _spawn_kubelet(cluster, name, directory, all_labels),
+        all_labels,
+        port,
+        healthz,
+    )
+    _wait_healthy(node)
+    return node

@@ -1,0 +1,255 @@
+"""The Helm chart with the pinned helm v4: lint, render, refuse bad values, install into the real
+local control plane and uninstall without leftovers."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpusched.core.labels import GFD_KEYS, gpusched_labels
+from gpusched.dev.chart import render
+from gpusched.dev.chart.files import chart_dir
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.topologies import fixture_topology, fixtures_dir
+from gpusched.scheduler.config import kube_scheduler_config
+
+CI_VALUES = sorted((chart_dir() / "ci").glob("*-values.yaml"))
+
+
+def _values(path: Path | None) -> dict[str, Any]:
+    return dict(yaml.safe_load(path.read_text())) if path else {}
+
+
+def kinds(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        out.setdefault(obj["kind"], []).append(obj)
+    return out
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_helm_lint_strict_passes(values: Path | None) -> None:
+    args = ["lint", "--strict", str(chart_dir())]
+    if values:
+        args.append(f"--values={values}")
+    result = render.helm(*args, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"operator": {"replica": 3}}, "replica"),
+        ({"scheduler": {"extender": {"metricPort": 9000}}}, "metricPort"),
+        ({"metrics": {"serviceMonitor": {"enable": True}}}, "enable"),
+        ({"deviceProbe": {"gfdLabels": "sometimes"}}, "gfdLabels"),
+        ({"operator": {"replicas": "two"}}, "replicas"),
+        ({"scheduler": {"extender": {"port": 70000}}}, "port"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_key(values: dict[str, Any], named: str) -> None:
+    with pytest.raises(render.ChartError) as refused:
+        render.render(values)
+    message = str(refused.value)
+    assert "values don't meet the specifications of the schema" in message, message
+    assert named in message, message
+
+
+def test_default_render_has_every_component_and_no_monitoring() -> None:
+    by_kind = kinds(render.render())
+    assert {d["metadata"]["name"] for d in by_kind["Deployment"]} == {
+        "gpusched-scheduler",
+        "gpusched-operator",
+    }
+    assert [d["metadata"]["name"] for d in by_kind["DaemonSet"]] == ["gpusched-device-probe"]
+    assert {a["metadata"]["name"] for a in by_kind["ServiceAccount"]} == {
+        "gpusched-device-probe",
+        "gpusched-scheduler",
+        "gpusched-extender",
+        "gpusched-operator",
+    }
+    assert len(by_kind["PodDisruptionBudget"]) == 2
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert kind not in by_kind
+    assert not [
+        c for c in by_kind["ConfigMap"] if "grafana_dashboard" in c["metadata"].get("labels", {})
+    ]
+
+
+def test_every_object_is_namespaced_to_the_release_or_cluster_scoped() -> None:
+    objects = render.render(release="team-gpus", namespace="infra")
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] in ("Role", "RoleBinding") and namespace == "kube-system":
+            continue  # kube-scheduler's lease and authentication reader
+        if namespace is not None:
+            assert namespace == "infra", obj["metadata"]
+        assert obj["metadata"]["name"].startswith("team-gpus-gpusched"), obj["metadata"]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == "team-gpus"
+
+
+def _configmap(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)
+
+
+def test_shipped_kube_scheduler_config_is_what_the_generator_writes() -> None:
+    config = _configmap(render.render(), "gpusched-scheduler")["data"]["kube-scheduler.yaml"]
+    assert yaml.safe_load(config) == kube_scheduler_config("http://127.0.0.1:8888")
+
+
+def test_the_probe_policy_allows_exactly_the_labels_the_probe_publishes() -> None:
+    policy = next(
+        o
+        for o in render.render()
+        if o["kind"] == "ValidatingAdmissionPolicy" and "own-node" in o["metadata"]["name"]
+    )
+    owned = next(v for v in policy["spec"]["variables"] if v["name"] == "ownedLabels")
+    listed = set(re.findall(r"'([^']+)'", owned["expression"]))
+    published: set[str] = set()
+    for matrix in sorted(fixtures_dir().glob("*.txt")):
+        published |= set(gpusched_labels(fixture_topology(matrix.stem, "n")))
+    assert listed == published | GFD_KEYS
+
+
+def test_full_values_render_the_node_agent_and_the_operators_namespace_confinement() -> None:
+    objects = render.render(_values(chart_dir() / "ci" / "full-values.yaml"))
+    daemonset = next(o for o in objects if o["kind"] == "DaemonSet")
+    containers = {c["name"]: c for c in daemonset["spec"]["template"]["spec"]["containers"]}
+    assert set(containers) == {"probe", "node-agent"}
+    assert "runtimeClassName" not in daemonset["spec"]["template"]["spec"]
+    operator = next(
+        o
+        for o in objects
+        if o["metadata"]["name"] == "gpusched-operator" and o["kind"] == "Deployment"
+    )
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--node-selector=gpusched.io/pool=training,gpusched.io/tier=a" in args
+    policy = next(
+        o
+        for o in objects
+        if o["metadata"]["name"] == "gpusched-operator-pods"
+        and o["kind"] == "ValidatingAdmissionPolicy"
+    )
+    expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert "variables.namespaceLabels['gpusched.io/tenant'] == 'true'" in expressions
+
+
+# --- against the real API server -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_rendered_manifests_are_accepted_by_the_api_server(
+    local_cluster: LocalCluster, values: Path | None
+) -> None:
+    # The Prometheus Operator's kinds are not served here; promtool and the e2e Prometheus
+    # check what they carry (tests/integration/test_alerts.py, e2e/test_observability.py).
+    objects = [
+        o
+        for o in render.render(_values(values), release="dryrun", namespace="gpusched-dryrun")
+        if o["apiVersion"] != "monitoring.coreos.com/v1"
+    ]
+    manifest = render.write_manifest(objects, local_cluster.state_dir / "chart" / "dryrun.yaml")
+    local_cluster.kubectl("create", "namespace", "gpusched-dryrun", check=False)
+    local_cluster.kubectl("create", "namespace", "monitoring", check=False)
+    result = local_cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", str(manifest), check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+INSTALL_NAMESPACE = "gpusched-install"
+RELEASE = "gpusched-it"
+
+
+@pytest.fixture
+def helm_env(local_cluster: LocalCluster) -> Iterator[list[str]]:
+    yield [f"--kubeconfig={local_cluster.kubeconfig}"]
+    render.helm(
+        "uninstall",
+        RELEASE,
+        f"--namespace={INSTALL_NAMESPACE}",
+        f"--kubeconfig={local_cluster.kubeconfig}",
+        "--ignore-not-found",
+        check=False,
+    )
+
+
+def _release_objects(cluster: LocalCluster) -> list[str]:
+    """Every object labelled with the test release, cluster-wide."""
+    kinds_ = (
+        "serviceaccounts,secrets,configmaps,services,deployments,daemonsets,"
+        "poddisruptionbudgets,roles,rolebindings,clusterroles,clusterrolebindings,"
+        "validatingadmissionpolicies,validatingadmissionpolicybindings,flowschemas,"
+        "priorityclasses"
+    )
+    result = cluster.kubectl(
+        "get", kinds_, "-A", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name"
+    )
+    return result.stdout.split()
+
+
+def test_helm_install_then_uninstall_leaves_nothing_behind(
+    local_cluster: LocalCluster, helm_env: list[str]
+) -> None:
+    crds_before = local_cluster.kubectl("get", "crds", "-o", "name").stdout.split()
+    installed = render.helm(
+        "install",
+        RELEASE,
+        str(chart_dir()),
+        f"--namespace={INSTALL_NAMESPACE}",
+        "--create-namespace",
+        *helm_env,
+    )
+    # NOTES.txt tells the admin what to do next.
+    for step in ("TenantQuota", "GpuJob", "kubectl label node", "dashboard"):
+        assert step in installed.stdout, installed.stdout
+    status = json.loads(
+        render.helm(
+            "status", RELEASE, f"--namespace={INSTALL_NAMESPACE}", "-o", "json", *helm_env
+        ).stdout
+    )
+    assert status["info"]["status"] == "deployed"
+    rendered = render.render(release=RELEASE, namespace=INSTALL_NAMESPACE)
+    present = set(_release_objects(local_cluster))
+    assert len(present) == len(rendered) - _hooks(rendered), sorted(present)
+
+    render.helm("uninstall", RELEASE, f"--namespace={INSTALL_NAMESPACE}", "--wait", *helm_env)
+    deadline = time.monotonic() + 60
+    while _release_objects(local_cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _release_objects(local_cluster) == []
+    # CRDs stay (Helm never deletes what crds/ installed: it would delete every GpuJob).
+    assert local_cluster.kubectl("get", "crds", "-o", "name").stdout.split() == crds_before
+    local_cluster.kubectl("delete", "namespace", INSTALL_NAMESPACE, "--wait=false")
+
+
+def _hooks(objects: list[dict[str, Any]]) -> int:
+    return sum(1 for o in objects if "helm.sh/hook" in o["metadata"].get("annotations", {}))
+
+
+def test_helm_template_output_is_what_install_applies(local_cluster: LocalCluster) -> None:
+    """`helm install --dry-run=server` against the real API server renders the same objects."""
+    result = render.helm(
+        "install",
+        "dry",
+        str(chart_dir()),
+        "--namespace=gpusched-dry",
+        "--dry-run=server",
+        f"--kubeconfig={local_cluster.kubeconfig}",
+        "-o",
+        "json",
+    )
+    manifest = json.loads(result.stdout)["manifest"]
+    served = [d for d in yaml.safe_load_all(manifest) if d]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in served) == sorted(
+        (o["kind"], o["metadata"]["name"])
+        for o in render.render(release="dry", namespace="gpusched-dry")
+        if "helm.sh/hook" not in o["metadata"].get("annotations", {})
+    )

@@ -1,0 +1,25 @@
+"""docs/metrics.md and gpusched.metrics (the one source of metric names) list the same metrics."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from gpusched.dev.chart.metricnames import metric_names
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def _documented() -> set[str]:
+    names: set[str] = set()
+    for line in DOCS.read_text().splitlines():
+        if line.startswith("| `gpusched_"):
+            names |= set(re.findall(r"`(gpusched_[a-z0-9_]+)`", line.split("|")[1]))
+    return names
+
+
+def test_every_metric_is_documented_and_every_documented_metric_exists() -> None:
+    defined = metric_names()
+    documented = _documented()
+    assert defined - documented == set(), "defined but not in docs/metrics.md"
+    assert documented - defined == set(), "in docs/metrics.md but not in gpusched.metrics"
