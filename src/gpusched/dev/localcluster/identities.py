@@ -83,9 +83,21 @@ def kubeconfig(cluster: LocalCluster, account: str, *, node: str | None = None) 
     install(cluster, COMPONENT[account])
     if node is None:
         return _token_kubeconfig(cluster, account, "")
-    uid = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}").stdout
-    bound = ("Node", node, uid.strip())
+    bound = ("Node", node, _node_uid(cluster, node))
     return _token_kubeconfig(cluster, account, f"-{node}", bound=bound)
+
+
+def _node_uid(cluster: LocalCluster, node: str, timeout: float = 120.0) -> str:
+    """The Node's UID, once it exists: a kubelet that just became healthy registers its Node a
+    moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}", check=False)
+        if result.returncode == 0 and result.stdout.strip():
+            return result.stdout.strip()
+        if time.monotonic() > deadline:
+            raise ClusterError(f"node {node} not registered after {timeout:.0f}s: {result.stderr}")
+        time.sleep(0.5)
 
 
 def _token_kubeconfig(
