@@ -186,14 +186,16 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         return dp.PreStartContainerResponse()
 
     async def _decide(self, decide: Callable[[NodeState], Verdict]) -> Verdict:
-        """Decide on a snapshot; a pod gpusched did not place is decided on a fresh list of the
-        node's pods, and a pod not yet readable is waited for a little."""
+        """Decide on a snapshot; a pod gpusched did not place, and any refusal, is decided again
+        on a fresh list of the node's pods (a cache a moment behind must neither let a foreign pod
+        take a new reservation nor refuse, or name the wrong owner, on stale facts); a pod not yet
+        readable is waited for a little."""
         deadline = time.monotonic() + self.config.admission_retry
         while True:
             try:
                 state = await self.snapshots.take()
                 verdict = decide(state)
-                if verdict.ok and not verdict.placed_by_gpusched:
+                if not verdict.ok or not verdict.placed_by_gpusched:
                     verdict = decide(await self.snapshots.take(fresh_pods=True))
             except ApiError as err:
                 if time.monotonic() >= deadline:
