@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from gpusched.commands.logs import configure_logging
+
 
 def _labels(value: str) -> dict[str, str]:
     out = {}
@@ -84,10 +86,7 @@ def operator(
     from gpusched.operator.decide import OperatorConfig
     from gpusched.operator.main import RunOptions, run
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(logging.DEBUG if verbose else logging.INFO)
     if not verbose:
         for noisy in ("kubernetes", "urllib3", "aiohttp"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 import yaml
+
+from gpusched.commands.logs import configure_logging
 
 
 @click.group()
@@ -62,9 +62,7 @@ def serve(
     from gpusched.kubeasync import AsyncApi
     from gpusched.scheduler.server import Extender
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level)
     extender = Extender(AsyncApi(load_configuration(kubeconfig)))
     app = extender.app()
     if metrics_port:
