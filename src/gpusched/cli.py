@@ -1,7 +1,7 @@
 """The ``gpusched`` command line: one entry point, one module per subcommand group.
 
 Subcommands are imported only when invoked (click's documented lazy-group pattern), so each
-component's optional dependencies (kopf, aiohttp, pynvml, the kubernetes client) are needed only
+component's optional dependencies (aiohttp, pynvml, the kubernetes client) are needed only
 by the commands that use them, and ``gpusched --help`` starts instantly.
 """
 

@@ -1,33 +1,65 @@
-"""A minimal asyncio client for the few API calls on the extender's hot path.
+"""gpusched's one way to talk to the API server: raw JSON over a pooled aiohttp session.
 
-Every GPU pod costs the extender one Binding call. Made through the generated (synchronous)
-client, each call spends milliseconds of CPU in model serialisation and a worker thread, CPU the
-API server it shares a node with would rather have. This client sends the raw JSON over a pooled
-keep-alive aiohttp session, with the same credentials as the ``kubernetes`` configuration it is
-built from (client certificate or bearer token, refreshed the way the configuration says).
+The operator and the extender are event loops that keep watch caches and make many small writes
+(a Binding per pod, a status patch per job, a pod per replica). This client sends and reads plain
+JSON dicts: no model classes to build, no worker threads, one connection pool shared by the
+watches and the writes, deadlines on every call. Credentials come from a ``kubernetes``
+configuration (:func:`gpusched.kube.load_configuration`: kubeconfig or the pod's service account;
+client certificates or bearer tokens, refreshed the way the configuration says).
+
+Reads: :meth:`AsyncApi.list` (paged) and :meth:`AsyncApi.watch` (a stream of events), which
+:mod:`gpusched.kubewatch` turns into a list-then-watch cache. Writes: :meth:`AsyncApi.request`.
+Synchronous code (the device probe) uses the same client through :class:`BlockingApi`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
-from typing import Any, cast
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final, cast
+from urllib.parse import urlencode
 
 import aiohttp
 from kubernetes import client
 
+#: Content type of JSON merge patches (RFC 7386), the only patch gpusched sends.
+MERGE_PATCH: Final = "application/merge-patch+json"
+#: Bodies above this size are decoded in a worker thread so the event loop keeps serving.
+LARGE_BODY_BYTES: Final = 1 << 20
+#: Seconds a watch request stays open before it is renewed (the server may end it sooner).
+WATCH_SECONDS: Final = 300
+#: Seconds between re-reads of the credentials (service-account tokens rotate hourly).
+CREDENTIALS_REFRESH_SECONDS: Final = 60.0
+
+#: Called after every request with (method, path, HTTP status; 0 when no answer came).
+RequestHook = Callable[[str, str, int], None]
+
 
 class ApiError(Exception):
-    """A non-2xx answer: ``status`` and the API server's ``reason`` / message."""
+    """A non-2xx answer: ``status``, the API server's ``reason`` and its message."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
+        self.message = message
+
+
+async def _decode(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        return {}
+    if len(raw) > LARGE_BODY_BYTES:
+        return cast(dict[str, Any], await asyncio.to_thread(json.loads, raw))
+    return cast(dict[str, Any], json.loads(raw))
 
 
 class AsyncApi:
-    """JSON requests to the API server described by a ``kubernetes`` configuration."""
+    """JSON requests, lists and watches against the API server of a ``kubernetes``
+    configuration. Use from one event loop."""
 
     def __init__(
         self,
@@ -35,15 +67,20 @@ class AsyncApi:
         *,
         connections: int = 64,
         timeout_seconds: float = 20.0,
+        on_request: RequestHook | None = None,
     ) -> None:
-        """``timeout_seconds`` bounds each call; keep it below kube-scheduler's extender
-        ``httpTimeout`` so a bind never outlives the call kube-scheduler made."""
+        """``timeout_seconds`` bounds each call that does not set its own (the extender keeps it
+        below kube-scheduler's extender ``httpTimeout`` so a bind never outlives the call
+        kube-scheduler made); ``connections`` bounds the pool, watches included."""
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds, connect=5)
         self._configuration = configuration
         self._host = configuration.host.rstrip("/")
         self._ssl = self._ssl_context(configuration)
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._auth: dict[str, str] | None = None
+        self._auth_at = 0.0
+        self.on_request = on_request
 
     @staticmethod
     def _ssl_context(configuration: client.Configuration) -> ssl.SSLContext | bool:
@@ -57,18 +94,25 @@ class AsyncApi:
             context.load_cert_chain(configuration.cert_file, configuration.key_file)
         return context
 
-    def _headers(self) -> dict[str, str]:
-        configuration = self._configuration
-        if configuration.refresh_api_key_hook is not None:
-            configuration.refresh_api_key_hook(configuration)
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        # Whatever the configuration would send: its auth settings name the header and value
-        # (a bearer token from a kubeconfig or the pod's service account; none with certs).
-        settings = cast(dict[str, dict[str, str]], configuration.auth_settings())
-        for setting in settings.values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
-        return headers
+    def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+        now = time.monotonic()
+        if self._auth is None or now - self._auth_at > CREDENTIALS_REFRESH_SECONDS:
+            configuration = self._configuration
+            if configuration.refresh_api_key_hook is not None:
+                # Re-reads the token (a rotated service-account token, an exec plugin); it
+                # reloads the whole kubeconfig, far too slow to run for every request.
+                configuration.refresh_api_key_hook(configuration)
+            # Whatever the configuration would send: its auth settings name the header and
+            # value (a bearer token from a kubeconfig or the pod's service account; none with
+            # client certificates).
+            settings = cast(dict[str, dict[str, str]], configuration.auth_settings())
+            self._auth = {
+                setting["key"]: setting["value"]
+                for setting in settings.values()
+                if setting.get("in") == "header" and setting.get("value")
+            }
+            self._auth_at = now
+        return {"Content-Type": content_type, "Accept": "application/json", **self._auth}
 
     async def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -76,24 +120,148 @@ class AsyncApi:
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
-    async def request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
+        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        return self._host + path + ("?" + urlencode(query) if query else "")
+
+    def _count(self, method: str, path: str, status: int) -> None:
+        if self.on_request is not None:
+            self.on_request(method, path, status)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """Send one request; the decoded JSON answer, or :class:`ApiError`."""
         session = await self._client()
         data = None if body is None else json.dumps(body)
-        async with session.request(
-            method, self._host + path, data=data, headers=self._headers()
-        ) as response:
-            text = await response.text()
-            payload: dict[str, Any] = json.loads(text) if text else {}
-            if response.status >= 300:
-                raise ApiError(
-                    response.status,
-                    str(payload.get("reason") or response.reason),
-                    str(payload.get("message") or text[:200]),
-                )
-            return payload
+        status = 0
+        try:
+            async with session.request(
+                method,
+                self._url(path, params),
+                data=data,
+                headers=self._headers(content_type),
+                timeout=None if timeout is None else aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                status = response.status
+                raw = await response.read()
+                if status >= 300:
+                    raise _error(status, response.reason or "", raw)
+                return await _decode(raw)
+        finally:
+            self._count(method, path, status)
+
+    async def list(
+        self, path: str, params: Mapping[str, Any] | None = None, *, page_size: int = 2000
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a collection (paged), and the list's resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = await self.request(
+                "GET",
+                path,
+                params={**(params or {}), "limit": page_size, "continue": token},
+                timeout=120,
+            )
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+
+    async def watch(
+        self,
+        path: str,
+        resource_version: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        seconds: int = WATCH_SECONDS,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of one watch request from ``resource_version`` (with bookmarks), until the
+        server ends it; an ERROR event is yielded like any other."""
+        session = await self._client()
+        query = {
+            **(params or {}),
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": seconds,
+        }
+        # A read deadline beyond the server's own: a connection that dies silently (an API
+        # server or load balancer failing over) must end in a new watch, not a hung task.
+        timeout = aiohttp.ClientTimeout(total=None, connect=5, sock_read=seconds + 30)
+        status = 0
+        try:
+            async with session.get(
+                self._url(path, query), headers=self._headers(), timeout=timeout
+            ) as response:
+                status = response.status
+                if status >= 300:
+                    raise _error(status, response.reason or "", await response.read())
+                buffer = b""
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield json.loads(line)
+                if buffer.strip():
+                    yield json.loads(buffer)
+        finally:
+            self._count("WATCH", path, status)
 
     async def close(self) -> None:
         """Close pooled connections."""
         if self._session is not None:
             await self._session.close()
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _error(status: int, reason: str, raw: bytes) -> ApiError:
+    try:
+        payload = json.loads(raw) if raw else {}
+    except ValueError:
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    text = raw[:200].decode(errors="replace")
+    return ApiError(
+        status, str(payload.get("reason") or reason), str(payload.get("message") or text)
+    )
+
+
+class BlockingApi:
+    """The same client for synchronous callers (the device probe's loop): requests run on an
+    event loop of their own, on a daemon thread, and the caller waits for the answer."""
+
+    def __init__(self, configuration: client.Configuration, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._api = AsyncApi(configuration, **options)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="kubeasync", daemon=True
+        )
+        self._thread.start()
+
+    def request(self, method: str, path: str, body: Any = None, **options: Any) -> dict[str, Any]:
+        """:meth:`AsyncApi.request`, waited for; raises what it raises."""
+        call = self._api.request(method, path, body, **options)
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
+
+    def close(self) -> None:
+        """Close the connections and stop the loop."""
+        asyncio.run_coroutine_threadsafe(self._api.close(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)

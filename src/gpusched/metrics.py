@@ -416,3 +416,30 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.api_requests = Counter(
+            "operator_api_requests",
+            "API requests of the operator, by verb (LIST, WATCH, GET, POST, PATCH, DELETE), "
+            "resource and answer class (2xx, 4xx, 5xx; none when no answer came).",
+            ["verb", "resource", "code"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+
+    def count_request(self, verb: str, path: str, code: int) -> None:
+        """Count one request of the operator's API client."""
+        resource = resource_of(path)
+        if verb == "GET" and resource.count("/") == 0 and path.rstrip("/").endswith(resource):
+            verb = "LIST"
+        answer = f"{code // 100}xx" if code else "none"
+        self.api_requests.labels(verb, resource, answer).inc()
+
+
+def resource_of(path: str) -> str:
+    """``pods``, ``gpujobs/status``, ... of an API path (namespace and name left out)."""
+    parts = [p for p in path.split("?", maxsplit=1)[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) > 2 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return ""
+    return rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")

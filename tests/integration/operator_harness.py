@@ -7,18 +7,21 @@ import itertools
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
 from gpusched.dev.localcluster import LocalCluster, identities
 from gpusched.dev.localcluster.components import gpusched_command
-from gpusched.dev.localcluster.processes import ProcessRecord, is_running
+from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
 from gpusched.dev.localcluster.topologies import fixture_objects
 
 G, V = keys.GROUP, keys.VERSION
@@ -31,6 +34,22 @@ _ids = itertools.count()
 T = TypeVar("T")
 
 
+@dataclass
+class OperatorCounts:
+    """What the operator's /metrics say it has done: requests by (verb, resource), cycles."""
+
+    requests: dict[tuple[str, str], int] = field(default_factory=dict)
+    cycles: int = 0
+
+    def since(self, before: OperatorCounts) -> dict[tuple[str, str], int]:
+        """Requests made after ``before`` was read, by (verb, resource)."""
+        return {
+            key: n - before.requests.get(key, 0)
+            for key, n in self.requests.items()
+            if n > before.requests.get(key, 0)
+        }
+
+
 class OperatorProcess:
     """``gpusched operator`` under the chart's operator identity."""
 
@@ -39,27 +58,50 @@ class OperatorProcess:
         self.kubeconfig = identities.kubeconfig(cluster, identities.OPERATOR)
         self.record: ProcessRecord | None = None
         self.starts = 0
+        self.metrics_port = 0
 
-    def start(self, failpoints: str = "", *, pods_ready_timeout: float = 30) -> None:
+    def start(
+        self, failpoints: str = "", *, pods_ready_timeout: float = 30, backoff_base: float = 1
+    ) -> None:
         env = {**os.environ}
         env.pop("GPUSCHED_FAILPOINTS", None)
         if failpoints:
             env["GPUSCHED_FAILPOINTS"] = failpoints
         self.starts += 1
+        self.metrics_port = free_port()
         self.record = self.cluster.spawn(
             f"gpusched-operator-{self.starts}",
             [
                 *gpusched_command(),
                 "operator",
                 f"--kubeconfig={self.kubeconfig}",
-                "--metrics-port=0",
+                f"--metrics-port={self.metrics_port}",
                 "--resync=1",
                 f"--pods-ready-timeout={pods_ready_timeout}",
-                "--backoff-base=1",
+                f"--backoff-base={backoff_base}",
                 f"--node-selector={POOL_LABEL}={POOL}",
             ],
             env=env,
         )
+
+    def metrics(self) -> OperatorCounts:
+        """The operator's request counts and cycles so far, from its /metrics."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        counts = OperatorCounts()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == "gpusched_operator_api_requests_total":
+                    key = (labels["verb"], labels["resource"])
+                    counts.requests[key] = counts.requests.get(key, 0) + int(sample.value)
+                elif (
+                    sample.name == "gpusched_admission_cycle_duration_seconds_count"
+                    and labels.get("stage") == "cycle"
+                ):
+                    counts.cycles = int(sample.value)
+        return counts
 
     def running(self) -> bool:
         return self.record is not None and is_running(self.record)
@@ -95,6 +137,14 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
             return last
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def job_template(*, runtime: str = "1h", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """The pod template of :meth:`Scenario.submit`: one container, running for ``runtime``."""
+    metadata: dict[str, Any] = {"annotations": {keys.SIM_RUNTIME: runtime}}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"metadata": metadata, "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
 
 
 class Scenario:
@@ -138,16 +188,20 @@ class Scenario:
     def tenant(self, suffix: str, *, guaranteed: int = 0, **spec: Any) -> tuple[str, str]:
         """A TenantQuota owning one fresh namespace; returns (quota name, namespace)."""
         namespace = self.namespace(suffix)
+        return self.quota(suffix, [namespace], guaranteed=guaranteed, **spec), namespace
+
+    def quota(self, suffix: str, namespaces: list[str], *, guaranteed: int = 0, **spec: Any) -> str:
+        """A TenantQuota over existing namespaces; returns its name."""
         name = f"{self.id}-{suffix}"
         body = {
             "apiVersion": keys.API_VERSION,
             "kind": "TenantQuota",
             "metadata": {"name": name},
-            "spec": {"namespaces": [namespace], "guaranteedGpus": guaranteed, **spec},
+            "spec": {"namespaces": namespaces, "guaranteedGpus": guaranteed, **spec},
         }
         self.custom.create_cluster_custom_object(G, V, "tenantquotas", body)
         self.quotas.append(name)
-        return name, namespace
+        return name
 
     def priority(self, suffix: str, value: int) -> str:
         name = f"{self.id}-{suffix}"
@@ -176,10 +230,7 @@ class Scenario:
                 "replicas": replicas,
                 "gpusPerReplica": gpus,
                 "checkpointGracePeriodSeconds": grace,
-                "template": {
-                    "metadata": {"annotations": {keys.SIM_RUNTIME: runtime}},
-                    "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-                },
+                "template": job_template(runtime=runtime),
                 **spec,
             },
         }
@@ -214,6 +265,36 @@ class Scenario:
     def pods(self, namespace: str, job: str | None = None) -> list[Any]:
         selector = f"{keys.LABEL_JOB_NAME}={job}" if job else keys.LABEL_JOB_NAME
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def finish(self, namespace: str, job: str, exit_code: int = 0) -> None:
+        """The containers of the job's pods exit now (as a kubelet reports it): a job's end at a
+        moment the test chooses, instead of after a simulated runtime it would have to race."""
+        phase = "Succeeded" if exit_code == 0 else "Failed"
+        for pod in self.pods(namespace, job):
+            terminated = {
+                "exitCode": exit_code,
+                "reason": "Completed" if not exit_code else "Error",
+            }
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name,
+                namespace,
+                {
+                    "status": {
+                        "phase": phase,
+                        "containerStatuses": [
+                            {
+                                "name": c.name,
+                                "image": c.image,
+                                "imageID": "",
+                                "ready": False,
+                                "restartCount": 0,
+                                "state": {"terminated": terminated},
+                            }
+                            for c in pod.spec.containers
+                        ],
+                    }
+                },
+            )
 
     def quota_status(self, name: str) -> dict[str, Any]:
         obj = self.custom.get_cluster_custom_object(G, V, "tenantquotas", name)

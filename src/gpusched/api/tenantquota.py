@@ -124,8 +124,10 @@ class TenantQuotaStatus(ApiModel):
     """GPUs the tenant is entitled to now: its guarantee plus its weighted share of idle GPUs."""
     pending_jobs: int = Field(0, ge=0)
     """Jobs waiting for admission."""
+    admitted_jobs: int = Field(0, ge=0)
+    """Jobs holding GPUs: admitted, their pods starting or running."""
     running_jobs: int = Field(0, ge=0)
-    """Jobs admitted or running."""
+    """Jobs whose pods all run (part of ``admittedJobs``)."""
     gpu_seconds: float = Field(0.0, ge=0)
     """GPU-seconds consumed by the tenant's jobs since the quota was created."""
     conditions: list[Condition] = Field(

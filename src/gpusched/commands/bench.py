@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
-from gpusched.dev.bench.admission import admission, admission_e2e
+from gpusched.dev.bench.admission import admission
+from gpusched.dev.bench.admission_e2e import admission_e2e
 from gpusched.dev.bench.extender import extender
 from gpusched.dev.bench.node_agent import node_agent
+from gpusched.dev.bench.operator_cycle import operator_cycle
 from gpusched.dev.bench.placement import placement
 from gpusched.dev.bench.probe import probe
 from gpusched.dev.bench.scheduling import scheduling
@@ -23,4 +25,5 @@ bench.add_command(extender)
 bench.add_command(scheduling)
 bench.add_command(admission)
 bench.add_command(admission_e2e)
+bench.add_command(operator_cycle)
 bench.add_command(node_agent)

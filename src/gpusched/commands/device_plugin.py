@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from pathlib import Path
 
 import click
 
 from gpusched.api import keys
+from gpusched.commands.logs import configure_logging
 from gpusched.node_agent.config import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
 
 DEFAULT_METRICS_PORT = 9403
@@ -83,11 +83,7 @@ def device_plugin(  # noqa: PLR0917 - one parameter per click option
     log_level: str,
 ) -> None:
     """Serve gpusched's kubelet device plugin on this node."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(log_level)
     try:
         from gpusched.kube import api_client, load_configuration
         from gpusched.kubeasync import AsyncApi

@@ -28,9 +28,9 @@ def explain(
     """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits; with
     pod/NAME (or pod/NAMESPACE/NAME), whether a pod holds exactly the GPUs gpusched chose."""
     from gpusched.commands.operator import _labels
-    from gpusched.kube import api_client
+    from gpusched.kube import api_client, load_configuration
     from gpusched.node_agent.explain import job_pods, pod_report, render_pod
-    from gpusched.operator.explainer import JobNotFoundError, explain_job, render
+    from gpusched.operator.explainer import JobNotFoundError, explain_in_cluster, render
 
     kind, _, target = job.partition("/") if job.startswith("pod/") else ("", "", job)
     if "/" in target:
@@ -40,7 +40,9 @@ def explain(
         if kind == "pod":
             reports = [pod_report(kube, namespace, target)]
         else:
-            result, status = explain_job(kube, f"{namespace}/{target}", _labels(node_selector))
+            result, status = explain_in_cluster(
+                load_configuration(kubeconfig), f"{namespace}/{target}", _labels(node_selector)
+            )
             reports = [pod_report(kube, namespace, p) for p in job_pods(kube, namespace, target)]
     except JobNotFoundError as err:
         raise click.ClickException(str(err)) from None

@@ -1,4 +1,4 @@
-"""``gpusched operator``: run the GpuJob operator (admission cycle, kopf watches, metrics)."""
+"""``gpusched operator``: run the GpuJob operator (watches, admission cycle, metrics)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 
 import click
+
+from gpusched.commands.logs import configure_logging
 
 
 def _labels(value: str) -> dict[str, str]:
@@ -26,7 +28,11 @@ def _labels(value: str) -> dict[str, str]:
     "--metrics-port", default=8080, show_default=True, help="Prometheus endpoint; 0 disables it."
 )
 @click.option(
-    "--resync", default=5.0, show_default=True, help="Seconds between cycles when nothing changes."
+    "--resync",
+    default=30.0,
+    show_default=True,
+    help="Most seconds between cycles when nothing changes (changes and deadlines start one "
+    "at once).",
 )
 @click.option(
     "--pods-ready-timeout",
@@ -53,6 +59,13 @@ def _labels(value: str) -> dict[str, str]:
     help="Run cycles only while holding the Lease (for several replicas).",
 )
 @click.option("--lease-namespace", default="gpusched-system", show_default=True)
+@click.option(
+    "--status-refresh",
+    default=60.0,
+    show_default=True,
+    help="Least seconds between writes that only reword a waiting job's status (its reason "
+    "is written at once).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def operator(
     *,
@@ -66,18 +79,16 @@ def operator(
     max_preemption_searches: int,
     leader_elect: bool,
     lease_namespace: str,
+    status_refresh: float,
     verbose: bool,
 ) -> None:
     """Run the GpuJob / TenantQuota operator until interrupted."""
-    from gpusched.operator.controller import OperatorConfig
+    from gpusched.operator.decide import OperatorConfig
     from gpusched.operator.main import RunOptions, run
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(logging.DEBUG if verbose else logging.INFO)
     if not verbose:
-        for noisy in ("kopf", "kubernetes", "urllib3", "aiohttp"):
+        for noisy in ("kubernetes", "urllib3", "aiohttp"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     run(
         RunOptions(
@@ -88,6 +99,7 @@ def operator(
                 backoff_max=backoff_max,
                 node_selector=_labels(node_selector),
                 max_preemption_searches=max_preemption_searches,
+                status_refresh=status_refresh,
             ),
             metrics_port=metrics_port,
             resync=resync,

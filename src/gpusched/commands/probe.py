@@ -23,6 +23,7 @@ import click
 import yaml
 
 from gpusched.api import keys
+from gpusched.commands.logs import configure_logging
 from gpusched.core.health import APPLICATION_XIDS, HealthPolicy
 
 DEFAULT_METRICS_PORT = 9402
@@ -189,11 +190,7 @@ def probe(  # noqa: PLR0917 - one parameter per click option
     log_level: str,
 ) -> None:
     """Publish this node's GPU topology and health (labels and NodeGpuTopology)."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(log_level)
     from gpusched.device_probe.probe import Probe, ProbeConfig, boot_time
     from gpusched.metrics import ProbeMetrics
 
@@ -228,9 +225,10 @@ def probe(  # noqa: PLR0917 - one parameter per click option
         publisher = None
         if not dry_run:
             from gpusched.device_probe.publisher import Publisher
-            from gpusched.kube import api_client
+            from gpusched.kube import load_configuration
+            from gpusched.kubeasync import BlockingApi
 
-            publisher = Publisher(api_client(kubeconfig), node, metrics)
+            publisher = Publisher(BlockingApi(load_configuration(kubeconfig)), node, metrics)
         runner = Probe(backend, config, publisher, metrics, boot=boot_time(), watch_events=not once)
         if once:
             result = runner.cycle()

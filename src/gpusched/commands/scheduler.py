@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 import yaml
+
+from gpusched.commands.logs import configure_logging
 
 
 @click.group()
@@ -66,13 +66,12 @@ def serve(
     """Serve filter / prioritize / bind, /healthz, /readyz and /metrics."""
     from aiohttp import web
 
-    from gpusched.kube import api_client
+    from gpusched.kube import load_configuration
+    from gpusched.kubeasync import AsyncApi
     from gpusched.scheduler.server import Extender
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    extender = Extender(api_client(kubeconfig), max_nodes=max_nodes)
+    configure_logging(log_level)
+    extender = Extender(AsyncApi(load_configuration(kubeconfig)), max_nodes=max_nodes)
     app = extender.app()
     if metrics_port:
         observability = web.AppRunner(extender.observability_app(), access_log=None)

@@ -21,8 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import urllib3.exceptions
-from kubernetes.client.exceptions import ApiException
+import aiohttp
 from pydantic import ValidationError
 
 from gpusched import __version__
@@ -56,12 +55,13 @@ from gpusched.device_probe.state import (
     telemetry,
     with_health,
 )
+from gpusched.kubeasync import ApiError
 from gpusched.metrics import ProbeMetrics
 
 log = logging.getLogger(__name__)
 
 CycleOutcome = Literal["ok", "nvml-unavailable", "api-error", "node-missing", "error"]
-_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+_API_ERRORS = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
 
 
 def boot_time(proc_stat: Path = Path("/proc/stat")) -> datetime | None:

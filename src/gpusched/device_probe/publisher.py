@@ -11,24 +11,20 @@ Every write is counted in ``gpusched_probe_api_writes_total``.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from gpusched.api import keys
 from gpusched.device_probe.state import taints_with
+from gpusched.kubeasync import MERGE_PATCH, ApiError, BlockingApi
 from gpusched.metrics import ProbeMetrics
 
 log = logging.getLogger(__name__)
 
 PLURAL: Final = "nodegputopologies"
+#: Server-side apply; JSON is YAML, so the body is sent as JSON.
 _APPLY: Final = "application/apply-patch+yaml"
-_MERGE: Final = "application/merge-patch+json"
 
 
 class NodeMissingError(RuntimeError):
@@ -52,28 +48,34 @@ class Publisher:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: BlockingApi,
         node_name: str,
         metrics: ProbeMetrics,
         field_manager: str = keys.FIELD_MANAGER_PROBE,
     ) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.api = api
         self.node_name = node_name
         self.metrics = metrics
         self.field_manager = field_manager
+
+    @property
+    def node_path(self) -> str:
+        return f"/api/v1/nodes/{self.node_name}"
+
+    @property
+    def topology_path(self) -> str:
+        return f"/apis/{keys.GROUP}/{keys.VERSION}/{PLURAL}/{self.node_name}"
 
     # --- reads -------------------------------------------------------------------------------
 
     def read_node(self) -> NodeView | None:
         """The Node, or None when it does not exist."""
         try:
-            response: Any = self.core.read_node(self.node_name, _preload_content=False)
-        except ApiException as err:
+            body = self.api.request("GET", self.node_path)
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise
-        body = json.loads(response.data)
         meta = body.get("metadata", {})
         return NodeView(
             name=meta["name"],
@@ -87,14 +89,11 @@ class Publisher:
     def read_topology(self) -> dict[str, Any] | None:
         """The node's NodeGpuTopology as stored, or None."""
         try:
-            obj: Any = self.custom.get_cluster_custom_object(
-                keys.GROUP, keys.VERSION, PLURAL, self.node_name
-            )
-        except ApiException as err:
+            return self.api.request("GET", self.topology_path)
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise
-        return obj if isinstance(obj, dict) else None
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -113,14 +112,8 @@ class Publisher:
         }
         self._count("labels")
         try:
-            self.core.patch_node(
-                self.node_name,
-                body,
-                field_manager=self.field_manager,
-                force=True,
-                _content_type=_APPLY,
-            )
-        except ApiException as err:
+            self._server_side_apply(self.node_path, body)
+        except ApiError as err:
             self._failed("labels")
             if err.status in (404, 409):
                 raise NodeMissingError(
@@ -148,7 +141,7 @@ class Publisher:
             },
             "spec": spec,
         }
-        self._apply("topology", self.custom.patch_cluster_custom_object, body)
+        self._apply("topology", self.topology_path, body)
 
     def apply_status(self, status: dict[str, Any]) -> None:
         """Apply the status subresource."""
@@ -158,25 +151,25 @@ class Publisher:
             "metadata": {"name": self.node_name},
             "status": status,
         }
-        self._apply("status", self.custom.patch_cluster_custom_object_status, body)
+        self._apply("status", self.topology_path + "/status", body)
 
-    def _apply(self, what: str, patch: Callable[..., Any], body: dict[str, Any]) -> None:
+    def _apply(self, what: str, path: str, body: dict[str, Any]) -> None:
         """Server-side apply of the NodeGpuTopology (or its status), counted in the metrics."""
         self._count(what)
         try:
-            patch(
-                keys.GROUP,
-                keys.VERSION,
-                PLURAL,
-                self.node_name,
-                body,
-                field_manager=self.field_manager,
-                force=True,
-                _content_type=_APPLY,
-            )
-        except ApiException:
+            self._server_side_apply(path, body)
+        except ApiError:
             self._failed(what)
             raise
+
+    def _server_side_apply(self, path: str, body: dict[str, Any]) -> None:
+        self.api.request(
+            "PATCH",
+            path,
+            body,
+            params={"fieldManager": self.field_manager, "force": True},
+            content_type=_APPLY,
+        )
 
     def update_taint(self, wanted: bool, attempts: int = 5) -> bool:
         """Add or remove the no-healthy-GPU taint, keeping every other taint.
@@ -198,14 +191,15 @@ class Publisher:
             }
             self._count("taint")
             try:
-                self.core.patch_node(
-                    self.node_name,
+                self.api.request(
+                    "PATCH",
+                    self.node_path,
                     body,
-                    field_manager=self.field_manager,
-                    _content_type=_MERGE,
+                    params={"fieldManager": self.field_manager},
+                    content_type=MERGE_PATCH,
                 )
                 return True
-            except ApiException as err:
+            except ApiError as err:
                 self._failed("taint")
                 if err.status != 409:
                     raise

@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +59,9 @@ class NodeAgent:
 
     config: AgentConfig
     kube: client.ApiClient
-    """Synchronous client: the watches (threads) and the writes (events, annotations)."""
+    """Synchronous client: the writes (events, annotations)."""
     api: AsyncApi
-    """Asynchronous client: the reads on the kubelet's admission path."""
+    """Asynchronous client: the watches and the reads on the kubelet's admission path."""
     metrics: NodeAgentMetrics = field(default_factory=NodeAgentMetrics)
     last_drift: tuple[Drift, ...] = ()
     _reported: set[tuple[str, str, tuple[str, ...]]] = field(default_factory=set)
@@ -75,8 +73,7 @@ class NodeAgent:
         loop = asyncio.get_running_loop()
         self.devices = DeviceSource(self.config.node_name, loop)
         self.pods = PodCache(self.config.resource)
-        stop_watches = threading.Event()
-        self._start_watches(stop_watches)
+        watches = self._start_watches()
         pod_resources = PodResourcesClient(self.config.pod_resources_socket, self.config.resource)
         self.snapshots = Snapshots(self.config, self.pods, self.devices, pod_resources, self.api)
         self._drift_due = asyncio.Event()
@@ -97,32 +94,33 @@ class NodeAgent:
             while not stop.is_set():
                 await self._serve_once(stop)
         finally:
-            stop_watches.set()
+            for watch in watches:
+                watch.cancel()
             drift.cancel()
             await pod_resources.close()
             await self.api.close()
 
     # --- watches -------------------------------------------------------------------------
 
-    def _start_watches(self, stop: threading.Event) -> None:
-        core = client.CoreV1Api(self.kube)
-        custom = client.CustomObjectsApi(self.kube)
-        Reflector(
-            "pods",
-            core.list_pod_for_all_namespaces,
-            self.pods,
-            stop,
-            field_selector=f"spec.nodeName={self.config.node_name}",
-        ).start()
-        Reflector(
-            "nodegputopology",
-            partial(
-                custom.list_cluster_custom_object, keys.GROUP, keys.VERSION, "nodegputopologies"
-            ),
-            self.devices,
-            stop,
-            field_selector=f"metadata.name={self.config.node_name}",
-        ).start()
+    def _start_watches(self) -> list[asyncio.Task[None]]:
+        """The node's pods and its NodeGpuTopology, as tasks of this loop."""
+        node = self.config.node_name
+        return [
+            Reflector(
+                "pods",
+                self.api,
+                "/api/v1/pods",
+                self.pods,
+                params={"fieldSelector": f"spec.nodeName={node}"},
+            ).start(),
+            Reflector(
+                "nodegputopology",
+                self.api,
+                f"/apis/{keys.GROUP}/{keys.VERSION}/nodegputopologies",
+                self.devices,
+                params={"fieldSelector": f"metadata.name={node}"},
+            ).start(),
+        ]
 
     # --- serving and registration --------------------------------------------------------
 

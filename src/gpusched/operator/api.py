@@ -1,252 +1,240 @@
-"""The API calls the operator makes, in one place (reads as plain JSON, writes with the
-operator's field manager; failures come back as results, not exceptions, where the loop can
-carry on)."""
+"""The API calls the operator makes, in one place, over :mod:`gpusched.kubeasync`.
+
+Writes carry their preconditions (the object's UID, and for decisions the resourceVersion they
+were taken on) and come back as results the executor can act on: the object as the API server
+now has it, or why not.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from typing import Any, Final
 
 from gpusched.api import keys
-from gpusched.kube import body as kube_body
+from gpusched.kubeasync import MERGE_PATCH, ApiError, AsyncApi
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "gpusched-operator"
+COMPONENT: Final = "gpusched-operator"
+GPUJOBS: Final = f"/apis/{keys.GROUP}/{keys.VERSION}/gpujobs"
+TENANTQUOTAS: Final = f"/apis/{keys.GROUP}/{keys.VERSION}/tenantquotas"
+TOPOLOGIES: Final = f"/apis/{keys.GROUP}/{keys.VERSION}/nodegputopologies"
+PODS: Final = "/api/v1/pods"
+NODES: Final = "/api/v1/nodes"
+PRIORITY_CLASSES: Final = "/apis/scheduling.k8s.io/v1/priorityclasses"
+FIELD_MANAGER: Final = {"fieldManager": keys.FIELD_MANAGER_OPERATOR}
 
 
-def _items(response: Any) -> list[dict[str, Any]]:
-    payload = json.loads(response.data)
-    return list(payload.get("items") or [])
+def job_path(namespace: str, name: str) -> str:
+    return f"/apis/{keys.GROUP}/{keys.VERSION}/namespaces/{namespace}/gpujobs/{name}"
 
 
-class PodRefusedError(Exception):
-    """The API server refused to create a pod (quota, admission policy, validation)."""
+def pods_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods"
 
 
-def _message(err: ApiException) -> str:
-    try:
-        return str(json.loads(err.body or "{}").get("message") or err.reason)
-    except (TypeError, ValueError):
-        return str(err.reason)
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A write the API server turned down, and why (``code`` is the HTTP status)."""
+
+    code: int
+    message: str
+
+    @property
+    def stale(self) -> bool:
+        """The object changed or went since it was read (the decision no longer holds)."""
+        return self.code in (404, 409) or (self.code == 422 and "metadata.uid" in self.message)
+
+
+def _refused(err: ApiError) -> Refused:
+    return Refused(err.status, err.message)
 
 
 class OperatorApi:
-    """Thin wrapper over the Kubernetes client for the operator's reads and writes."""
+    """Reads and writes of the operator (one event loop)."""
 
-    def __init__(self, api: client.ApiClient, page_size: int = 2000) -> None:
+    def __init__(self, api: AsyncApi) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.scheduling = client.SchedulingV1Api(api)
-        self.page_size = page_size
 
-    # --- reads (consistent lists, straight from etcd) ---------------------------------------
-
-    def _paged(self, call: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        token = None
-        while True:
-            response = call(limit=self.page_size, _continue=token, _preload_content=False, **kwargs)
-            payload = json.loads(response.data)
-            out.extend(payload.get("items") or [])
-            token = (payload.get("metadata") or {}).get("continue")
-            if not token:
-                return out
-
-    def list_custom(self, plural: str) -> list[dict[str, Any]]:
-        return self._paged(
-            self.custom.list_cluster_custom_object,
-            group=keys.GROUP,
-            version=keys.VERSION,
-            plural=plural,
-        )
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self._paged(self.core.list_node)
-
-    def list_priority_classes(self) -> list[dict[str, Any]]:
-        return self._paged(self.scheduling.list_priority_class)
-
-    def list_pods(self) -> list[dict[str, Any]]:
-        """Pods that may hold GPUs or belong to a GpuJob: every non-terminal pod, plus the
-        terminal pods of GpuJobs (their phase tells how the job ended)."""
-        live = self._paged(
-            self.core.list_pod_for_all_namespaces,
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
-        )
-        ours_done = self._paged(
-            self.core.list_pod_for_all_namespaces,
-            label_selector=keys.LABEL_JOB_NAME,
-            field_selector="status.phase!=Pending,status.phase!=Running,status.phase!=Unknown",
-        )
-        return live + ours_done
-
-    # --- writes ------------------------------------------------------------------------------
-
-    def patch_job_status(
+    async def patch_job_status(
         self,
         namespace: str,
         name: str,
-        status: dict[str, Any],
+        uid: str,
+        status: Mapping[str, Any],
         resource_version: str | None = None,
-    ) -> str | None:
-        """Merge-patch the job's status; with ``resource_version`` only if the job has not
-        changed since it was read. Returns the new resourceVersion, None when the job changed or
-        is gone."""
-        body: dict[str, Any] = {"status": status}
+    ) -> dict[str, Any] | Refused:
+        """Merge-patch a GpuJob's status, only on the job with ``uid`` (and, when given, only
+        if it still has ``resource_version``). Returns the job as it is now."""
+        meta: dict[str, Any] = {"uid": uid}
         if resource_version:
-            body["metadata"] = {"resourceVersion": resource_version}
+            meta["resourceVersion"] = resource_version
         try:
-            updated = self.custom.patch_namespaced_custom_object_status(
-                keys.GROUP,
-                keys.VERSION,
-                namespace,
-                "gpujobs",
-                name,
-                body,
-                field_manager=keys.FIELD_MANAGER_OPERATOR,
+            return await self.api.request(
+                "PATCH",
+                job_path(namespace, name) + "/status",
+                {"metadata": meta, "status": status},
+                params=FIELD_MANAGER,
+                content_type=MERGE_PATCH,
             )
-        except ApiException as err:
-            if err.status in (404, 409):
-                log.info("status of %s/%s not written: %s", namespace, name, err.reason)
-                return None
+        except ApiError as err:
+            if err.status in (404, 409, 422):
+                log.info("status of %s/%s not written: %s", namespace, name, err)
+                return _refused(err)
             raise
-        assert isinstance(updated, dict)
-        return str((updated.get("metadata") or {}).get("resourceVersion", ""))
 
-    def patch_quota_status(self, name: str, status: dict[str, Any]) -> bool:
+    async def patch_quota_status(
+        self, name: str, uid: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | Refused:
         try:
-            self.custom.patch_cluster_custom_object_status(
-                keys.GROUP,
-                keys.VERSION,
-                "tenantquotas",
-                name,
-                {"status": status},
-                field_manager=keys.FIELD_MANAGER_OPERATOR,
+            return await self.api.request(
+                "PATCH",
+                f"{TENANTQUOTAS}/{name}/status",
+                {"metadata": {"uid": uid}, "status": status},
+                params=FIELD_MANAGER,
+                content_type=MERGE_PATCH,
             )
-        except ApiException as err:
-            if err.status == 404:
-                return False
+        except ApiError as err:
+            if err.status in (404, 409, 422):
+                return _refused(err)
             raise
-        return True
 
-    def create_pod(self, manifest: dict[str, Any]) -> bool:
-        """Create a pod; True if it exists afterwards (AlreadyExists counts as success)."""
+    async def create_pod(self, manifest: Mapping[str, Any]) -> dict[str, Any] | Refused:
+        """Create a pod; the pod as created, or why not. A pod of the same name made by the
+        same GpuJob (a retry, a restart halfway) is returned as if created now."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            self.core.create_namespaced_pod(
-                namespace,
-                kube_body(manifest),
-                field_manager=keys.FIELD_MANAGER_OPERATOR,
+            return await self.api.request(
+                "POST", pods_path(namespace), manifest, params=FIELD_MANAGER
             )
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 409:
-                # Ours only if the same job made it: a deleted job's pod of the same name may
-                # still be terminating; then wait for it to go.
-                return self._same_job(namespace, manifest)
-            if err.status == 404:
-                return False
-            if err.status in (400, 403, 422):
-                raise PodRefusedError(_message(err)) from err
+                return await self._same_job(namespace, manifest, err)
+            if err.status in (400, 403, 404, 422):
+                return _refused(err)
             raise
-        return True
 
-    def _same_job(self, namespace: str, manifest: dict[str, Any]) -> bool:
+    async def _same_job(
+        self, namespace: str, manifest: Mapping[str, Any], conflict: ApiError
+    ) -> dict[str, Any] | Refused:
+        """Ours only if the same job made it: a deleted job's pod of the same name may still be
+        terminating; then wait for it to go."""
         name = manifest["metadata"]["name"]
         try:
-            existing = self.core.read_namespaced_pod(name, namespace)
-        except ApiException as err:
+            existing = await self.api.request("GET", f"{pods_path(namespace)}/{name}")
+        except ApiError as err:
             if err.status == 404:
-                return False
+                return _refused(err)
             raise
-        labels = (existing.metadata.labels if existing.metadata else None) or {}
-        wanted = manifest["metadata"].get("labels", {}).get(keys.LABEL_JOB_UID)
-        return bool(labels.get(keys.LABEL_JOB_UID) == wanted)
+        labels = (existing.get("metadata") or {}).get("labels") or {}
+        wanted = (manifest["metadata"].get("labels") or {}).get(keys.LABEL_JOB_UID)
+        if labels.get(keys.LABEL_JOB_UID) == wanted:
+            return existing
+        return _refused(conflict)
 
-    def dry_run_pod(self, manifest: dict[str, Any]) -> str | None:
+    async def dry_run_pod(self, manifest: Mapping[str, Any]) -> str | None:
         """Let the API server validate and admit a pod without creating it; None if it would
         be accepted, else the server's message."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            self.core.create_namespaced_pod(namespace, kube_body(manifest), dry_run="All")
-        except ApiException as err:
+            await self.api.request("POST", pods_path(namespace), manifest, params={"dryRun": "All"})
+        except ApiError as err:
             if err.status in (400, 422):
-                return _message(err)
-            if err.status == 403:
+                return err.message
+            if err.status in (403, 404):
                 # Forbidden is about this moment (a full ResourceQuota, a terminating
                 # namespace, a policy), not the template: do not fail the job for it; pod
-                # creation will meet the same refusal and the gang is requeued with its text.
-                log.info("dry run of %s refused for now: %s", namespace, _message(err))
+                # creation will meet the same refusal and release the gang with its text.
+                log.info("dry run in %s refused for now: %s", namespace, err.message)
                 return None
             raise
         return None
 
-    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+    async def delete_pod(
+        self, namespace: str, name: str, uid: str, grace_seconds: int | None
+    ) -> dict[str, Any] | Refused:
+        """Delete a pod, only the one with ``uid`` when given; the pod as it is now (with its
+        deletionTimestamp), or why not (404: already gone)."""
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            options["preconditions"] = {"uid": uid}
         try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            return await self.api.request("DELETE", f"{pods_path(namespace)}/{name}", options)
+        except ApiError as err:
+            if err.status in (404, 409):
+                return _refused(err)
+            raise
 
-    def delete_job_pods(self, namespace: str, uid: str) -> None:
-        """Delete every pod of a (deleted) GpuJob."""
-        try:
-            self.core.delete_collection_namespaced_pod(
-                namespace, label_selector=f"{keys.LABEL_JOB_UID}={uid}"
-            )
-        except ApiException as err:
-            if err.status != 404:
-                log.warning("pods of deleted job %s/%s not deleted: %s", namespace, uid, err.reason)
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        try:
-            self.core.patch_namespaced_pod(
-                name,
-                namespace,
-                {"metadata": {"annotations": annotations}},
-                field_manager=keys.FIELD_MANAGER_OPERATOR,
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
-
-    def event(
+    async def patch_pod(
         self,
-        obj: dict[str, Any],
-        kind: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+    ) -> dict[str, Any] | Refused:
+        """Merge labels and annotations into the metadata of the pod with ``uid``."""
+        metadata: dict[str, Any] = {}
+        if uid:
+            metadata["uid"] = uid
+        if labels:
+            metadata["labels"] = dict(labels)
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        try:
+            return await self.api.request(
+                "PATCH",
+                f"{pods_path(namespace)}/{name}",
+                {"metadata": metadata},
+                params=FIELD_MANAGER,
+                content_type=MERGE_PATCH,
+            )
+        except ApiError as err:
+            if err.status in (404, 409, 422):
+                return _refused(err)
+            raise
+
+    async def delete_job_pods(self, namespace: str, uid: str) -> None:
+        """Delete every pod of a deleted GpuJob (the garbage collector would, later)."""
+        try:
+            await self.api.request(
+                "DELETE",
+                pods_path(namespace),
+                params={"labelSelector": f"{keys.LABEL_JOB_UID}={uid}"},
+            )
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("pods of deleted job %s/%s not deleted: %s", namespace, uid, err)
+
+    async def event(
+        self,
+        reference: Mapping[str, Any],
         *,
-        event_type: str,
+        warning: bool,
         reason: str,
         message: str,
         now: datetime,
     ) -> None:
-        """Record a Kubernetes event on ``obj`` (best effort)."""
-        meta = obj.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
+        """Record a Kubernetes event on the object ``reference`` names (best effort)."""
+        namespace = reference.get("namespace") or "default"
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name', 'gpusched')}.{uuid.uuid4().hex[:16]}",
+                "name": f"{reference.get('name', 'gpusched')}.{uuid.uuid4().hex[:16]}",
                 "namespace": namespace,
             },
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion", keys.API_VERSION),
-                "kind": kind,
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
+            "involvedObject": dict(reference),
             "reason": reason,
             "message": message[:1024],
-            "type": event_type,
+            "type": "Warning" if warning else "Normal",
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
             "reportingInstance": COMPONENT,
@@ -255,6 +243,6 @@ class OperatorApi:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, kube_body(body))
-        except ApiException as err:
-            log.info("event %s on %s not recorded: %s", reason, meta.get("name"), err.reason)
+            await self.api.request("POST", f"/api/v1/namespaces/{namespace}/events", body)
+        except ApiError as err:
+            log.info("event %s on %s not recorded: %s", reason, reference.get("name"), err)

@@ -1,35 +1,68 @@
-"""``gpusched explain`` over a live cluster: read it as the operator does, run the same cycle
-without writing, render the verdict on one job."""
+"""``gpusched explain`` over a live cluster: read it once as the operator's watches do, decide
+exactly as the operator's cycle does, apply nothing, and render the verdict on one job."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from gpusched.core.admission.explain import Explanation, explain
-from gpusched.operator.controller import Controller, OperatorConfig
-from gpusched.operator.readonly import ReadOnlyApi
+from gpusched.core.lifecycle import Verdict, needs_validation
+from gpusched.kubeasync import AsyncApi
+from gpusched.metrics import OperatorMetrics
+from gpusched.operator.decide import OperatorConfig, decide
+from gpusched.operator.main import reflectors
+from gpusched.operator.nodes import NodeReader
+from gpusched.operator.store import Store
 
 
 class JobNotFoundError(LookupError):
     """No GpuJob of that name."""
 
 
-def explain_job(
-    kube: Any, key: str, node_selector: Mapping[str, str] | None = None
+async def read_store(api: AsyncApi) -> Store:
+    """One list of everything the operator watches, in a store of its own."""
+    store = Store()
+    watches = reflectors(api, store, OperatorMetrics())
+    lists = await asyncio.gather(*(api.list(r.path, r.params) for r in watches))
+    for watch, (items, _) in zip(watches, lists, strict=True):
+        watch.consumer.replace(items)
+    return store
+
+
+def explain_in_cluster(
+    configuration: Any, key: str, node_selector: Mapping[str, str] | None = None
 ) -> tuple[Explanation, dict[str, Any]]:
-    """The explanation of ``namespace/name`` and the job's current status."""
-    controller = Controller(
-        ReadOnlyApi(kube), OperatorConfig(node_selector=dict(node_selector or {}))
-    )
-    try:
-        snapshot, world = controller.dry_snapshot()
-    finally:
-        controller.close()
-    record = next((r for r in world.jobs if r.key == key), None)
-    if record is None:
+    """:func:`explain_job` over one fresh read of the cluster a ``kubernetes`` configuration
+    names (synchronous: for the CLI and scripts)."""
+
+    async def read() -> Store:
+        api = AsyncApi(configuration)
+        try:
+            return await read_store(api)
+        finally:
+            await api.close()
+
+    return explain_job(asyncio.run(read()), key, node_selector)
+
+
+def explain_job(
+    store: Store, key: str, node_selector: Mapping[str, str] | None = None
+) -> tuple[Explanation, dict[str, Any]]:
+    """The explanation of ``namespace/name`` and the job's current status. The job's template
+    is taken as valid (checking it is the operator's business)."""
+    world = store.world(datetime.now(UTC))
+    facts = next((j for j in world.jobs if j.key == key), None)
+    if facts is None:
         raise JobNotFoundError(f"GpuJob {key} not found")
-    return explain(snapshot, key), dict(record.raw.get("status") or {})
+    verdicts: dict[str, Verdict | None] = {
+        job.key: Verdict() for job in world.jobs if needs_validation(job)
+    }
+    config = OperatorConfig(node_selector=dict(node_selector or {}))
+    decision = decide(world, verdicts, config, NodeReader(config.node_selector))
+    return explain(decision.snapshot, key), facts.status.to_k8s()
 
 
 def render(e: Explanation, status: Mapping[str, Any]) -> list[str]:

@@ -1,24 +1,28 @@
 """Leader election over a coordination.k8s.io Lease, so that of several operator replicas exactly
-one runs admission cycles (the others keep watching and take over when its lease lapses).
+one decides and writes (the others keep their watch caches warm and take over when its lease
+lapses).
 
-The holder renews the lease every ``renew`` seconds; a lease not renewed for ``duration`` seconds
-may be taken by another replica. Every write is conditional on the lease's resourceVersion, so two
-replicas never both believe they hold it after the same read.
+Renewal is a task of its own, every ``duration / 5`` seconds, independent of how long an admission
+cycle takes. A replica leads only while its last successful renewal is younger than
+``renew_deadline`` (two thirds of the lease), judged on its own monotonic clock: it stops writing
+before any other replica may take the lease over, even if the API server became unreachable
+meanwhile. Every renewal is conditional on the Lease's resourceVersion, so two replicas never both
+believe they hold it after the same read; another replica takes over only after seeing the lease
+unchanged for its whole duration on its own clock (clocks of two machines disagree).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from gpusched.kube import body as kube_body
+from gpusched.kubeasync import MERGE_PATCH, ApiError, AsyncApi
 
 log = logging.getLogger(__name__)
 
@@ -34,93 +38,124 @@ def _micro(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, str) and value:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return None
-
-
 class LeaderElector:
     """Holds or watches one Lease."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: AsyncApi,
         namespace: str,
         identity: str | None = None,
         *,
         name: str = LEASE_NAME,
         duration: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.coordination = client.CoordinationV1Api(api)
+        self.api = api
         self.namespace = namespace
         self.identity = identity or default_identity()
         self.name = name
         self.duration = duration
-        self.leading = False
+        self.renew_deadline = duration * 2 / 3
+        self.retry = duration / 5
+        self.clock = clock
+        self._renewed_at: float | None = None
         self._observed: tuple[object, object] | None = None
         self._observed_at = 0.0
+        self.changed = asyncio.Event()
+        """Set when leadership is gained or lost."""
 
-    def ensure(self) -> bool:
-        """Acquire or renew the lease; True while this replica leads. Any failure to reach the
-        API server means not leading (never an exception: the loop must survive an API server
-        restart)."""
+    @property
+    def path(self) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica may write now."""
+        return (
+            self._renewed_at is not None and self.clock() - self._renewed_at < self.renew_deadline
+        )
+
+    async def run(self) -> None:
+        """Acquire and renew until cancelled."""
+        while True:
+            was = self.leading
+            await self.ensure()
+            if self.leading != was:
+                self.changed.set()
+            await asyncio.sleep(self.retry)
+
+    async def ensure(self) -> bool:
+        """One attempt to acquire or renew; True while this replica leads. Any failure to
+        reach the API server counts as not renewed (never an exception: the operator must
+        survive an API server restart)."""
+        started = self.clock()
+        was = self.leading
         try:
-            return self._ensure()
-        except Exception as err:  # connection refused, timeouts, TLS errors, API errors
-            log.warning("lease %s/%s unreachable: %s", self.namespace, self.name, err)
-            return self._lost()
+            renewed: bool | None = await asyncio.wait_for(self._ensure(), self.renew_deadline)
+        except Exception as err:  # connection refused, timeouts, TLS and API errors
+            # Not renewed: leadership lapses on its own when the renew deadline passes.
+            log.warning("lease %s/%s not renewed: %s", self.namespace, self.name, err)
+            renewed = None
+        if renewed:
+            # The lease counts from when the request went out, not when it came back.
+            self._renewed_at = started
+            if not was:
+                log.info("leading as %s (lease %s/%s)", self.identity, self.namespace, self.name)
+        elif renewed is False:
+            self._renewed_at = None  # another replica holds it
+        if was and not self.leading:
+            log.warning("lost the lease %s/%s", self.namespace, self.name)
+        return self.leading
 
     def _expired(self, holder: object, renew_time: object, duration: float) -> bool:
         """Whether the holder stopped renewing, judged on this process's own clock: the time
-        since this replica last saw the lease change, never the holder's timestamps (clocks of
-        two machines disagree)."""
+        since this replica last saw the lease change, never the holder's timestamps."""
         record = (holder, renew_time)
-        now = time.monotonic()
+        now = self.clock()
         if record != self._observed:
             self._observed, self._observed_at = record, now
         return now - self._observed_at > duration
 
-    def _ensure(self) -> bool:
+    async def _ensure(self) -> bool:
         now = datetime.now(UTC)
         try:
-            lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
-        except ApiException as err:
+            lease = await self.api.request("GET", self.path)
+        except ApiError as err:
             if err.status != 404:
-                log.warning("lease %s/%s unreadable: %s", self.namespace, self.name, err.reason)
-                return self._lost()
-            return self._create(now)
-        spec = lease.spec or client.V1LeaseSpec()
-        holder = spec.holder_identity
-        duration = float(spec.lease_duration_seconds or self.duration)
-        expired = self._expired(holder, spec.renew_time or spec.acquire_time, duration)
-        if holder != self.identity and not expired:
-            return self._lost()
-        transitions = int(spec.lease_transitions or 0)
-        acquired = _parse(spec.acquire_time) if holder == self.identity else None
-        new_spec = {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": int(self.duration),
-            "renewTime": _micro(now),
-            "acquireTime": _micro(acquired or now),
-            "leaseTransitions": transitions if holder == self.identity else transitions + 1,
+                raise
+            return await self._create(now)
+        spec: dict[str, Any] = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        duration = float(spec.get("leaseDurationSeconds") or self.duration)
+        renewed = spec.get("renewTime") or spec.get("acquireTime")
+        if holder != self.identity and not self._expired(holder, renewed, duration):
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        ours = holder == self.identity
+        patch = {
+            "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.duration),
+                "renewTime": _micro(now),
+                "acquireTime": spec.get("acquireTime") if ours else _micro(now),
+                "leaseTransitions": transitions if ours else transitions + 1,
+            },
         }
-        version = lease.metadata.resource_version if lease.metadata else None
-        patch = {"metadata": {"resourceVersion": version}, "spec": new_spec}
         try:
-            self.coordination.patch_namespaced_lease(self.name, self.namespace, patch)
-        except ApiException as err:
-            log.info("lease %s/%s not renewed: %s", self.namespace, self.name, err.reason)
-            return self._lost()
-        if not self.leading:
-            log.info("leading as %s (lease %s/%s)", self.identity, self.namespace, self.name)
-        self.leading = True
+            await self.api.request("PATCH", self.path, patch, content_type=MERGE_PATCH)
+        except ApiError as err:
+            if err.status == 409:
+                log.info("lease %s/%s changed meanwhile", self.namespace, self.name)
+                return False
+            raise
         return True
 
-    def _create(self, now: datetime) -> bool:
+    async def _create(self, now: datetime) -> bool:
         body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": {
                 "holderIdentity": self.identity,
@@ -131,16 +166,13 @@ class LeaderElector:
             },
         }
         try:
-            self.coordination.create_namespaced_lease(self.namespace, kube_body(body))
-        except ApiException as err:
-            log.info("lease %s/%s not created: %s", self.namespace, self.name, err.reason)
-            return self._lost()
-        log.info("leading as %s (new lease %s/%s)", self.identity, self.namespace, self.name)
-        self.leading = True
+            await self.api.request(
+                "POST",
+                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
+                body,
+            )
+        except ApiError as err:
+            if err.status == 409:
+                return False
+            raise
         return True
-
-    def _lost(self) -> bool:
-        if self.leading:
-            log.warning("lost the lease %s/%s", self.namespace, self.name)
-        self.leading = False
-        return False

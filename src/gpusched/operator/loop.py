@@ -1,8 +1,11 @@
-"""The single admission loop: wait for a reason to look, run one cycle, repeat.
+"""The admission loop: wait for a change (or a deadline), decide over the store, hand the plan to
+the executor, publish TenantQuota status and metrics, repeat.
 
-kopf handlers only call :meth:`AdmissionLoop.wake`; the cycle itself reads everything afresh from
-the API server, so events never need to be processed in order and a missed one costs at most one
-resync interval. Bursts of events (500 jobs applied at once) coalesce into one cycle.
+A cycle starts when the watches report a change, when a write of the operator returns, when a
+dry-run verdict arrives, or when time alone changes a decision (a gang's pods-ready deadline, the
+end of a backoff or of a minimum runtime); at the latest every ``resync`` seconds. A burst of
+changes (500 jobs applied at once) coalesces into a cycle or two. The cycle reads only the store:
+no API call is made to decide, however many jobs wait.
 """
 
 from __future__ import annotations
@@ -11,80 +14,345 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from gpusched.operator.controller import Controller
+from prometheus_client import Gauge
+
+from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.api.meta import ConditionStatus
+from gpusched.api.tenantquota import TenantQuotaStatus
+from gpusched.core.admission import AdmitReason, PreemptReason
+from gpusched.core.lifecycle import (
+    CreatePod,
+    MeteredJob,
+    Refresh,
+    Refusal,
+    Verdict,
+    merge_patch,
+    needs_validation,
+    quota_status,
+    tenant_map,
+)
+from gpusched.core.lifecycle import status as st
+from gpusched.metrics import OperatorMetrics
+from gpusched.operator.api import OperatorApi, Refused
+from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
+from gpusched.operator.executor import Executor
 from gpusched.operator.leader import LeaderElector
+from gpusched.operator.nodes import NodeReader
+from gpusched.operator.store import Store, World
+from gpusched.operator.templates import TemplateChecker
 
 log = logging.getLogger(__name__)
 
+#: Least seconds between two writes of a TenantQuota's usage (a job stopping is written at once).
+QUOTA_MIN_INTERVAL = 1.0
+#: Most waiting jobs whose status wording (not reason) is rewritten in one cycle.
+STATUS_REFRESH_BUDGET = 100
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (logs, metrics, tests)."""
+
+    admitted: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    waiting: int = 0
+    groups: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
 
 class AdmissionLoop:
-    """Runs :meth:`Controller.cycle` when woken, and at least every ``resync`` seconds."""
+    """Cycles over the store while this replica leads."""
 
     def __init__(
         self,
-        controller: Controller,
+        api: OperatorApi,
+        store: Store,
+        config: OperatorConfig | None = None,
+        metrics: OperatorMetrics | None = None,
         *,
-        resync: float = 5.0,
-        debounce: float = 0.05,
         leader: LeaderElector | None = None,
+        resync: float = 30.0,
+        debounce: float = 0.1,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.controller = controller
+        self.api = api
+        self.store = store
+        self.config = config or OperatorConfig()
+        self.metrics = metrics or OperatorMetrics()
+        self.leader = leader
         self.resync = resync
         self.debounce = debounce
-        self.leader = leader
+        self.clock = clock
+        self.nodes = NodeReader(self.config.node_selector)
+        self.memo = Memo()
+        self.checker = TemplateChecker(api)
+        self.executor = Executor(
+            api,
+            store,
+            self.metrics,
+            leading=self.leading,
+            on_refused=self._refused,
+            clock=clock,
+            refresh_seconds=self.config.status_refresh,
+        )
         self.cycles = 0
-        self._wake: asyncio.Event | None = None
+        self._last_seconds = 0.0
+        self._wake_at: datetime | None = None
+        self._quota_due: datetime | None = None
+        self._quota_written: dict[str, float] = {}
+        self._quota_busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    def wake(self) -> None:
-        """Ask for a cycle soon (safe to call from kopf handlers, any number of times)."""
-        if self._wake is not None:
-            self._wake.set()
+    def leading(self) -> bool:
+        return self.leader is None or self.leader.leading
+
+    # --- the loop ------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Loop until ``stop`` is set."""
-        self._wake = asyncio.Event()
+        """Cycle until ``stop`` is set."""
         while not stop.is_set():
-            self._wake.clear()
-            leading = True
-            if self.leader is not None:
-                leading = await asyncio.to_thread(self.leader.ensure)
-            if leading:
-                started = time.perf_counter()
-                try:
-                    report = await asyncio.to_thread(self.controller.cycle)
-                except Exception:
-                    log.exception("admission cycle failed; retrying")
-                    await _sleep_or_stop(stop, 1.0)
-                    continue
-                self.cycles += 1
-                if report.admitted or report.preempted:
-                    log.info(
-                        "cycle %d: admitted %d, preempted %s, %d waiting (%.0f ms: %s)",
-                        self.cycles,
-                        len(report.admitted),
-                        report.preempted,
-                        report.waiting,
-                        (time.perf_counter() - started) * 1000,
-                        ", ".join(f"{k} {v * 1000:.0f}" for k, v in report.seconds.items()),
-                    )
-            interval = self.resync
-            if self.leader is not None and not leading:
-                interval = min(self.resync, self.leader.duration / 3)
-            elif self.leader is not None:
-                interval = min(interval, self.leader.duration / 3)
-            waiter = asyncio.ensure_future(self._wake.wait())
-            stopper = asyncio.ensure_future(stop.wait())
+            await self._wait(stop)
+            if stop.is_set():
+                break
+            if not self.store.ready or not self.leading():
+                continue
             try:
-                await asyncio.wait(
-                    {waiter, stopper}, timeout=interval, return_when=asyncio.FIRST_COMPLETED
+                report = await self.cycle()
+            except Exception:
+                log.exception("admission cycle failed; retrying")
+                await _sleep_or_stop(stop, 1.0)
+                continue
+            if report.admitted or report.preempted:
+                log.info(
+                    "cycle %d: admitted %d, preempted %s, %d waiting, %d groups (%s)",
+                    self.cycles,
+                    len(report.admitted),
+                    report.preempted,
+                    report.waiting,
+                    report.groups,
+                    ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in report.seconds.items()),
                 )
-            finally:
-                for task in (waiter, stopper):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            await _sleep_or_stop(stop, self.debounce)
+        await self.executor.drain()
+
+    async def _wait(self, stop: asyncio.Event) -> None:
+        """Until something changed, a deadline passed, the lease changed hands, or resync."""
+        timeout = self.resync
+        if self._wake_at is not None:
+            timeout = min(timeout, max(0.0, (self._wake_at - self.clock()).total_seconds()))
+        waiters = [
+            asyncio.ensure_future(self.store.changed.wait()),
+            asyncio.ensure_future(stop.wait()),
+        ]
+        if self.leader is not None:
+            waiters.append(asyncio.ensure_future(self.leader.changed.wait()))
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waiters:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.leader is not None:
+            self.leader.changed.clear()
+        # Changes keep coming under load: a cycle waits at least as long as the last one took,
+        # so deciding never takes more than about half the process's time and bursts coalesce.
+        await _sleep_or_stop(stop, max(self.debounce, min(self._last_seconds, 1.0)))
+
+    async def cycle(self) -> CycleReport:
+        """One cycle: decide over the store, start the writes, publish."""
+        started = time.perf_counter()
+        self.store.changed.clear()
+        world = self.store.world(self.clock())
+        verdicts = await self._verdicts(world)
+        busy = frozenset(self.executor.busy)
+        refresh = Refresh(self.executor.recently_written(), STATUS_REFRESH_BUDGET)
+        decision = await asyncio.to_thread(
+            lambda: decide(
+                world,
+                verdicts,
+                self.config,
+                self.nodes,
+                busy=busy,
+                memo=self.memo,
+                refresh=refresh,
+            )
+        )
+        report = CycleReport(seconds=dict(decision.seconds))
+        self._quota_due = None
+        if not self.leading():
+            return report
+        report.groups = self.executor.submit(list(decision.plan.groups))
+        report.admitted = [a.job for a in decision.plan.admitted]
+        report.preempted = [v.victim for a in decision.plan.admitted for v in a.victims]
+        report.waiting = len(decision.result.waiting)
+        self._publish_quotas(decision)
+        wakes = [t for t in (decision.wake_at, self._quota_due) if t is not None]
+        self._wake_at = min(wakes) if wakes else None
+        self._count(decision)
+        self.cycles += 1
+        report.seconds["cycle"] = self._last_seconds = time.perf_counter() - started
+        for stage, seconds in report.seconds.items():
+            self.metrics.cycle_seconds.labels(stage).observe(seconds)
+        return report
+
+    async def _verdicts(self, world: World) -> dict[str, Verdict | None]:
+        """Dry-run verdicts of the jobs to be checked before they are queued."""
+        owners = tenant_map(world.quotas).owner
+        return await self.checker.verdicts(
+            (job.key, job.job, owners.get(job.namespace))
+            for job in world.jobs
+            if job.job is not None and needs_validation(job)
+        )
+
+    def _refused(self, action: CreatePod, refusal: Refusal) -> None:
+        """A pod was refused as invalid: other jobs with the same template are checked again."""
+        if not refusal.invalid:
+            return
+        facts = self.store.jobs.get(action.job_key)
+        if facts is not None and facts.job is not None:
+            owners = tenant_map(self.store.quotas.values()).owner
+            self.checker.forget(facts.job, owners.get(facts.namespace))
+
+    # --- TenantQuota status and metrics ----------------------------------------------------
+
+    def _publish_quotas(self, decision: Decision) -> None:
+        now = decision.world.now
+        usage = {u.name: u for u in decision.result.tenants}
+        # Only jobs that ran count towards GPU-seconds.
+        metered = [
+            MeteredJob(
+                tenant=decision.contexts[job.key].tenant,
+                gpus=job.gpus,
+                before=job.status,
+                after=decision.final_status(job.key),
+            )
+            for job in decision.world.jobs
+            if job.status.started_at is not None
+        ]
+        for quota in decision.world.quotas:
+            name = quota.metadata.name or ""
+            found = usage.get(name)
+            if found is None or name in self._quota_busy:
+                continue
+            update = quota_status(
+                quota, found, decision.tenants.conflicts.get(name, []), metered, now
+            )
+            stale = time.monotonic() - self._quota_written.get(name, 0.0)
+            if not update.changed and stale < self.config.quota_meter_interval:
+                self.metrics.gpu_seconds.labels(name).set(quota.status.gpu_seconds)
+                continue
+            if update.changed and not update.urgent and stale < QUOTA_MIN_INTERVAL:
+                # Usage moves with every admission under load: written at most once a second.
+                due = now + timedelta(seconds=QUOTA_MIN_INTERVAL - stale)
+                self._quota_due = due if self._quota_due is None else min(self._quota_due, due)
+                continue
+            patch = merge_patch(quota.status.to_k8s(), update.status.to_k8s())
+            if patch is None:
+                continue
+            self._quota_busy.add(name)
+            task = asyncio.create_task(
+                self._write_quota(name, quota.metadata.uid or "", update.status, patch)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _write_quota(
+        self, name: str, uid: str, status: TenantQuotaStatus, patch: dict[str, Any]
+    ) -> None:
+        try:
+            answer = await self.api.patch_quota_status(name, uid, patch)
+            if not isinstance(answer, Refused):
+                self.store.upsert_quota(answer)
+                self._quota_written[name] = time.monotonic()
+                self.metrics.gpu_seconds.labels(name).set(status.gpu_seconds)
+        except Exception as err:
+            self.metrics.api_errors.labels("quota-status").inc()
+            log.warning("status of TenantQuota %s not written: %s", name, err)
+        finally:
+            self._quota_busy.discard(name)
+
+    def _count(self, decision: Decision) -> None:
+        m = self.metrics
+        now = decision.world.now
+        counts: dict[tuple[str, str], int] = {}
+        for job in decision.world.jobs:
+            phase = decision.final_status(job.key).phase
+            tenant = decision.contexts[job.key].tenant or ""
+            key = (tenant, phase.value if phase else "New")
+            counts[key] = counts.get(key, 0) + 1
+            requeued = decision.settled[job.key].requeued
+            if requeued is not None:
+                m.requeues.labels(tenant, requeued).inc()
+        m.jobs.clear()
+        for (tenant, name), n in counts.items():
+            m.jobs.labels(tenant, name).set(n)
+        jobs = {job.key: job for job in decision.world.jobs}
+        for admission in decision.plan.admitted:
+            m.admissions.labels(admission.tenant, admission.reason.value).inc()
+            for victim in admission.victims:
+                m.preemptions.labels(victim.victim_tenant or "", victim.reason.value).inc()
+            job = jobs[admission.job]
+            since = _queued_since(job.status)
+            if since is not None:
+                priority = decision.contexts[admission.job].priority
+                m.queue_wait.labels(admission.tenant, str(priority)).observe(
+                    max(0.0, (now - since).total_seconds())
+                )
+        specs = {q.metadata.name: q.spec for q in decision.world.quotas}
+        for u in decision.result.tenants:
+            # Each tenant's counters exist from its first cycle at 0, so its first admission,
+            # preemption or requeue shows in rate() and increase().
+            for admit in AdmitReason:
+                m.admissions.labels(u.name, admit.value)
+            for preempt in PreemptReason:
+                m.preemptions.labels(u.name, preempt.value)
+            for requeue in (
+                st.Reason.PODS_READY_TIMEOUT,
+                st.Reason.PODS_LOST,
+                st.Reason.PODS_REFUSED,
+            ):
+                m.requeues.labels(u.name, requeue.value)
+            m.gpus_used.labels(u.name).set(u.used)
+            m.gpus_borrowed.labels(u.name).set(u.borrowed)
+            m.gpus_guaranteed.labels(u.name).set(
+                specs[u.name].guaranteed_gpus if u.name in specs else 0
+            )
+            m.fair_share.labels(u.name).set(u.fair_share)
+        pending: dict[str, float] = {u.name: 0 for u in decision.result.tenants}
+        oldest: dict[str, float] = dict.fromkeys(pending, 0.0)
+        for job in decision.world.jobs:
+            status = decision.final_status(job.key)
+            if status.phase is not JobPhase.QUEUED:
+                continue
+            tenant = decision.contexts[job.key].tenant or ""
+            pending[tenant] = pending.get(tenant, 0) + job.gpus
+            since = _queued_since(status)
+            waited = max(0.0, (now - since).total_seconds()) if since else 0.0
+            oldest[tenant] = max(oldest.get(tenant, 0.0), waited)
+        set_tenant_series(m.gpus_pending, pending)
+        set_tenant_series(m.oldest_wait, oldest)
+
+
+def set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:
+    """Set one series per tenant and drop the others, never leaving a scrape without the
+    tenants that stay (a gap would reset alerts' `for` timers)."""
+    current = {sample.labels["tenant"] for family in gauge.collect() for sample in family.samples}
+    for tenant, value in values.items():
+        gauge.labels(tenant).set(value)
+    for tenant in current - set(values):
+        gauge.remove(tenant)
+
+
+def _queued_since(status: GpuJobStatus) -> datetime | None:
+    for c in status.conditions:
+        if c.type == st.Cond.QUOTA_RESERVED.value and c.status == ConditionStatus.FALSE:
+            return c.last_transition_time
+    return status.submitted_at
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

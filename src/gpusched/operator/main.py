@@ -1,11 +1,10 @@
-"""The operator process: kopf watches wake the admission loop; a metrics endpoint; optional
-leader election for several replicas.
+"""The operator process: watches feeding the store, the admission loop, leader election and a
+metrics endpoint, on one event loop and one API client (:mod:`gpusched.kubeasync`).
 
-kopf provides the watches (with reconnects and back-off) and the process life cycle; every
-handler only wakes the loop, which does all reading and writing itself (see
-:mod:`gpusched.operator.controller`). kopf's own persistence is not used: no handler writes
-progress annotations or finalizers onto GpuJobs, so the operator's only writes are the ones the
-cycle decides.
+Seven watches (GpuJobs, their pods, other GPU pods, nodes, NodeGpuTopologies, TenantQuotas,
+PriorityClasses) list once and then follow changes; the loop decides over the store and writes
+only what its decisions change. A GpuJob deleted has its pods deleted at once (the garbage
+collector would, later).
 """
 
 from __future__ import annotations
@@ -17,15 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kopf
-
 from gpusched.api import keys
-from gpusched.kube import api_client, load_configuration
+from gpusched.kube import load_configuration
+from gpusched.kubeasync import AsyncApi
+from gpusched.kubewatch import Reflector
 from gpusched.metrics import OperatorMetrics
+from gpusched.operator import api as paths
 from gpusched.operator.api import OperatorApi
-from gpusched.operator.controller import Controller, OperatorConfig
+from gpusched.operator.decide import OperatorConfig
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.loop import AdmissionLoop
+from gpusched.operator.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -38,109 +39,124 @@ class RunOptions:
     config: OperatorConfig = field(default_factory=OperatorConfig)
     metrics_port: int = 8080
     """0: no metrics endpoint."""
-    resync: float = 5.0
+    resync: float = 30.0
     leader_elect: bool = False
     lease_namespace: str = "gpusched-system"
     identity: str | None = None
 
 
-def connection_info(kubeconfig: Path | None) -> kopf.ConnectionInfo:
-    """kopf credentials from the same kubeconfig (or in-cluster account) the client uses."""
-    cfg = load_configuration(kubeconfig)
-    token = None
-    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    if auth:
-        token = str(auth).removeprefix("Bearer ").strip()
-    return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        token=token,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-    )
+class _Consumer:
+    """A reflector's consumer made of three store methods."""
+
+    def __init__(self, replace: Any, upsert: Any, delete: Any) -> None:
+        self.replace, self.upsert, self.delete = replace, upsert, delete
 
 
-def build_registry(
-    loop: AdmissionLoop, options: RunOptions, api: OperatorApi
-) -> kopf.OperatorRegistry:
-    """kopf handlers: every relevant change wakes the admission loop."""
-    registry = kopf.OperatorRegistry()
+def reflectors(api: AsyncApi, store: Store, metrics: OperatorMetrics) -> list[Reflector]:
+    """The watches that feed the store."""
 
-    @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.scanning.disabled = True  # no CRD/namespace discovery: fewer permissions
-        settings.posting.enabled = False  # the cycle records its own events
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
+    def watch(name: str, path: str, consumer: _Consumer, **params: str) -> Reflector:
+        return Reflector(
+            name,
+            api,
+            path,
+            consumer,
+            params=params,
+            on_error=lambda kind, _: metrics.api_errors.labels(f"watch-{kind}").inc(),
+        )
 
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(options.kubeconfig)
+    return [
+        watch(
+            "gpujobs",
+            paths.GPUJOBS,
+            _Consumer(store.replace_jobs, store.upsert_job, store.delete_job),
+        ),
+        watch(
+            "jobpods",
+            paths.PODS,
+            _Consumer(store.replace_job_pods, store.upsert_job_pod, store.delete_job_pod),
+            labelSelector=keys.LABEL_JOB_NAME,
+        ),
+        watch(
+            "gpupods",
+            paths.PODS,
+            _Consumer(store.replace_gpu_pods, store.upsert_gpu_pod, store.delete_gpu_pod),
+            labelSelector=f"!{keys.LABEL_JOB_NAME}",
+            fieldSelector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+        ),
+        watch(
+            "nodes",
+            paths.NODES,
+            _Consumer(store.replace_nodes, store.upsert_node, store.delete_node),
+        ),
+        watch(
+            "nodegputopologies",
+            paths.TOPOLOGIES,
+            _Consumer(store.replace_topologies, store.upsert_topology, store.delete_topology),
+        ),
+        watch(
+            "tenantquotas",
+            paths.TENANTQUOTAS,
+            _Consumer(store.replace_quotas, store.upsert_quota, store.delete_quota),
+        ),
+        watch(
+            "priorities",
+            paths.PRIORITY_CLASSES,
+            _Consumer(store.replace_priorities, store.upsert_priority, store.delete_priority),
+        ),
+    ]
 
-    @kopf.on.event(keys.GROUP, keys.VERSION, "gpujobs", registry=registry)
-    def gpujob_changed(**kwargs: Any) -> None:
-        body = kwargs["body"]
-        if kwargs["event"].get("type") == "DELETED":
-            # Owner references let the garbage collector remove the pods too; this is faster.
-            meta = body.get("metadata") or {}
-            uid = meta.get("uid")
-            if uid:
-                api.delete_job_pods(meta.get("namespace", ""), uid)
-        loop.wake()
 
-    @kopf.on.event(keys.GROUP, keys.VERSION, "tenantquotas", registry=registry)
-    def quota_changed(**_: Any) -> None:
-        loop.wake()
-
-    @kopf.on.event(keys.GROUP, keys.VERSION, "nodegputopologies", registry=registry)
-    def topology_changed(**_: Any) -> None:
-        loop.wake()
-
-    @kopf.on.event("v1", "pods", labels={keys.LABEL_JOB_NAME: kopf.PRESENT}, registry=registry)
-    def pod_changed(**_: Any) -> None:
-        loop.wake()
-
-    return registry
-
-
-def run(options: RunOptions) -> None:
-    """Run until SIGTERM / SIGINT."""
-    kube = api_client(options.kubeconfig)
+async def serve(options: RunOptions, stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set."""
     metrics = OperatorMetrics()
     if options.metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(options.metrics_port, registry=metrics.registry)
         log.info("metrics on :%d/metrics", options.metrics_port)
-    api = OperatorApi(kube)
-    controller = Controller(api, options.config, metrics)
+    client = AsyncApi(
+        load_configuration(options.kubeconfig),
+        on_request=metrics.count_request,
+    )
+    api = OperatorApi(client)
     leader = (
-        LeaderElector(kube, options.lease_namespace, options.identity)
+        LeaderElector(client, options.lease_namespace, options.identity)
         if options.leader_elect
         else None
     )
-    loop = AdmissionLoop(controller, resync=options.resync, leader=leader)
-    registry = build_registry(loop, options, api)
+    store = Store()
+    loop = AdmissionLoop(api, store, options.config, metrics, leader=leader, resync=options.resync)
+    tasks: set[asyncio.Task[Any]] = set()
+
+    def job_deleted(job: Any) -> None:
+        if loop.leading():
+            task = asyncio.create_task(api.delete_job_pods(job.namespace, job.uid))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    store.on_job_deleted = job_deleted
+    watches = [r.start() for r in reflectors(client, store, metrics)]
+    background = list(watches)
+    if leader is not None:
+        background.append(asyncio.create_task(leader.run(), name="lease"))
+    try:
+        await loop.run(stop)
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, *tasks, return_exceptions=True)
+        await client.close()
+
+
+def run(options: RunOptions) -> None:
+    """Run until SIGTERM / SIGINT."""
 
     async def main() -> None:
         stop = asyncio.Event()
         running = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             running.add_signal_handler(sig, stop.set)
-        watcher = asyncio.create_task(
-            kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop)
-        )
-        cycles = asyncio.create_task(loop.run(stop))
-        done, _ = await asyncio.wait({watcher, cycles}, return_when=asyncio.FIRST_COMPLETED)
-        stop.set()
-        await asyncio.gather(watcher, cycles, return_exceptions=True)
-        for task in done:
-            if task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        await serve(options, stop)
 
-    try:
-        asyncio.run(main())
-    finally:
-        controller.close()
-        kube.close()  # type: ignore[no-untyped-call]  # ApiClient.close is untyped upstream
+    asyncio.run(main())

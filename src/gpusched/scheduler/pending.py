@@ -10,7 +10,6 @@ with one GET by the binder.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,32 +20,28 @@ FIELD_SELECTOR = f"spec.schedulerName={keys.SCHEDULER_NAME},spec.nodeName="
 
 
 class PendingPods:
-    """UIDs of unbound gpusched pods (fed by a watch thread, read by the event loop)."""
+    """UIDs of unbound gpusched pods (fed by a reflector task on the event loop that reads it)."""
 
     def __init__(self) -> None:
         self._uids: set[str] = set()
-        self._lock = threading.Lock()
         self.synced = False
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
         uids = {str((item.get("metadata") or {}).get("uid") or "") for item in items}
         uids.discard("")
-        with self._lock:
-            self._uids = uids
-            self.synced = True
+        self._uids = uids
+        self.synced = True
 
     def upsert(self, item: Mapping[str, Any]) -> None:
         uid = (item.get("metadata") or {}).get("uid")
         if uid:
-            with self._lock:
-                self._uids.add(str(uid))
+            self._uids.add(str(uid))
 
     def delete(self, item: Mapping[str, Any]) -> None:
         """Deleted, or bound (it left the watch's selector)."""
         uid = (item.get("metadata") or {}).get("uid")
         if uid:
-            with self._lock:
-                self._uids.discard(str(uid))
+            self._uids.discard(str(uid))
 
     def __contains__(self, uid: object) -> bool:
         return uid in self._uids

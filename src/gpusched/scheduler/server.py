@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpusched.api import keys
@@ -73,35 +71,12 @@ def export_inventory(cache: ClusterCache, metrics: SchedulerMetrics) -> None:
     metrics.node_inventory.publish(rows)
 
 
-class _LoopConsumer:
-    """Hands watch events from a reflector thread to the event loop, where the cache lives."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        replace: Callable[[list[dict[str, Any]]], None],
-        upsert: Callable[[dict[str, Any]], None],
-        delete: Callable[[dict[str, Any]], None],
-    ) -> None:
-        self._loop = loop
-        self._replace, self._upsert, self._delete = replace, upsert, delete
-
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        self._loop.call_soon_threadsafe(self._replace, items)
-
-    def upsert(self, item: dict[str, Any]) -> None:
-        self._loop.call_soon_threadsafe(self._upsert, item)
-
-    def delete(self, item: dict[str, Any]) -> None:
-        self._loop.call_soon_threadsafe(self._delete, item)
-
-
 class Extender:
     """Cache, watches, binder and HTTP routes of one extender process."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: AsyncApi,
         metrics: SchedulerMetrics | None = None,
         *,
         max_nodes: int = DEFAULT_MAX_NODES,
@@ -110,52 +85,41 @@ class Extender:
         self.cache = ClusterCache()
         self.metrics = metrics or SchedulerMetrics()
         self.pending = PendingPods()
-        self.binder = Binder(
-            AsyncApi(api.configuration), self.cache, self.metrics, pending=self.pending
-        )
+        self.binder = Binder(api, self.cache, self.metrics, pending=self.pending)
         self.max_nodes = max_nodes
-        self._stop = threading.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- lifecycle -----------------------------------------------------------------------
 
-    def start_watches(self, loop: asyncio.AbstractEventLoop) -> None:
-        """List and watch NodeGpuTopology objects and bound pods."""
-        custom = client.CustomObjectsApi(self.api)
-        core = client.CoreV1Api(self.api)
+    def start_watches(self) -> None:
+        """List and watch NodeGpuTopology objects and bound pods (tasks of the running loop,
+        which is where the cache lives)."""
         cache = self.cache
-
-        def list_topologies(**kwargs: Any) -> Any:
-            return custom.list_cluster_custom_object(
-                keys.GROUP, keys.VERSION, "nodegputopologies", **kwargs
-            )
-
-        Reflector(
+        topologies = Reflector(
             "nodegputopologies",
-            list_topologies,
-            _LoopConsumer(
-                loop,
+            self.api,
+            f"/apis/{keys.GROUP}/{keys.VERSION}/nodegputopologies",
+            _Consumer(
                 cache.replace_topologies,
                 cache.apply_topology,
                 lambda obj: cache.delete_topology(obj["metadata"]["name"]),
             ),
-            self._stop,
-        ).start()
-        Reflector(
+        )
+        pods = Reflector(
             "pods",
-            core.list_pod_for_all_namespaces,
-            _LoopConsumer(loop, cache.replace_pods, cache.apply_pod, cache.delete_pod),
-            self._stop,
-            field_selector="spec.nodeName!=",
-        ).start()
-        # Read in the watch thread: a set of UIDs needs no event-loop hop.
-        Reflector(
+            self.api,
+            "/api/v1/pods",
+            _Consumer(cache.replace_pods, cache.apply_pod, cache.delete_pod),
+            params={"fieldSelector": "spec.nodeName!="},
+        )
+        pending = Reflector(
             "pending-pods",
-            core.list_pod_for_all_namespaces,
+            self.api,
+            "/api/v1/pods",
             self.pending,
-            self._stop,
-            field_selector=FIELD_SELECTOR,
-        ).start()
+            params={"fieldSelector": FIELD_SELECTOR},
+        )
+        self._tasks.extend([topologies.start(), pods.start(), pending.start()])
 
     async def _housekeeping(self) -> None:
         while not self.cache.ready:
@@ -168,14 +132,14 @@ class Extender:
             settle_heap()
 
     async def on_startup(self, app: web.Application) -> None:
-        self.start_watches(asyncio.get_running_loop())
+        self.start_watches()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
 
     async def on_cleanup(self, app: web.Application) -> None:
-        self._stop.set()
-        await self.binder.close()
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.binder.close()
 
     def app(self) -> web.Application:
         """The aiohttp application."""
@@ -338,3 +302,15 @@ class Extender:
         # loop keeps answering filter calls meanwhile.
         body = await asyncio.to_thread(generate_latest, self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class _Consumer:
+    """A reflector's consumer made of three cache methods."""
+
+    def __init__(
+        self,
+        replace: Callable[[list[dict[str, Any]]], None],
+        upsert: Callable[[dict[str, Any]], None],
+        delete: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.replace, self.upsert, self.delete = replace, upsert, delete

@@ -536,7 +536,8 @@ def test_tenant_usage_reports_used_and_borrowed(kind: str) -> None:
     assert usage["a"].used == 8
     assert usage["a"].borrowed == 4
     assert usage["a"].used_by_model == {"H100": 8}
-    assert usage["a"].running == 1
+    assert usage["a"].admitted == 1
+    assert usage["a"].running == 0  # admitted now: no pod runs yet
     assert usage["a"].pending == 0
 
 

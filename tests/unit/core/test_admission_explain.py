@@ -67,3 +67,15 @@ def test_required_scope_refusals_are_explained_per_node() -> None:
 
 def test_unknown_job_is_reported_as_absent() -> None:
     assert not explain(Snapshot(NOW), "x/y").found
+
+
+def test_node_whose_wiring_never_meets_the_scope_says_the_scope_not_free_gpus() -> None:
+    tenants = [Tenant("a", guaranteed=8)]
+    # No five GPUs of a DGX-1 are all NVLinked; with four busy, too few are free as well.
+    dgx = node("dgx", "dgx1", busy=[0, 1, 2, 3])
+    jobs = [job("a/j", "a", 5, scope=TopologyScope.NVLINK, mode=TopologyMode.REQUIRED)]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), (dgx,)), "a/j")
+    assert e.reason == "NoFeasibleNodes"
+    verdict = e.nodes[0]
+    assert (verdict.reason, verdict.free_gpus) == ("ScopeUnsatisfiable", 4)
+    assert "never give 5 GPUs scope nvlink (required)" in verdict.detail

@@ -1,18 +1,26 @@
-"""Invariants of the admission core over random workloads (hypothesis).
+"""Invariants of the admission core over random workloads (hypothesis), each checked against
+truth computed here, independently of the core's own bookkeeping.
 
 Each example builds a cluster, tenants and a stream of jobs, lets part of them settle (so some
 tenants borrow), then submits the rest and replays the cycle on its own result with unchanged
 demand (admitted jobs start at once, victims' pods vanish at once and they queue again) until
 nothing changes. Along the way:
 
-* no job ever preempts a job that earlier preempted it (no preemption cycles);
-* a job of another tenant is only ever evicted for a job inside its own tenant's guarantee,
-  from a tenant that was borrowing at the time;
+* preemptions never form a cycle of any length, in either phase (A evicts B, B evicts C, C evicts
+  A is thrash however long the chain);
+* every victim set is minimal: with any one victim spared, the preemptor could not be admitted
+  (checked by running the cycle again without the other victims and without preemption);
+* a job of another tenant is only ever evicted for a job inside its own tenant's guarantee, from a
+  tenant that was borrowing at the time;
 * victims are preemptible, past their minimum runtime, and lower priority when of the same tenant;
-* every admitted gang holds exactly its GPUs, none of them held by anyone else, on nodes of its
-  model, meeting its required scope; tenants stay within their borrowing limits;
+* every admitted gang holds exactly its GPUs: no GPU held twice, on count-only nodes no more GPUs
+  held than the node has; on nodes of its model, meeting its required scope;
+* a tenant that is admitted anything stays within its borrowing limit, and the usage the cycle
+  reports is the sum of its admitted jobs' GPUs;
 * the same snapshot, in any order, gives the same decisions;
 * the replay settles: preemptions stop after a bounded number of cycles.
+
+Each check was seen to fail on a bug planted in the core (see docs/development.md).
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from hypothesis import strategies as st
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
 from gpusched.core.admission import (
+    Assignment,
+    CycleConfig,
     CycleResult,
     Job,
     JobState,
@@ -114,48 +124,75 @@ def workloads(draw: Any) -> tuple[list[Any], list[Tenant], list[Job], list[Job]]
     return nodes, tenants, jobs[:split], jobs[split:]
 
 
+def _usage(jobs: list[Job]) -> dict[str, int]:
+    """GPUs held per tenant by admitted jobs, summed from the jobs themselves."""
+    out: dict[str, int] = {}
+    for j in jobs:
+        if j.state is JobState.ADMITTED and j.tenant is not None:
+            out[j.tenant] = out.get(j.tenant, 0) + j.total_gpus
+    return out
+
+
+def _check_holdings(snapshot: Snapshot, result: CycleResult) -> None:
+    """No GPU is held twice, counting count-only nodes by number."""
+    jobs = {j.key: j for j in snapshot.jobs}
+    nodes = {n.name: n for n in snapshot.nodes}
+    victims = {v.victim for v in result.preemptions}
+    held: dict[tuple[str, int], str] = {}
+    counted: dict[str, int] = {n.name: n.busy_count + len(n.busy) for n in snapshot.nodes}
+    holdings = [
+        (j.key, a)
+        for j in snapshot.jobs
+        if j.state is not JobState.QUEUED and j.key not in victims
+        for a in j.placement
+    ]
+    for n in snapshot.nodes:
+        for g in n.busy:
+            held[(n.name, g)] = "foreign"
+    for key, a in holdings:
+        if a.node not in nodes:
+            continue
+        counted[a.node] += a.size
+        for g in a.gpus:
+            assert (a.node, g) not in held, (key, a, held[(a.node, g)])
+            held[(a.node, g)] = key
+    for admission in result.admissions:
+        subject = jobs[admission.job]
+        for plan in admission.placement:
+            target = nodes[plan.node]
+            counted[plan.node] += len(plan.gpus)
+            if not target.count_only:
+                for g in plan.gpus:
+                    assert (plan.node, g) not in held, (admission.job, plan, held[(plan.node, g)])
+                    held[(plan.node, g)] = admission.job
+        assert len(admission.placement) == subject.replicas
+    for name, count in counted.items():
+        assert count <= nodes[name].topology.wiring.n, (name, count)
+
+
 def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
     jobs = {j.key: j for j in snapshot.jobs}
     tenants = {t.name: t for t in snapshot.tenants}
     nodes = {n.name: n for n in snapshot.nodes}
+    # The core's own ledger only to know who borrowed when a reclaim was decided; limits and
+    # usage are checked against sums computed here.
     ledgers = {
         name: Ledger(
             t, [j for j in snapshot.jobs if j.tenant == name and j.state is JobState.ADMITTED]
         )
         for name, t in tenants.items()
     }
-    # GPUs held before the cycle, minus victims (their GPUs go to their preemptor).
-    victims = {v.victim for v in result.preemptions}
-    held: dict[tuple[str, int], str] = {}
-    for j in snapshot.jobs:
-        if j.state is not JobState.QUEUED and j.key not in victims:
-            for a in j.placement:
-                for g in a.gpus:
-                    held[(a.node, g)] = j.key
-    for n in snapshot.nodes:
-        for g in n.busy:
-            held[(n.name, g)] = "foreign"
-
+    _check_holdings(snapshot, result)
     for admission in result.admissions:
         subject = jobs[admission.job]
         assert subject.state is JobState.QUEUED
-        assert len(admission.placement) == subject.replicas
         for plan in admission.placement:
             assert len(plan.gpus) == subject.gpus_per_replica
-            target = nodes[plan.node]
             if subject.gpu_model:
-                assert target.model == subject.gpu_model
+                assert nodes[plan.node].model == subject.gpu_model
             if subject.policy.mode is TopologyMode.REQUIRED:
                 order = list(TopologyScope)
                 assert order.index(plan.topology_class) <= order.index(subject.policy.scope)
-            for g in plan.gpus:
-                if not target.count_only:
-                    assert (plan.node, g) not in held, (
-                        admission.job,
-                        plan,
-                        held.get((plan.node, g)),
-                    )
-                held[(plan.node, g)] = admission.job
         for v in admission.victims:
             victim = jobs[v.victim]
             assert victim.state is JobState.ADMITTED
@@ -175,23 +212,87 @@ def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
             ledgers[victim.tenant].remove(victim)
         assert subject.tenant is not None
         ledgers[subject.tenant].add(subject)
+    # Usage after the cycle, from the jobs: what ran, minus victims, plus admissions.
+    victims = {v.victim for v in result.preemptions}
+    after = _usage([j for j in snapshot.jobs if j.key not in victims])
+    for admission in result.admissions:
+        after[admission.tenant] = after.get(admission.tenant, 0) + jobs[admission.job].total_gpus
+    admitted_tenants = {a.tenant for a in result.admissions}
     for usage in result.tenants:
+        assert usage.used == after.get(usage.name, 0), (usage.name, usage.used, after)
         limit = tenants[usage.name].borrowing_limit
-        if limit is not None:
-            assert usage.used <= max(limit, ledgers[usage.name].used)
+        if limit is not None and usage.name in admitted_tenants:
+            assert after.get(usage.name, 0) <= limit, (usage.name, after, limit)
+    _check_minimal_victims(snapshot, result)
 
 
-def _settle(snapshot: Snapshot, cycles: int, edges: set[tuple[str, str]] | None) -> Snapshot:
+def _check_minimal_victims(snapshot: Snapshot, result: CycleResult) -> None:
+    """With any one victim spared, the preemptor could not have been admitted: run the cycle
+    again over the cluster as it stood at that decision (earlier victims still terminating on
+    what their preemptors did not take), without the other victims, with the preemptor alone
+    in the queue and no preemption allowed."""
+    held = {j.key: j for j in snapshot.jobs if j.state in (JobState.ADMITTED, JobState.TERMINATING)}
+    jobs = {j.key: j for j in snapshot.jobs}
+    no_preemption = CycleConfig(max_preemption_searches=0)
+    for admission in result.admissions:
+        preemptor = jobs[admission.job]
+        names = [v.victim for v in admission.victims]
+        reclaimed = {
+            v.victim for v in admission.victims if v.reason is not PreemptReason.HIGHER_PRIORITY
+        }
+        for spared in names:
+            others = set(names) - {spared}
+            trial = replace(
+                snapshot,
+                jobs=(*(j for k, j in held.items() if k not in others), preemptor),
+                config=no_preemption,
+            )
+            alternative = run_cycle(trial).admission_of(admission.job)
+            # Reclaiming another tenant's GPUs is only for a job inside its guarantee: without
+            # the spared victim the others would not all be allowed.
+            allowed = alternative is not None and (
+                not (others & reclaimed) or alternative.reason is AdmitReason.WITHIN_GUARANTEE
+            )
+            assert not allowed, f"{admission.job} evicted {spared} for nothing: {names}"
+        for name in names:
+            # Evicted, but still on the GPUs its preemptor does not take (terminating).
+            held[name] = replace(held[name], state=JobState.TERMINATING, reserved_for=None)
+        placed = tuple(
+            Assignment(p.node, (), len(p.gpus)) if p.count_only else Assignment(p.node, p.gpus)
+            for p in admission.placement
+        )
+        held[admission.job] = replace(
+            preemptor, state=JobState.ADMITTED, placement=placed, started_at=snapshot.now
+        )
+
+
+def _reaches(edges: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen = {start}
+    todo = [start]
+    while todo:
+        current = todo.pop()
+        if current == goal:
+            return True
+        for nxt in edges.get(current, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
+def _settle(snapshot: Snapshot, cycles: int, edges: dict[str, set[str]]) -> Snapshot:
+    """Replay until quiet; ``edges`` (preemptor -> victims) accumulates over the whole run and
+    must stay acyclic."""
     quiet = 0
     for _ in range(cycles):
         result = run_cycle(snapshot)
         _check_cycle(snapshot, result)
-        if edges is not None:
-            for p in result.preemptions:
-                assert (p.victim, p.preemptor) not in edges, (
-                    f"{p.victim} preempted {p.preemptor} back"
-                )
-                edges.add((p.preemptor, p.victim))
+        for p in result.preemptions:
+            assert not _reaches(edges, p.victim, p.preemptor), (
+                f"preemption cycle: {p.preemptor} evicts {p.victim}, which led to evicting "
+                f"{p.preemptor} before"
+            )
+            edges.setdefault(p.preemptor, set()).add(p.victim)
         quiet = quiet + 1 if not result.preemptions else 0
         snapshot = replay(snapshot, result, dt=100.0)
         if quiet >= 2:
@@ -206,9 +307,10 @@ def test_replays_never_preempt_back_and_keep_every_invariant(
 ) -> None:
     nodes, tenants, early, late = workload
     snapshot = Snapshot(now=1000.0, tenants=tuple(tenants), jobs=tuple(early), nodes=tuple(nodes))
-    snapshot = _settle(snapshot, 40, None)
+    edges: dict[str, set[str]] = {}
+    snapshot = _settle(snapshot, 40, edges)
     snapshot = replace(snapshot, jobs=(*snapshot.jobs, *late))
-    _settle(snapshot, 4 * (len(early) + len(late)) + 4, set())
+    _settle(snapshot, 4 * (len(early) + len(late)) + 4, edges)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from probe_testdata import H100, MakeNode, backend_for
 
 from gpusched.device_probe.probe import Probe, ProbeConfig
+from gpusched.kubeasync import ApiError
 from gpusched.metrics import ProbeMetrics
 
 
@@ -18,7 +18,7 @@ class UnreachableApi:
 
     def __getattr__(self, name: str) -> Any:
         def fail(*_args: Any, **_kwargs: Any) -> Any:
-            raise ApiException(status=503, reason="Service Unavailable")
+            raise ApiError(503, "Service Unavailable", "the API server is unreachable")
 
         return fail
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from gpusched.operator.controller import _set_tenant_series
+from gpusched.operator.loop import set_tenant_series
 
 
 def _series(gauge: Gauge) -> dict[str, float]:
@@ -13,7 +13,7 @@ def _series(gauge: Gauge) -> dict[str, float]:
 
 def test_tenant_series_follow_the_latest_values_and_drop_departed_tenants() -> None:
     gauge = Gauge("pending", "pending", ["tenant"], registry=CollectorRegistry())
-    _set_tenant_series(gauge, {"a": 4, "b": 8})
+    set_tenant_series(gauge, {"a": 4, "b": 8})
     assert _series(gauge) == {"a": 4, "b": 8}
-    _set_tenant_series(gauge, {"b": 0, "c": 2})
+    set_tenant_series(gauge, {"b": 0, "c": 2})
     assert _series(gauge) == {"b": 0, "c": 2}

@@ -16,13 +16,12 @@ from gpusched.core.admission import (
     PreemptReason,
     ReplicaPlan,
 )
+from gpusched.core.lifecycle import PodFacts, merge_patch, tenant_map
+from gpusched.core.lifecycle import status as st
+from gpusched.core.lifecycle.pods import pod_manifest, pod_name
 from gpusched.core.placement import TopologyScope
 from gpusched.dev.localcluster.topologies import fixture_objects
-from gpusched.operator import status as st
-from gpusched.operator.controller import merge_patch
-from gpusched.operator.pods import pod_manifest, pod_name
-from gpusched.operator.records import PodInfo
-from gpusched.operator.translate import NodeReader, tenant_map
+from gpusched.operator.nodes import NodeReader
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -143,7 +142,10 @@ def test_admission_reserves_the_plan_and_names_the_gang() -> None:
     assert s.placement_quality == "numa"
     conditions = {c.type: (c.status.value, c.reason) for c in s.conditions}
     assert conditions["QuotaReserved"] == ("True", "Borrowing")
-    assert conditions["Admitted"] == ("True", "PodsCreated")
+    assert conditions["Admitted"] == ("True", "Placed")
+    # Written before any pod exists: nothing in it may say pods were created.
+    assert conditions["PodsReady"] == ("False", "WaitingForPods")
+    assert all("created" not in c.message for c in s.conditions)
 
 
 def test_admission_with_victims_waits_for_them() -> None:
@@ -185,7 +187,7 @@ def test_running_records_the_gpus_the_extender_bound() -> None:
         phase=JobPhase.ADMITTED,
         placement=[ReplicaPlacement(replica=0, node="n0", gpu_indices=[0, 1])],
     )
-    pod = PodInfo(
+    pod = PodFacts(
         name="train-1-0",
         namespace="ns",
         phase="Running",
@@ -271,6 +273,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
         gauge.labels("t").set(1)
     metrics.cycle_seconds.labels("decide").observe(0.1)
     metrics.api_errors.labels("job-status").inc()
+    metrics.count_request("GET", "/api/v1/pods", 200)
     exported = {
         line.split("{")[0].split(" ")[0]
         for line in generate_latest(metrics.registry).decode().splitlines()

@@ -419,8 +419,11 @@ class Cycle:
                     used_by_model=dict(sorted(by_model.items())),
                     fair_share=shares.get(name, 0.0),
                     pending=pending,
-                    running=len(self.admitted[name]),
+                    running=sum(
+                        1 for j in self.admitted[name].values() if j.started_at is not None
+                    ),
                     demand=self.demand[name],
+                    admitted=len(self.admitted[name]),
                 )
             )
         return tuple(out)

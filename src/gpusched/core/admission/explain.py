@@ -13,10 +13,10 @@ from typing import Any
 
 from gpusched.api.gpujob import TopologyScope
 from gpusched.core.admission.cycle import Cycle
-from gpusched.core.admission.model import JobState, Snapshot
+from gpusched.core.admission.model import JobState, Node, Snapshot
 from gpusched.core.admission.pool import Request
 from gpusched.core.admission.preemption import by_cost, may_be_victim, protected_until
-from gpusched.core.placement import Placement, place
+from gpusched.core.placement import Placement, RefusalReason, place
 
 #: Nodes listed in detail (the rest are counted by reason).
 DETAIL_NODES = 5
@@ -216,6 +216,24 @@ def _may_be_preempted(cycle: Cycle, key: str) -> list[str]:
     return lines
 
 
+def _scope_never_met(node: Node, request: Request) -> str | None:
+    """Why the node's wiring can never give one replica its required scope, even idle (None:
+    it can, or the scope is only preferred). Said before free GPUs: freeing GPUs would not
+    help."""
+    policy = request.policy
+    if not policy.required:
+        return None
+    topology = node.topology
+    idle = place(topology, request.gpus_per_replica, policy, free_mask=topology.placeable_mask)
+    if isinstance(idle, Placement) or idle.reason is not RefusalReason.SCOPE_UNSATISFIABLE:
+        return None
+    best = f"; at best {idle.best_class.value}" if idle.best_class is not None else ""
+    return (
+        f"its wiring can never give {request.gpus_per_replica} GPUs scope "
+        f"{policy.describe()}, even idle{best}"
+    )
+
+
 def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str, int]]:
     """What every node says to one replica, in the state the cycle left."""
     pool = cycle.pool
@@ -237,6 +255,10 @@ def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str,
             else:
                 reason, text = "Taints", "a NoSchedule/NoExecute taint is not tolerated"
             verdicts.append(NodeVerdict(node.name, False, reason, text, free))
+            continue
+        never = _scope_never_met(node, request)
+        if never is not None:
+            verdicts.append(NodeVerdict(node.name, False, "ScopeUnsatisfiable", never, free))
             continue
         result = place(node.topology, k, request.policy, free_mask=slot.free)
         if isinstance(result, Placement):

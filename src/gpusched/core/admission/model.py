@@ -311,9 +311,11 @@ class TenantUsage:
     pending: int
     """Jobs still queued."""
     running: int
-    """Jobs admitted (ADMITTED)."""
+    """Admitted jobs whose pods all run (``started_at`` set)."""
     demand: int
     """GPUs held plus GPUs of feasible queued jobs."""
+    admitted: int = 0
+    """Jobs holding GPUs (ADMITTED): pods being created, starting or running."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ load average of the machine.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -36,6 +38,7 @@ from gpusched.dev.localcluster.components import start_extender_only, start_gpus
 from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
 from gpusched.dev.localcluster.topologies import FIXTURE_NAMES, fixture_objects
 from gpusched.kube import body
+from gpusched.kubeasync import AsyncApi
 from gpusched.kubewatch import Reflector
 from gpusched.scheduler.config import profile
 
@@ -65,17 +68,21 @@ class BindWatcher:
     """Records when each pod of a namespace is first seen bound."""
 
     def __init__(self, api: Any, namespace: str) -> None:
-        from kubernetes import client
-
-        core = client.CoreV1Api(api)
         self.bound_at: dict[str, float] = {}
         self.nodes: dict[str, str] = {}
-        self._stop = threading.Event()
+        client = AsyncApi(api.configuration)
+        reflector = Reflector(
+            f"bench-{namespace}", client, f"/api/v1/namespaces/{namespace}/pods", self
+        )
+        self._loop = asyncio.new_event_loop()
+        self._task = self._loop.create_task(reflector.run())
 
-        def list_pods(**kwargs: Any) -> Any:
-            return core.list_namespaced_pod(namespace, **kwargs)
+        def run() -> None:  # the reflector's own event loop, beside the benchmark's threads
+            with contextlib.suppress(asyncio.CancelledError):
+                self._loop.run_until_complete(self._task)
+            self._loop.run_until_complete(client.close())
 
-        Reflector(f"bench-{namespace}", list_pods, self, self._stop).start()
+        threading.Thread(target=run, name=f"watch-{namespace}", daemon=True).start()
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         for item in items:
@@ -91,7 +98,7 @@ class BindWatcher:
         """Deletions do not matter here."""
 
     def stop(self) -> None:
-        self._stop.set()
+        self._loop.call_soon_threadsafe(self._task.cancel)
 
 
 def _create_pods(api: Any, namespace: str, scheduler: str, sizes: list[int]) -> None:

@@ -35,6 +35,8 @@ COMPONENT: Final = {
 
 #: Chart values a component's identity is rendered with (default: the chart's defaults).
 _VALUES: Final[dict[str, dict[str, Any]]] = {NODE_AGENT: {"nodeAgent": {"enabled": True}}}
+#: Identities that add to another one, installed after it (the node agent runs as the probe).
+_EXTENDS: Final = {NODE_AGENT: COMPONENT[PROBE]}
 
 _installed: set[tuple[Path, str]] = set()
 _lock = threading.Lock()
@@ -48,16 +50,13 @@ def user(account: str, namespace: str = NAMESPACE) -> str:
 def install(cluster: LocalCluster, component: str) -> None:
     """Apply the chart's identity objects of ``component`` (once per cluster and process) and
     wait until its admission policies are in force."""
-    if component == NODE_AGENT:  # additions to the probe's identity: its ServiceAccount first
-        install(cluster, COMPONENT[PROBE])
+    if component in _EXTENDS:
+        install(cluster, _EXTENDS[component])
     key = (cluster.state_dir, component)
     with _lock:
         if key in _installed:
             return
-        objects = render.identity(component, _VALUES.get(component))
-        manifest = render.write_manifest(
-            objects, cluster.state_dir / "chart" / f"identity-{component}.yaml"
-        )
+        objects, manifest = _manifest(cluster, component)
         cluster.kubectl("create", "namespace", NAMESPACE, check=False)
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
         if any(obj["kind"] == "ValidatingAdmissionPolicy" for obj in objects):
@@ -65,14 +64,18 @@ def install(cluster: LocalCluster, component: str) -> None:
         _installed.add(key)
 
 
+def _manifest(cluster: LocalCluster, component: str) -> tuple[list[dict[str, Any]], Path]:
+    """The chart's identity objects of ``component``, and the file they are written to."""
+    objects = render.identity(component, _VALUES.get(component))
+    path = cluster.state_dir / "chart" / f"identity-{component}.yaml"
+    return objects, render.write_manifest(objects, path)
+
+
 def uninstall(cluster: LocalCluster, component: str) -> None:
     """Delete what :func:`install` applied for ``component`` (a test that needs an identity
     exactly as the chart's defaults render it removes the node agent's additions first)."""
     with _lock:
-        objects = render.identity(component, _VALUES.get(component))
-        manifest = render.write_manifest(
-            objects, cluster.state_dir / "chart" / f"identity-{component}.yaml"
-        )
+        _, manifest = _manifest(cluster, component)
         cluster.kubectl("delete", "--ignore-not-found", "--wait", "-f", str(manifest))
         _installed.discard((cluster.state_dir, component))
 
@@ -83,9 +86,21 @@ def kubeconfig(cluster: LocalCluster, account: str, *, node: str | None = None) 
     install(cluster, COMPONENT[account])
     if node is None:
         return _token_kubeconfig(cluster, account, "")
-    uid = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}").stdout
-    bound = ("Node", node, uid.strip())
+    bound = ("Node", node, _node_uid(cluster, node))
     return _token_kubeconfig(cluster, account, f"-{node}", bound=bound)
+
+
+def _node_uid(cluster: LocalCluster, node: str, timeout: float = 120.0) -> str:
+    """The Node's UID, once it exists: a kubelet that just became healthy registers its Node a
+    moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}", check=False)
+        if result.returncode == 0 and result.stdout.strip():
+            return result.stdout.strip()
+        if time.monotonic() > deadline:
+            raise ClusterError(f"node {node} not registered after {timeout:.0f}s: {result.stderr}")
+        time.sleep(0.5)
 
 
 def _token_kubeconfig(
@@ -139,21 +154,27 @@ _CANARIES: Final = {
 }
 
 
+#: What a canary needs to exist first, created as the cluster admin: a pod bound to no node.
+_CANARY_SETUP: Final = {
+    NODE_AGENT: (
+        "run",
+        "gpusched-policy-check",
+        "-n",
+        NAMESPACE,
+        "--image=x",
+        '--overrides={"spec": {"schedulerName": "gpusched-policy-check"}}',
+    ),
+}
+
+
 def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float = 60.0) -> None:
     canary = _CANARIES.get(component)
     if canary is None:
         return
     account, args, stdin = canary
-    if component == NODE_AGENT:
-        cluster.kubectl(
-            "run",
-            "gpusched-policy-check",
-            "-n",
-            NAMESPACE,
-            "--image=x",
-            '--overrides={"spec": {"schedulerName": "gpusched-policy-check"}}',
-            check=False,
-        )
+    setup = _CANARY_SETUP.get(component)
+    if setup is not None:
+        cluster.kubectl(*setup, check=False)
     config = _token_kubeconfig(cluster, account, "-canary")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -21,8 +21,8 @@ from gpusched.api.gpujob import (
 )
 from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.core.admission import Admission, Preemption, WaitReason
+from gpusched.core.lifecycle.facts import PodFacts
 from gpusched.core.placement import SCOPES, scope_rank
-from gpusched.operator.records import PodInfo
 
 #: Topology classes, tightest first (as the placement engine ranks them).
 SCOPE_ORDER = [scope.value for scope in SCOPES]
@@ -45,9 +45,11 @@ class Reason(StrEnum):
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
     QUEUED = "Queued"
     WAITING_FOR_PREEMPTION = "WaitingForPreemption"
-    PODS_CREATED = "PodsCreated"
+    PLACED = "Placed"
+    WAITING_FOR_PODS = "WaitingForPods"
     RUNNING = "Running"
     PODS_READY_TIMEOUT = "PodsReadyTimeout"
+    PODS_REFUSED = "PodsRefused"
     PODS_LOST = "PodsLost"
     PREEMPTED_BY = "PreemptedBy"
     REQUEUED = "Requeued"
@@ -78,7 +80,7 @@ def _condition(
             found = True
             since = c.last_transition_time if c.status == value else now
             out.append(
-                Condition(
+                Condition.model_construct(
                     type=type_.value,
                     status=value,
                     reason=reason,
@@ -91,7 +93,7 @@ def _condition(
             out.append(c)
     if not found:
         out.append(
-            Condition(
+            Condition.model_construct(
                 type=type_.value,
                 status=value,
                 reason=reason,
@@ -105,15 +107,19 @@ def _condition(
 
 
 class Transition:
-    """Builds the next status of one job from its current one."""
+    """Builds the next status of one job from its current one.
+
+    Every step makes a new status that shares what it does not change with the previous one
+    (lists are replaced, never changed in place), so a transition costs what it changes, not a
+    copy of the whole status: thousands of waiting jobs are rewritten in one cycle."""
 
     def __init__(self, status: GpuJobStatus, now: datetime, generation: int) -> None:
-        self.status = status.model_copy(deep=True)
+        self.status = status
         self.now = now
         self.generation = generation
 
     def cond(self, type_: Cond, status: bool, reason: str, message: str) -> Transition:
-        self.status.conditions = _condition(
+        conditions = _condition(
             self.status.conditions,
             type_,
             status=status,
@@ -122,7 +128,7 @@ class Transition:
             now=self.now,
             generation=self.generation,
         )
-        return self
+        return self.set(conditions=conditions)
 
     def has(self, type_: Cond) -> bool:
         return any(
@@ -131,17 +137,16 @@ class Transition:
         )
 
     def set(self, **fields: Any) -> Transition:
-        for name, value in fields.items():
-            setattr(self.status, name, value)
+        """The status with these fields replaced (values of the field's type, unvalidated)."""
+        self.status = self.status.model_copy(update=fields)
         return self
 
     def stop_metering(self, gpus: int) -> Transition:
         """Add the current run's GPU-seconds (if it ran) to the total."""
         started = self.status.started_at
         if started is not None:
-            self.status.gpu_seconds = round(
-                self.status.gpu_seconds + max(0.0, (self.now - started).total_seconds()) * gpus, 1
-            )
+            seconds = max(0.0, (self.now - started).total_seconds()) * gpus
+            self.set(gpu_seconds=round(self.status.gpu_seconds + seconds, 1))
         return self
 
 
@@ -215,7 +220,9 @@ def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[
         message=admission.message,
     )
     t.cond(Cond.QUOTA_RESERVED, True, admission.reason.value, admission.message)
-    t.cond(Cond.PODS_READY, False, Reason.PODS_CREATED, "pods not all running yet")
+    # Written before any pod exists: it says only what is true now (the GPUs are reserved);
+    # pods that the API server then refuses show up as PodsRefused.
+    t.cond(Cond.PODS_READY, False, Reason.WAITING_FOR_PODS, "pods not all running yet")
     if t.has(Cond.PREEMPTED):
         t.cond(Cond.PREEMPTED, False, "Readmitted", "admitted again after a preemption")
     if admission.victims:
@@ -224,18 +231,40 @@ def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[
         t.set(reason=Reason.WAITING_FOR_PREEMPTION.value, message=text)
         t.cond(Cond.ADMITTED, False, Reason.WAITING_FOR_PREEMPTION, text)
     else:
-        t.cond(Cond.ADMITTED, True, Reason.PODS_CREATED, "all pods of the gang created")
+        t.cond(Cond.ADMITTED, True, Reason.PLACED, admission.message)
     return t
 
 
-def pods_created(t: Transition) -> Transition:
-    text = "all pods of the gang created"
-    return t.set(reason=Reason.PODS_CREATED.value, message=text).cond(
-        Cond.ADMITTED, True, Reason.PODS_CREATED, text
+def released_by_victims(t: Transition) -> Transition:
+    """The victims of its preemption left its GPUs: its pods come next."""
+    text = "the preempted jobs released its GPUs"
+    reserved = next((c for c in t.status.conditions if c.type == Cond.QUOTA_RESERVED.value), None)
+    reason = reserved.reason if reserved is not None else Reason.PLACED.value
+    t.set(reason=reason, message=text)
+    return t.cond(Cond.ADMITTED, True, Reason.PLACED, text)
+
+
+def refused(t: Transition, message: str, gpus: int) -> Transition:
+    """The API server refused the job's pods as invalid: failed until its spec changes."""
+    t.stop_metering(gpus)
+    text = f"the API server refuses its pods: {message}"
+    t.set(
+        phase=JobPhase.FAILED,
+        reason=Reason.INVALID_POD_TEMPLATE.value,
+        message=text[:4000],
+        started_at=None,
+        placement=[],
+        placement_quality=None,
+        queue_position=None,
+        requeue_at=None,
+        observed_generation=t.generation,
     )
+    t.cond(Cond.QUOTA_RESERVED, False, Reason.INVALID_POD_TEMPLATE, text)
+    t.cond(Cond.ADMITTED, False, Reason.INVALID_POD_TEMPLATE, text)
+    return t.cond(Cond.PODS_READY, False, Reason.PODS_REFUSED, text)
 
 
-def running(t: Transition, replicas: int, bound: Sequence[PodInfo] = ()) -> Transition:
+def running(t: Transition, replicas: int, bound: Sequence[PodFacts] = ()) -> Transition:
     """All pods run; the placement records the GPUs the extender actually bound, if it did."""
     text = f"all {replicas} pods running" if replicas > 1 else "its pod is running"
     by_replica = {p.replica: p for p in bound}

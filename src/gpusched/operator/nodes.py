@@ -1,4 +1,4 @@
-"""From API objects to the admission core's snapshot types.
+"""From Node and NodeGpuTopology objects to the admission core's nodes.
 
 Nodes: every Ready, schedulable node that advertises ``nvidia.com/gpu`` and has a usable
 NodeGpuTopology. The gpusched scheduler binds GPU pods only to nodes whose GPUs it can name, so a
@@ -11,101 +11,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpusched.api import keys
-from gpusched.api.gpujob import GpuJob
 from gpusched.api.nodegputopology import NodeGpuTopology
-from gpusched.api.tenantquota import TenantQuota
-from gpusched.core import NodeTopology, Policy, TopologyError, prepare
-from gpusched.core.admission import (
-    AcrossReplicas,
-    Node,
-    Taint,
-    Tenant,
-    Toleration,
-    count_only_topology,
-)
+from gpusched.core import NodeTopology, TopologyError, prepare
+from gpusched.core.admission import Node, Taint, count_only_topology
 from gpusched.core.prepared import PreparedNode
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TenantMap:
-    """Which TenantQuota owns each namespace (the oldest claim wins)."""
-
-    owner: dict[str, str]
-    conflicts: dict[str, list[str]]
-    """TenantQuota name -> namespaces it names but an older TenantQuota owns."""
-
-
-def tenant_map(quotas: Iterable[TenantQuota]) -> TenantMap:
-    """Assign namespaces to TenantQuotas, oldest first (then by name)."""
-
-    def age(q: TenantQuota) -> tuple[float, str]:
-        created = q.metadata.creation_timestamp
-        return (created.timestamp() if created else 0.0, q.metadata.name or "")
-
-    owner: dict[str, str] = {}
-    conflicts: dict[str, list[str]] = {}
-    for quota in sorted(quotas, key=age):
-        name = quota.metadata.name or ""
-        for namespace in quota.spec.namespaces:
-            if namespace in owner and owner[namespace] != name:
-                conflicts.setdefault(name, []).append(namespace)
-            else:
-                owner.setdefault(namespace, name)
-    return TenantMap(owner, conflicts)
-
-
-def core_tenant(quota: TenantQuota) -> Tenant:
-    spec = quota.spec
-    return Tenant(
-        name=quota.metadata.name or "",
-        guaranteed=spec.guaranteed_gpus,
-        guaranteed_by_model=dict(spec.guaranteed_gpus_by_model),
-        borrowing_limit=spec.borrowing_limit,
-        weight=spec.weight,
-        within_tenant=spec.preemption.within_tenant,
-        reclaim=spec.preemption.reclaim_borrowed,
-    )
-
-
-def job_shape(job: GpuJob) -> dict[str, Any]:
-    """The spec-derived fields of a core Job (what the job asks for)."""
-    spec = job.spec
-    template_spec = spec.template.get("spec") or {}
-    across = spec.topology.across_replicas
-    selector = template_spec.get("nodeSelector") or {}
-    tolerations = tuple(
-        Toleration(
-            key=t.get("key") or "",
-            operator=t.get("operator") or "Equal",
-            value=t.get("value") or "",
-            effect=t.get("effect") or "",
-        )
-        for t in template_spec.get("tolerations") or []
-        if isinstance(t, dict)
-    )
-    return {
-        "replicas": spec.replicas,
-        "gpus_per_replica": spec.gpus_per_replica,
-        "policy": Policy.from_api(spec.topology, replicas=spec.replicas),
-        "gpu_model": spec.gpu_model,
-        "across": (
-            AcrossReplicas(across.node_label, across.mode.value == "required")
-            if across is not None
-            else None
-        ),
-        "node_selector": tuple(sorted((str(k), str(v)) for k, v in selector.items())),
-        "tolerations": tolerations,
-        "preemptible": spec.preemptible,
-        "min_runtime_seconds": float(spec.min_runtime_seconds),
-    }
 
 
 def _allocatable_gpus(node: Mapping[str, Any]) -> int:

@@ -1,0 +1,82 @@
+"""The GpuJob lifecycle as pure functions: what each job's pods mean for it, and the writes that
+carry out one admission cycle's decisions.
+
+    settled = settle(job, context, now, config)      # per job: state, status, actions
+    result = run_cycle(build_snapshot(...))          # the admission core
+    groups = plan(jobs, settled, result, now).groups # ordered, conditional writes
+
+The operator feeds these from its watch cache and applies the groups; ``gpusched explain`` runs
+the same functions and applies nothing.
+"""
+
+from gpusched.core.lifecycle.actions import (
+    Action,
+    CreatePod,
+    DeletePod,
+    Event,
+    Group,
+    PatchPod,
+    Stage,
+    Step,
+    WriteStatus,
+)
+from gpusched.core.lifecycle.facts import JobFacts, PodFacts, leaving_victims, owns, parse_time
+from gpusched.core.lifecycle.patch import merge_patch
+from gpusched.core.lifecycle.plan import Plan, Refresh, plan, write_status
+from gpusched.core.lifecycle.settle import (
+    JobContext,
+    LifecycleConfig,
+    Refusal,
+    Settled,
+    Verdict,
+    needs_validation,
+    settle,
+)
+from gpusched.core.lifecycle.snapshot import build_snapshot, core_job, foreign_busy, job_shape
+from gpusched.core.lifecycle.tenants import (
+    MeteredJob,
+    QuotaUpdate,
+    TenantMap,
+    core_tenant,
+    quota_status,
+    tenant_map,
+)
+
+__all__ = [
+    "Action",
+    "CreatePod",
+    "DeletePod",
+    "Event",
+    "Group",
+    "JobContext",
+    "JobFacts",
+    "LifecycleConfig",
+    "MeteredJob",
+    "PatchPod",
+    "Plan",
+    "PodFacts",
+    "QuotaUpdate",
+    "Refresh",
+    "Refusal",
+    "Settled",
+    "Stage",
+    "Step",
+    "TenantMap",
+    "Verdict",
+    "WriteStatus",
+    "build_snapshot",
+    "core_job",
+    "core_tenant",
+    "foreign_busy",
+    "job_shape",
+    "leaving_victims",
+    "merge_patch",
+    "needs_validation",
+    "owns",
+    "parse_time",
+    "plan",
+    "quota_status",
+    "settle",
+    "tenant_map",
+    "write_status",
+]

@@ -1,0 +1,256 @@
+"""What the job lifecycle reads: GpuJobs and their pods, parsed once from API objects.
+
+A :class:`PodFacts` or :class:`JobFacts` is built when the watch delivers the object (or when the
+operator assumes what its own write will make), then shared, unchanged, by every cycle until the
+object changes again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpusched.api import keys
+from gpusched.api.annotations import parse_indices
+from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase
+from gpusched.core.scheduling import RequestError, gpu_count
+
+#: Pod phases after which a pod holds no GPU.
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp (as the API server writes them), or None."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _number(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
+def _version(meta: Mapping[str, Any]) -> int:
+    """The object's resourceVersion as a number (0 when absent or not numeric)."""
+    value = str(meta.get("resourceVersion") or "")
+    return int(value) if value.isdigit() else 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """One pod as the lifecycle needs it."""
+
+    name: str
+    namespace: str
+    phase: str
+    node: str | None
+    deleting: bool
+    created: datetime | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    gpus: int
+    message: str = ""
+    uid: str = ""
+    version: int = 0
+    """resourceVersion as a number (0: assumed by the operator, not yet read back)."""
+    admission: int | None = field(init=False, default=None)
+    """The admission of its job that created it (label), read once."""
+    replica: int | None = field(init=False, default=None)
+    """Its replica index (label), read once."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "admission", _number(self.labels.get(keys.LABEL_ADMISSION)))
+        object.__setattr__(self, "replica", _number(self.labels.get(keys.LABEL_REPLICA_INDEX)))
+
+    @classmethod
+    def from_api(cls, pod: Mapping[str, Any]) -> PodFacts:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        try:
+            gpus = gpu_count(pod)
+        except RequestError:
+            gpus = 0
+        message = status.get("message") or status.get("reason") or ""
+        for cs in status.get("containerStatuses") or []:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if terminated and terminated.get("exitCode"):
+                message = (
+                    f"container {cs.get('name')} exited with code {terminated.get('exitCode')}"
+                    + (f" ({terminated.get('reason')})" if terminated.get("reason") else "")
+                )
+                break
+        return cls(
+            name=meta.get("name", ""),
+            namespace=meta.get("namespace", ""),
+            phase=status.get("phase") or "Pending",
+            node=spec.get("nodeName") or None,
+            deleting=bool(meta.get("deletionTimestamp")),
+            created=parse_time(meta.get("creationTimestamp")),
+            labels=meta.get("labels") or {},
+            annotations=meta.get("annotations") or {},
+            gpus=gpus,
+            message=message,
+            uid=meta.get("uid", ""),
+            version=_version(meta),
+        )
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def live(self) -> bool:
+        """Still holds (or may hold) its GPUs."""
+        return self.phase not in TERMINAL_POD_PHASES
+
+    @property
+    def job(self) -> str | None:
+        return self.labels.get(keys.LABEL_JOB_NAME)
+
+    @property
+    def job_uid(self) -> str | None:
+        """UID of the GpuJob that created the pod: a job deleted and recreated under the same
+        name is another job, whose pods must not be mistaken for the old one's."""
+        return self.labels.get(keys.LABEL_JOB_UID)
+
+    @property
+    def bound_gpus(self) -> tuple[int, ...] | None:
+        """GPU indices the extender bound, else those the admission planned."""
+        return parse_indices(self.annotations.get(keys.ANNOTATION_GPU_INDICES)) or parse_indices(
+            self.annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)
+        )
+
+    @property
+    def host(self) -> str | None:
+        """Node it is bound to, else the one it was planned for."""
+        return self.node or self.annotations.get(keys.ANNOTATION_PLANNED_NODE) or None
+
+    def with_deletion(self) -> PodFacts:
+        """The pod as it is once a delete was sent."""
+        return replace(self, deleting=True)
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """A GpuJob and its pods."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    version: int
+    """resourceVersion as a number."""
+    resource_version: str
+    deleting: bool
+    job: GpuJob | None
+    """None when the object cannot be read as a GpuJob (then ``error`` says why)."""
+    status: GpuJobStatus
+    """The status as the operator last read it from, or wrote it to, the API server."""
+    error: str = ""
+    checkpoint: datetime | None = None
+    """Latest checkpoint the job itself reported (annotation)."""
+    pods: tuple[PodFacts, ...] = ()
+    raw_meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> JobFacts:
+        """Parse a GpuJob; an object the types refuse becomes facts with an error."""
+        meta = raw.get("metadata") or {}
+        job: GpuJob | None = None
+        error = ""
+        try:
+            job = GpuJob.model_validate(raw)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            error = f"{where}: {first.get('msg', 'invalid')}"
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            generation=int(meta.get("generation") or 1),
+            version=_version(meta),
+            resource_version=str(meta.get("resourceVersion", "")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            job=job,
+            status=job.status if job is not None else GpuJobStatus(),
+            error=error,
+            checkpoint=parse_time(
+                (meta.get("annotations") or {}).get(keys.ANNOTATION_LAST_CHECKPOINT)
+            ),
+            raw_meta=meta,
+        )
+
+    @cached_property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def phase(self) -> JobPhase | None:
+        return self.status.phase
+
+    @cached_property
+    def gpus(self) -> int:
+        return self.job.total_gpus if self.job is not None else 0
+
+    def pods_of(self, admission: int) -> list[PodFacts]:
+        """Pods of one admission, by replica index."""
+        return sorted(
+            (p for p in self.pods if p.admission == admission),
+            key=lambda p: (p.replica if p.replica is not None else -1, p.name),
+        )
+
+    def live_pods(self) -> list[PodFacts]:
+        return [p for p in self.pods if p.live]
+
+    def last_checkpoint(self) -> datetime | None:
+        """Latest checkpoint the job or its pods reported."""
+        times = [self.checkpoint]
+        times += [parse_time(p.annotations.get(keys.ANNOTATION_LAST_CHECKPOINT)) for p in self.pods]
+        known = [t for t in times if t is not None]
+        return max(known) if known else None
+
+    def reference(self) -> dict[str, Any]:
+        """The object reference events and owner references name."""
+        return {
+            "apiVersion": keys.API_VERSION,
+            "kind": "GpuJob",
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+        }
+
+
+def owns(job: JobFacts, pod: PodFacts) -> bool:
+    """Whether the pod belongs to the job (same name and, when the pod says, the same UID)."""
+    return (
+        pod.namespace == job.namespace
+        and pod.job == job.name
+        and pod.job_uid in (None, "", job.uid)
+    )
+
+
+def leaving_victims(jobs: Iterable[JobFacts]) -> dict[str, list[str]]:
+    """Preemptor key -> its victims whose pods still hold the GPUs it was admitted on."""
+    leaving: dict[str, list[str]] = {}
+    for job in jobs:
+        status = job.status
+        if (
+            status.phase is JobPhase.PREEMPTED
+            and status.preemptions
+            and any(p.live for p in job.pods_of(status.admission))
+        ):
+            leaving.setdefault(status.preemptions[-1].preemptor, []).append(job.key)
+    return leaving

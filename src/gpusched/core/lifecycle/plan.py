@@ -1,0 +1,252 @@
+"""From one cycle's decisions to the writes that carry them out, as ordered groups of actions.
+
+An admission is one group: its victims are marked Preempted first (conditional on what was read;
+their status names the preemptor, which reserves their GPUs for it even if the operator dies right
+after), then evicted with their grace period, then the admitted job's status records its planned
+GPUs (conditional), then its pods are created (once no victim holds its GPUs any more). Every
+other job gets at most one status write (what settling changed, its waiting reason) followed by
+the pod operations and events settling asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpusched.api import keys
+from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.core.admission import Admission, CycleResult, JobState, Waiting, WaitReason
+from gpusched.core.lifecycle import status as st
+from gpusched.core.lifecycle.actions import (
+    Action,
+    CreatePod,
+    DeletePod,
+    Event,
+    Group,
+    PatchPod,
+    Stage,
+    Step,
+    WriteStatus,
+)
+from gpusched.core.lifecycle.facts import JobFacts
+from gpusched.core.lifecycle.patch import merge_patch
+from gpusched.core.lifecycle.pods import pod_manifest
+from gpusched.core.lifecycle.settle import Settled
+
+#: Wait reasons worth a Warning event (the job cannot start without someone acting).
+WARNING_REASONS = frozenset({WaitReason.NO_TENANT, WaitReason.NO_FEASIBLE_NODES})
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """Which waiting jobs may have only the wording of their status rewritten this cycle (its
+    counts and queue position move with every admission; the reason itself is always written
+    at once)."""
+
+    recent: Collection[str] = ()
+    """Jobs whose status was written lately: not again for the wording alone."""
+    budget: int = 100
+    """Most such rewrites in one cycle."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The groups of one cycle and what they do, for metrics and logs."""
+
+    groups: tuple[Group, ...]
+    admitted: tuple[Admission, ...]
+    """Admissions planned (those touching a job with writes in flight wait a cycle)."""
+
+
+def write_status(
+    job: JobFacts,
+    status: GpuJobStatus,
+    *,
+    resource_version: str | None = None,
+) -> WriteStatus | None:
+    """The write that brings the job's status from what was read to ``status`` (None: equal);
+    with ``resource_version``, only if the job still has it."""
+    if status is job.status:
+        return None
+    patch = merge_patch(job.status.to_k8s(), status.to_k8s())
+    if patch is None:
+        return None
+    return WriteStatus(
+        key=job.key,
+        namespace=job.namespace,
+        name=job.name,
+        uid=job.uid,
+        status=status,
+        patch=patch,
+        resource_version=resource_version,
+    )
+
+
+def plan(
+    jobs: Mapping[str, JobFacts],
+    settled: Mapping[str, Settled],
+    result: CycleResult,
+    now: datetime,
+    *,
+    leaving: Mapping[str, Collection[str]] | None = None,
+    busy: Collection[str] = (),
+    refresh: Refresh | None = None,
+) -> Plan:
+    """Groups of actions for one cycle. ``busy`` jobs have writes in flight: nothing is
+    planned for them (an admission touching one waits for the next cycle)."""
+    leaving = leaving or {}
+    refresh = refresh or Refresh()
+    budget = [refresh.budget]
+    groups: list[Group] = []
+    planned: set[str] = set()
+    admitted: list[Admission] = []
+    for admission in result.admissions:
+        touched = {admission.job, *(v.victim for v in admission.victims)}
+        if touched & set(busy) or touched & planned:
+            continue
+        groups.append(_admission(admission, jobs, settled, now, bool(leaving.get(admission.job))))
+        planned |= touched
+        admitted.append(admission)
+    waiting = {w.job: w for w in result.waiting}
+    for key, done in settled.items():
+        if key in planned or key in busy:
+            continue
+        group = _settled(
+            jobs[key], done, waiting.get(key), now, recent=refresh.recent, budget=budget
+        )
+        if group is not None:
+            groups.append(group)
+    return Plan(tuple(groups), tuple(admitted))
+
+
+def _admission(
+    admission: Admission,
+    jobs: Mapping[str, JobFacts],
+    settled: Mapping[str, Settled],
+    now: datetime,
+    leaving: bool,
+) -> Group:
+    job = jobs[admission.job]
+    assert job.job is not None
+    steps: list[Step] = []
+    after: list[Action] = []
+    if admission.victims:
+        marks: list[Action] = []
+        evictions: list[Action] = []
+        for preemption in admission.victims:
+            victim = jobs[preemption.victim]
+            t = st.Transition(settled[victim.key].status, now, victim.generation)
+            status = st.preempted(t, preemption, victim.gpus).status
+            write = write_status(victim, status, resource_version=victim.resource_version)
+            if write is not None:
+                marks.append(write)
+            grace = victim.job.spec.checkpoint_grace_period_seconds if victim.job else None
+            for pod in victim.pods_of(status.admission):
+                if pod.live and not pod.deleting:
+                    evictions.append(
+                        PatchPod(
+                            pod.namespace,
+                            pod.name,
+                            pod.uid,
+                            annotations={keys.ANNOTATION_PREEMPTED_BY: admission.job},
+                        )
+                    )
+                    evictions.append(DeletePod(pod.namespace, pod.name, pod.uid, grace))
+            evictions.append(
+                Event(victim.reference(), st.Reason.PREEMPTED_BY.value, status.message or "", True)
+            )
+            after.extend(settled[victim.key].actions)
+        steps.append(Step(Stage.MARK_VICTIMS, tuple(marks)))
+        steps.append(Step(Stage.EVICT, tuple(evictions), required=False))
+    base = settled[job.key]
+    t = st.Transition(base.status, now, job.generation)
+    status = st.admitted(t, admission, admission.tenant, set()).status
+    write = write_status(job, status, resource_version=job.resource_version)
+    steps.append(Step(Stage.ADMIT, (write,) if write is not None else ()))
+    if not admission.victims and not leaving:
+        by_replica = {p.replica: p for p in status.placement}
+        creates = tuple(
+            CreatePod(
+                job.key,
+                job.uid,
+                status.admission,
+                pod_manifest(
+                    job.job,
+                    tenant=admission.tenant,
+                    admission=status.admission,
+                    replica=replica,
+                    placement=by_replica.get(replica),
+                ),
+            )
+            for replica in range(job.job.spec.replicas)
+        )
+        steps.append(Step(Stage.CREATE_PODS, creates))
+    events: list[Action] = [Event(job.reference(), "Admitted", admission.message)]
+    if admission.victims:
+        names = ", ".join(v.victim for v in admission.victims)
+        events.append(Event(job.reference(), "Preempting", f"preempting {names}"))
+    steps.append(Step(Stage.PODS, (*events, *base.actions, *after), required=False))
+    return Group(frozenset({job.key, *(v.victim for v in admission.victims)}), tuple(steps))
+
+
+def _settled(
+    job: JobFacts,
+    done: Settled,
+    waiting: Waiting | None,
+    now: datetime,
+    *,
+    recent: Collection[str],
+    budget: list[int],
+) -> Group | None:
+    status = done.status
+    actions = list(done.actions)
+    if waiting is not None and done.state is JobState.QUEUED and not _says(status, waiting):
+        server = job.status
+        # Only the wording or the queue position moved: written when the refresh allows.
+        cosmetic = (
+            status is server
+            and server.phase is JobPhase.QUEUED
+            and server.reason == waiting.reason.value
+            and server.tenant == waiting.tenant
+        )
+        if cosmetic and (job.key in recent or budget[0] <= 0):
+            return None if not actions else _group(job, status, actions)
+        if cosmetic:
+            budget[0] -= 1
+        if status.reason != waiting.reason.value:
+            actions.insert(
+                0,
+                Event(
+                    job.reference(),
+                    waiting.reason.value,
+                    waiting.message,
+                    waiting.reason in WARNING_REASONS,
+                ),
+            )
+        t = st.Transition(status, now, job.generation)
+        status = st.waiting(
+            t, waiting.tenant, waiting.reason, waiting.message, waiting.queue_position
+        ).status
+    return _group(job, status, actions)
+
+
+def _group(job: JobFacts, status: GpuJobStatus, actions: list[Action]) -> Group | None:
+    steps: list[Step] = []
+    write = write_status(job, status)
+    if write is not None:
+        steps.append(Step(Stage.SETTLE, (write,)))
+    if actions:
+        steps.append(Step(Stage.PODS, tuple(actions), required=False))
+    return Group(frozenset({job.key}), tuple(steps)) if steps else None
+
+
+def _says(status: GpuJobStatus, waiting: Waiting) -> bool:
+    """Whether the status already says what the cycle says of the waiting job."""
+    return (
+        status.phase is JobPhase.QUEUED
+        and status.reason == waiting.reason.value
+        and status.message == waiting.message
+        and status.queue_position == waiting.queue_position
+        and status.tenant == waiting.tenant
+    )

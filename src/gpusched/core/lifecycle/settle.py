@@ -1,0 +1,444 @@
+"""A GpuJob's lifecycle between admission cycles, as a pure function of what was read.
+
+``settle(job, context, now, config)`` looks at one job and its pods and answers where the job
+stands for the admission cycle (queued, holding GPUs, leaving them) and what must happen to it
+regardless of admission: a new job checked and queued, a finished gang recorded, a failed pod
+failing the job, a suspended job's pods released, a gang that lost a pod or never started
+released and requeued with backoff, a preempted job requeued once its pods are gone, missing pods
+of an admitted gang created (an operator that restarted halfway), pods refused by the API server
+failing or releasing the job. It never reads a clock or the API server: the operator passes
+``now`` and the facts, and applies the returned actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpusched.api import keys
+from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.core.admission import Assignment, JobState
+from gpusched.core.lifecycle import status as st
+from gpusched.core.lifecycle.actions import Action, CreatePod, DeletePod, Event, PatchPod
+from gpusched.core.lifecycle.facts import JobFacts, PodFacts
+from gpusched.core.lifecycle.pods import pod_manifest
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleConfig:
+    """Operator settings the lifecycle depends on (command-line flags)."""
+
+    pods_ready_timeout: float = 300.0
+    """Seconds an admitted gang may take for all its pods to run before it is released."""
+    backoff_base: float = 10.0
+    """First requeue delay after a release; doubles each time."""
+    backoff_max: float = 600.0
+
+    def backoff(self, requeues: int) -> float:
+        """Seconds to wait after the job's ``requeues``-th release."""
+        return float(min(self.backoff_max, self.backoff_base * 2**requeues))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The API server's answer to a dry run of the job's pod."""
+
+    error: str | None = None
+    """None: the pod would be accepted; else the server's message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The API server refused to create a pod of the job's current admission."""
+
+    admission: int
+    code: int
+    """HTTP status: 400/422 (invalid: never accepted as it is) or 403 (refused for now)."""
+    message: str
+
+    @property
+    def invalid(self) -> bool:
+        return self.code in (400, 422)
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What the cycle knows about a job beyond its own object and pods."""
+
+    tenant: str | None
+    """The TenantQuota owning its namespace now."""
+    priority: int = 0
+    priority_class_missing: bool = False
+    """``spec.priorityClassName`` names no PriorityClass."""
+    verdict: Verdict | None = None
+    """Dry run of its pod (None: not known yet)."""
+    refusal: Refusal | None = None
+    leaving: bool = False
+    """Victims of its preemption still hold its GPUs."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Where a job stands after settling, and what to do about it."""
+
+    key: str
+    status: GpuJobStatus
+    """The status the job is to have (equal to the one read when nothing changes)."""
+    state: JobState | None = None
+    """For the admission cycle; None: it takes no part (new, finished, failed, suspended...)."""
+    placement: tuple[Assignment, ...] = ()
+    reserved_for: str | None = None
+    actions: tuple[Action, ...] = ()
+    """Pod operations and events, applied after the status is written."""
+    wake_at: datetime | None = None
+    """When time alone changes the answer (a gang's pods-ready deadline)."""
+    needs_verdict: bool = False
+    """Waits for the dry run of its pod before it is queued."""
+    requeued: str | None = None
+    """Reason, when the job was released and queued again in this settle."""
+
+
+def needs_validation(job: JobFacts) -> bool:
+    """Whether the job is checked before it is queued: new, or refused earlier for a reason its
+    spec (a new generation) or a PriorityClass appearing may have removed."""
+    if job.job is None or job.deleting:
+        return False
+    status = job.status
+    if status.phase is None:
+        return True
+    return (
+        status.phase is JobPhase.FAILED
+        and status.reason in st.INVALID_REASONS
+        and (
+            status.observed_generation != job.generation
+            or status.reason == st.Reason.PRIORITY_CLASS_NOT_FOUND
+        )
+    )
+
+
+def settle(job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig) -> Settled:
+    """Settle one job's lifecycle from its pods (see the module docstring)."""
+    return _Settle(job, context, now, config).run()
+
+
+@dataclass
+class _Settle:
+    job: JobFacts
+    context: JobContext
+    now: datetime
+    config: LifecycleConfig
+    status: GpuJobStatus = field(init=False)
+    actions: list[Action] = field(default_factory=list)
+    state: JobState | None = None
+    placement: tuple[Assignment, ...] = ()
+    reserved_for: str | None = None
+    wake_at: datetime | None = None
+    requeued: str | None = None
+
+    def __post_init__(self) -> None:
+        self.status = self.job.status
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def transition(self) -> st.Transition:
+        return st.Transition(self.status, self.now, self.job.generation)
+
+    def move(self, t: st.Transition) -> None:
+        self.status = t.status
+
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        self.actions.append(Event(self.job.reference(), reason, message, warning))
+
+    def delete(self, pods: list[PodFacts], grace: int | None) -> None:
+        for pod in pods:
+            if pod.live and not pod.deleting:
+                self.actions.append(DeletePod(pod.namespace, pod.name, pod.uid, grace))
+
+    def terminating(self, pods: list[PodFacts], reserved_for: str | None) -> None:
+        """Its live pods still hold GPUs: account them until they are gone."""
+        placement = []
+        for pod in pods:
+            if pod.live and pod.host:
+                gpus = pod.bound_gpus
+                placement.append(
+                    Assignment(pod.host, gpus) if gpus else Assignment(pod.host, (), pod.gpus)
+                )
+        if placement:
+            self.state = JobState.TERMINATING
+            self.placement = tuple(placement)
+            self.reserved_for = reserved_for
+        else:
+            self.state = None
+
+    def result(self, *, needs_verdict: bool = False) -> Settled:
+        return Settled(
+            key=self.job.key,
+            status=self.status,
+            state=self.state,
+            placement=self.placement,
+            reserved_for=self.reserved_for,
+            actions=tuple(self.actions),
+            wake_at=self.wake_at,
+            needs_verdict=needs_verdict,
+            requeued=self.requeued,
+        )
+
+    # --- the lifecycle -------------------------------------------------------------------
+
+    def run(self) -> Settled:
+        job = self.job
+        if job.deleting:
+            self.delete(job.live_pods(), None)
+            return self.result()
+        if job.job is None:
+            return self.result()
+        spec = job.job.spec
+        gpus = job.gpus
+        current = job.pods_of(self.status.admission)
+        # Pods of earlier admissions (a gang released before) go at once.
+        self.delete([p for p in job.pods if p.admission != self.status.admission], 0)
+        phase = self.status.phase
+
+        if needs_validation(job):
+            problem = self.validate()
+            if problem is None:
+                return self.result(needs_verdict=True)
+            reason, message = problem
+            if reason is not None:
+                before = self.status.reason
+                self.move(st.invalid(self.transition(), reason, message, gpus))
+                if before != reason.value:
+                    self.event(reason.value, message, warning=True)
+                return self.result()
+            self.move(st.queued(self.transition(), self.context.tenant, gpus))
+            phase = JobPhase.QUEUED
+
+        if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+            self.delete(current, None)
+            self.terminating(current, None)  # pods still leaving hold their GPUs
+            return self.result()
+
+        if spec.suspend:
+            self.delete(current, spec.checkpoint_grace_period_seconds)
+            if phase is not JobPhase.SUSPENDED:
+                self.move(st.suspended(self.transition(), gpus))
+                self.event("Suspended", "spec.suspend is true; pods released")
+            self.terminating(current, None)
+            return self.result()
+        if phase is JobPhase.SUSPENDED:
+            self.move(st.queued(self.transition(), self.context.tenant, gpus))
+            phase = JobPhase.QUEUED
+
+        if phase is JobPhase.PREEMPTED:
+            live = [p for p in current if p.live]
+            if live:
+                # Eviction may have been cut short by a restart: finish it.
+                self.delete(live, spec.checkpoint_grace_period_seconds)
+                preemptions = self.status.preemptions
+                self.terminating(current, preemptions[-1].preemptor if preemptions else None)
+                return self.result()
+            text = "requeued after preemption"
+            self.move(st.requeued(self.transition(), st.Reason.REQUEUED, text, gpus))
+            self.event("Requeued", text)
+            phase = JobPhase.QUEUED
+
+        if phase in (JobPhase.ADMITTED, JobPhase.RUNNING):
+            self.admitted(current)
+            return self.result()
+
+        # Queued: pods of a released gang may still be on their GPUs.
+        if any(p.live for p in current):
+            self.delete(current, 0)
+            self.terminating(current, None)
+            return self.result()
+        self.state = JobState.QUEUED
+        requeue_at = self.status.requeue_at
+        if requeue_at is not None and requeue_at > self.now:
+            self.wake_at = requeue_at  # its backoff ends
+        return self.result()
+
+    def validate(self) -> tuple[st.Reason | None, str] | None:
+        """(reason, message) when the job cannot be queued, (None, "") when it can, None
+        while the dry run of its pod is outstanding."""
+        spec = self.job.job.spec if self.job.job is not None else None
+        if spec is not None and spec.priority_class_name and self.context.priority_class_missing:
+            return (
+                st.Reason.PRIORITY_CLASS_NOT_FOUND,
+                f"PriorityClass {spec.priority_class_name} does not exist",
+            )
+        verdict = self.context.verdict
+        if verdict is None:
+            return None
+        if verdict.error:
+            return (
+                st.Reason.INVALID_POD_TEMPLATE,
+                f"the API server refuses its pods: {verdict.error}",
+            )
+        return None, ""
+
+    def admitted(self, current: list[PodFacts]) -> None:
+        """A job holding GPUs: record what its pods did, release it when they cannot run."""
+        job = self.job
+        assert job.job is not None
+        spec = job.job.spec
+        gpus = job.gpus
+        replicas = spec.replicas
+        tenant = self.context.tenant
+        # The namespace's owner may have changed (its TenantQuota deleted, another one claiming
+        # it): the job and its pods name the tenant that accounts them now.
+        if self.status.tenant != tenant:
+            self.move(self.transition().set(tenant=tenant))
+        label = tenant or ""
+        for pod in current:
+            if pod.live and not pod.deleting and pod.labels.get(keys.LABEL_TENANT) != label:
+                self.actions.append(
+                    PatchPod(pod.namespace, pod.name, pod.uid, labels={keys.LABEL_TENANT: label})
+                )
+
+        refusal = self.context.refusal
+        if refusal is not None and refusal.admission == self.status.admission:
+            self.refused(refusal, current)
+            return
+
+        failed = [p for p in current if p.phase == "Failed"]
+        if failed:
+            pod = failed[0]
+            text = f"pod {pod.name} failed" + (f": {pod.message}" if pod.message else "")
+            self.delete(current, None)
+            self.move(st.finished(self.transition(), False, text, gpus))
+            self.event("Failed", text, warning=True)
+            self.terminating(current, None)
+            return
+        if len(current) == replicas and all(p.phase == "Succeeded" for p in current):
+            text = f"all {replicas} pods succeeded" if replicas > 1 else "its pod succeeded"
+            self.move(st.finished(self.transition(), True, text, gpus))
+            self.event("Succeeded", text)
+            return
+
+        started = self.status.started_at is not None
+        present = {p.replica for p in current}
+        if started and len(present) < replicas:
+            # A running gang lost a pod (deleted, node gone): release and queue it again.
+            text = f"{replicas - len(present)} of {replicas} pods disappeared; gang released"
+            self.delete(current, spec.checkpoint_grace_period_seconds)
+            self.move(st.requeued(self.transition(), st.Reason.PODS_LOST, text, gpus))
+            self.event(st.Reason.PODS_LOST.value, text, warning=True)
+            self.requeued = st.Reason.PODS_LOST.value
+            self.terminating(current, None)
+            return
+
+        # Still holding its planned GPUs.
+        self.state = JobState.ADMITTED
+        self.placement = self.held(current)
+        started_at = self.status.started_at
+        if started_at is not None and spec.min_runtime_seconds:
+            protected = started_at + timedelta(seconds=spec.min_runtime_seconds)
+            if protected > self.now:
+                self.wake_at = protected  # becomes preemptible then
+        if self.context.leaving:
+            return  # victims still on the GPUs
+        created = [p.created for p in current if p.created is not None]
+        # The clock starts when the pods were created, or at admission if none could be: a
+        # gang never sits Admitted forever.
+        waiting_since = min(created) if created else self.status.admitted_at
+        all_running = len(present) == replicas and all(p.phase == "Running" for p in current)
+        if self.status.phase is JobPhase.ADMITTED and not all_running and waiting_since:
+            deadline = waiting_since + timedelta(seconds=self.config.pods_ready_timeout)
+            if self.now > deadline:
+                self.release_unready(current)
+                return
+            self.wake_at = min(deadline, self.wake_at or deadline)
+        if len(present) < replicas:
+            self.create_missing(current)
+            return
+        if all_running and self.status.phase is not JobPhase.RUNNING:
+            # No event: the PodsReady condition and status.placement say it, and an event per
+            # job start would be the operator's most numerous write.
+            self.move(st.running(self.transition(), replicas, bound=current))
+
+    def create_missing(self, current: list[PodFacts]) -> None:
+        """Create the pods the gang lacks (first creation, or finishing an interrupted one)."""
+        job = self.job
+        assert job.job is not None
+        status = self.status
+        by_replica = {p.replica: p for p in status.placement}
+        existing = {p.name for p in current}
+        created = 0
+        for replica in range(job.job.spec.replicas):
+            manifest = pod_manifest(
+                job.job,
+                tenant=self.context.tenant or "",
+                admission=status.admission,
+                replica=replica,
+                placement=by_replica.get(replica),
+            )
+            if manifest["metadata"]["name"] not in existing:
+                self.actions.append(CreatePod(job.key, job.uid, status.admission, manifest))
+                created += 1
+        t = self.transition()
+        if created and not t.has(st.Cond.ADMITTED):
+            self.move(st.released_by_victims(t))
+            self.event("PodsCreated", f"creating {created} pods")
+
+    def refused(self, refusal: Refusal, current: list[PodFacts]) -> None:
+        """The API server refused a pod of the gang: fail the job (invalid) or release it at
+        once and retry after the backoff (refused for now). All or nothing: pods of the gang
+        it did accept go too."""
+        gpus = self.job.gpus
+        self.delete(current, 0)
+        if refusal.invalid:
+            self.move(st.refused(self.transition(), refusal.message, gpus))
+            self.event(st.Reason.INVALID_POD_TEMPLATE.value, refusal.message, warning=True)
+            self.terminating(current, None)
+            return
+        delay = self.config.backoff(self.status.requeue_count)
+        text = (
+            f"the API server refused its pods: {refusal.message}; gang released, next attempt "
+            f"in {delay:.0f}s"
+        )
+        self.move(
+            st.requeued(
+                self.transition(),
+                st.Reason.PODS_REFUSED,
+                text,
+                gpus,
+                requeue_at=self.now + timedelta(seconds=delay),
+            )
+        )
+        self.event(st.Reason.PODS_REFUSED.value, text, warning=True)
+        self.requeued = st.Reason.PODS_REFUSED.value
+        self.terminating(current, None)
+
+    def release_unready(self, current: list[PodFacts]) -> None:
+        """Release a gang whose pods did not all run in time and queue it again with backoff."""
+        delay = self.config.backoff(self.status.requeue_count)
+        text = (
+            f"pods not all running within {self.config.pods_ready_timeout:.0f}s; gang "
+            f"released, next attempt in {delay:.0f}s"
+        )
+        self.delete(current, 0)
+        self.move(
+            st.requeued(
+                self.transition(),
+                st.Reason.PODS_READY_TIMEOUT,
+                text,
+                self.job.gpus,
+                requeue_at=self.now + timedelta(seconds=delay),
+            )
+        )
+        self.event(st.Reason.PODS_READY_TIMEOUT.value, text, warning=True)
+        self.requeued = st.Reason.PODS_READY_TIMEOUT.value
+        self.terminating(current, None)
+
+    def held(self, pods: list[PodFacts]) -> tuple[Assignment, ...]:
+        """The GPUs an admitted job holds: what the extender bound where known, else the plan."""
+        assert self.job.job is not None
+        by_replica = {p.replica: p for p in pods}
+        out = []
+        k = self.job.job.spec.gpus_per_replica
+        for plan in self.status.placement:
+            pod = by_replica.get(plan.replica)
+            bound = pod.bound_gpus if pod is not None and pod.node == plan.node else None
+            gpus = tuple(bound or plan.gpu_indices)
+            out.append(Assignment(plan.node, gpus) if gpus else Assignment(plan.node, (), k))
+        return tuple(out)

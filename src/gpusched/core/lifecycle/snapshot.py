@@ -1,0 +1,138 @@
+"""From settled jobs, TenantQuotas and nodes to the admission core's snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from gpusched.api.gpujob import GpuJob
+from gpusched.api.tenantquota import TenantQuota
+from gpusched.core import Policy
+from gpusched.core.admission import (
+    AcrossReplicas,
+    CycleConfig,
+    Job,
+    JobState,
+    Node,
+    Snapshot,
+    Toleration,
+)
+from gpusched.core.lifecycle.facts import JobFacts, PodFacts
+from gpusched.core.lifecycle.settle import JobContext, Settled
+from gpusched.core.lifecycle.tenants import core_tenant
+
+#: Per node: GPU indices held by pods no accounted job explains, and the count of such GPUs
+#: whose indices are unknown.
+Busy = dict[str, tuple[set[int], int]]
+
+
+def job_shape(job: GpuJob) -> dict[str, Any]:
+    """The spec-derived fields of a core Job (what the job asks for)."""
+    spec = job.spec
+    template_spec = spec.template.get("spec") or {}
+    across = spec.topology.across_replicas
+    selector = template_spec.get("nodeSelector") or {}
+    tolerations = tuple(
+        Toleration(
+            key=t.get("key") or "",
+            operator=t.get("operator") or "Equal",
+            value=t.get("value") or "",
+            effect=t.get("effect") or "",
+        )
+        for t in template_spec.get("tolerations") or []
+        if isinstance(t, dict)
+    )
+    return {
+        "replicas": spec.replicas,
+        "gpus_per_replica": spec.gpus_per_replica,
+        "policy": Policy.from_api(spec.topology, replicas=spec.replicas),
+        "gpu_model": spec.gpu_model,
+        "across": (
+            AcrossReplicas(across.node_label, across.mode.value == "required")
+            if across is not None
+            else None
+        ),
+        "node_selector": tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        "tolerations": tolerations,
+        "preemptible": spec.preemptible,
+        "min_runtime_seconds": float(spec.min_runtime_seconds),
+    }
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -> Job | None:
+    """The job as admission sees it (None: it takes no part)."""
+    if done.state is None or job.job is None:
+        return None
+    status = done.status
+    checkpoint = job.last_checkpoint()
+    # Creation time is the FIFO order users expect, and it never changes.
+    submitted = job.job.metadata.creation_timestamp or status.submitted_at or now
+    return Job(
+        key=job.key,
+        tenant=context.tenant,
+        priority=context.priority,
+        submitted_at=submitted.timestamp(),
+        state=done.state,
+        placement=done.placement,
+        started_at=_ts(status.started_at) if done.state is JobState.ADMITTED else None,
+        last_checkpoint_at=_ts(checkpoint),
+        not_before=_ts(status.requeue_at),
+        reserved_for=done.reserved_for,
+        **job_shape(job.job),
+    )
+
+
+def foreign_busy(
+    pods: Iterable[PodFacts],
+    jobs: Iterable[JobFacts],
+    settled: Mapping[str, Settled],
+) -> Busy:
+    """GPUs held by pods no accounted job explains (other workloads, leftovers)."""
+    accounted: set[tuple[str, str, int]] = set()
+    accounted_names: set[tuple[str, str, int]] = set()
+    for job in jobs:
+        done = settled.get(job.key)
+        if done is None or done.state is None:
+            continue
+        current = done.status.admission
+        accounted.add((job.namespace, job.uid, current))
+        accounted_names.add((job.namespace, job.name, current))
+    busy: Busy = {}
+    for pod in pods:
+        if not pod.live or not pod.node or pod.gpus <= 0:
+            continue
+        admission = pod.admission
+        if pod.job and admission is not None:
+            if pod.job_uid and (pod.namespace, pod.job_uid, admission) in accounted:
+                continue
+            if not pod.job_uid and (pod.namespace, pod.job, admission) in accounted_names:
+                continue
+        indices, unknown = busy.setdefault(pod.node, (set(), 0))
+        gpus = pod.bound_gpus
+        if gpus:
+            indices.update(gpus)
+        else:
+            busy[pod.node] = (indices, unknown + pod.gpus)
+    return busy
+
+
+def build_snapshot(
+    jobs: Sequence[Job],
+    quotas: Iterable[TenantQuota],
+    nodes: Sequence[Node],
+    now: datetime,
+    config: CycleConfig,
+) -> Snapshot:
+    """The admission core's input."""
+    return Snapshot(
+        now=now.timestamp(),
+        tenants=tuple(core_tenant(q) for q in quotas),
+        jobs=tuple(jobs),
+        nodes=tuple(nodes),
+        config=config,
+    )

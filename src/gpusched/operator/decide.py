@@ -1,0 +1,218 @@
+"""One admission cycle's decisions over a :class:`~gpusched.operator.store.World`: settle every
+job's lifecycle, run the admission core, plan the writes. CPU only, no I/O: the loop runs it in a
+worker thread so watches and the lease keep being served, and ``gpusched explain`` runs it as is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpusched.api.gpujob import GpuJobStatus
+from gpusched.core.admission import CycleConfig, CycleResult, Job, Snapshot, run_cycle
+from gpusched.core.lifecycle import (
+    JobContext,
+    JobFacts,
+    LifecycleConfig,
+    Plan,
+    Refresh,
+    Settled,
+    TenantMap,
+    Verdict,
+    WriteStatus,
+    build_snapshot,
+    core_job,
+    foreign_busy,
+    leaving_victims,
+    plan,
+    settle,
+    tenant_map,
+)
+from gpusched.operator.nodes import NodeReader
+from gpusched.operator.store import World
+
+
+@dataclass
+class OperatorConfig:
+    """Operator settings (command-line flags)."""
+
+    pods_ready_timeout: float = 300.0
+    """Seconds an admitted gang may take for all its pods to run before it is released."""
+    backoff_base: float = 10.0
+    """First requeue delay after a release; doubles each time."""
+    backoff_max: float = 600.0
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Only nodes with these labels are used."""
+    max_preemption_searches: int = 32
+    quota_meter_interval: float = 15.0
+    """Least interval between TenantQuota status writes when only GPU-seconds changed."""
+    status_refresh: float = 60.0
+    """Least interval between writes that only reword a waiting job's status."""
+
+    def lifecycle(self) -> LifecycleConfig:
+        return LifecycleConfig(self.pods_ready_timeout, self.backoff_base, self.backoff_max)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one cycle decided, and the evidence."""
+
+    world: World
+    tenants: TenantMap
+    contexts: Mapping[str, JobContext]
+    settled: Mapping[str, Settled]
+    snapshot: Snapshot
+    result: CycleResult
+    plan: Plan
+    wake_at: datetime | None
+    """When time alone changes a decision (a deadline, a backoff, a protection ending)."""
+    seconds: Mapping[str, float]
+
+    final: Mapping[str, GpuJobStatus] = field(default_factory=dict)
+    """Statuses the planned writes give their jobs."""
+
+    def final_status(self, key: str) -> GpuJobStatus:
+        """The status the cycle leaves the job with (planned writes included)."""
+        return self.final.get(key) or self.settled[key].status
+
+
+@dataclass
+class Memo:
+    """What earlier cycles settled, kept while a job, its pods and its context stay the same:
+    at steady state a cycle settles only the jobs that changed (or whose deadline came)."""
+
+    settled: dict[str, tuple[JobFacts, JobContext, Settled]] = field(default_factory=dict)
+    jobs: dict[str, tuple[Settled, JobContext, Job | None]] = field(default_factory=dict)
+    contexts: dict[str, JobContext] = field(default_factory=dict)
+
+    def context(self, key: str, context: JobContext) -> JobContext:
+        """The same context object as last cycle when nothing in it changed (so the tables
+        below compare by identity)."""
+        found = self.contexts.get(key)
+        if found is not None and found == context:
+            return found
+        self.contexts[key] = context
+        return context
+
+    def settle(
+        self, job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig
+    ) -> Settled:
+        found = self.settled.get(job.key)
+        if found is not None and found[0] is job and found[1] is context:
+            done = found[2]
+            # Reused only when settling changed nothing and no deadline has come since.
+            if (
+                done.status is job.status
+                and not done.actions
+                and not done.needs_verdict
+                and (done.wake_at is None or now < done.wake_at)
+            ):
+                return done
+        done = settle(job, context, now, config)
+        self.settled[job.key] = (job, context, done)
+        return done
+
+    def core_job(
+        self, job: JobFacts, done: Settled, context: JobContext, now: datetime
+    ) -> Job | None:
+        found = self.jobs.get(job.key)
+        if found is not None and found[0] is done and found[1] is context:
+            return found[2]
+        made = core_job(job, done, context, now)
+        self.jobs[job.key] = (done, context, made)
+        return made
+
+    def forget_except(self, keys: Collection[str]) -> None:
+        """Drop jobs that are gone."""
+        for table in (self.settled, self.jobs, self.contexts):
+            for key in [k for k in table if k not in keys]:
+                del table[key]
+
+
+def job_contexts(
+    world: World,
+    tenants: TenantMap,
+    verdicts: Mapping[str, Verdict | None],
+    leaving: Mapping[str, list[str]],
+) -> dict[str, JobContext]:
+    """Per job: its tenant, priority, dry-run verdict, refusal, and whether it waits for
+    victims to leave."""
+    out: dict[str, JobContext] = {}
+    for job in world.jobs:
+        spec = job.job.spec if job.job is not None else None
+        class_name = spec.priority_class_name if spec is not None else None
+        priority = world.priorities.get(class_name, 0) if class_name else world.default_priority
+        out[job.key] = JobContext(
+            tenant=tenants.owner.get(job.namespace),
+            priority=priority,
+            priority_class_missing=bool(class_name) and class_name not in world.priorities,
+            verdict=verdicts.get(job.key),
+            refusal=world.refusals.get((job.uid, job.status.admission)),
+            leaving=bool(leaving.get(job.key)),
+        )
+    return out
+
+
+def decide(
+    world: World,
+    verdicts: Mapping[str, Verdict | None],
+    config: OperatorConfig,
+    nodes: NodeReader,
+    *,
+    busy: Collection[str] = (),
+    memo: Memo | None = None,
+    refresh: Refresh | None = None,
+) -> Decision:
+    """Settle, admit and plan over ``world`` (``memo``: what earlier cycles settled)."""
+    memo = memo if memo is not None else Memo()
+    t0 = time.perf_counter()
+    now = world.now
+    tenants = tenant_map(world.quotas)
+    leaving = leaving_victims(world.jobs)
+    contexts = {
+        key: memo.context(key, context)
+        for key, context in job_contexts(world, tenants, verdicts, leaving).items()
+    }
+    lifecycle = config.lifecycle()
+    by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
+    memo.forget_except(by_key)
+    settled = {key: memo.settle(job, contexts[key], now, lifecycle) for key, job in by_key.items()}
+    t1 = time.perf_counter()
+    jobs = [
+        found
+        for key, job in by_key.items()
+        if (found := memo.core_job(job, settled[key], contexts[key], now)) is not None
+    ]
+    busy_gpus = foreign_busy(world.pods, world.jobs, settled)
+    snapshot = build_snapshot(
+        jobs,
+        world.quotas,
+        nodes.nodes(world.nodes, world.topologies, busy_gpus),
+        now,
+        CycleConfig(max_preemption_searches=config.max_preemption_searches),
+    )
+    t2 = time.perf_counter()
+    result = run_cycle(snapshot)
+    t3 = time.perf_counter()
+    planned = plan(by_key, settled, result, now, leaving=leaving, busy=busy, refresh=refresh)
+    t4 = time.perf_counter()
+    wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]
+    return Decision(
+        world=world,
+        tenants=tenants,
+        contexts=contexts,
+        settled=settled,
+        snapshot=snapshot,
+        result=result,
+        plan=planned,
+        wake_at=min(wakes) if wakes else None,
+        seconds={"settle": t1 - t0, "snapshot": t2 - t1, "decide": t3 - t2, "plan": t4 - t3},
+        final={
+            action.key: action.status
+            for group in planned.groups
+            for action in group.actions()
+            if isinstance(action, WriteStatus)
+        },
+    )

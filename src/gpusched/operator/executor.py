@@ -1,0 +1,246 @@
+"""Applies the groups of actions a cycle planned: in order within a group, groups in parallel.
+
+Before a group goes out, everything it will write is assumed in the store (see
+:mod:`gpusched.operator.store`), and its jobs are busy: the next cycle, which may run while the
+group is in flight, accounts them as the writes will leave them and plans nothing for them. Each
+write carries its preconditions (UID; for decisions the resourceVersion they were taken on), so a
+decision taken on a stale read is refused by the API server and decided again next cycle. A step
+whose required write failed ends its group; what the group did not do is dropped from the store.
+
+Crash points (``GPUSCHED_FAILPOINTS``) let the tests kill the process between any two writes of an
+admission or a preemption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from gpusched.core.lifecycle import (
+    Action,
+    CreatePod,
+    DeletePod,
+    Group,
+    PatchPod,
+    Refusal,
+    Stage,
+    WriteStatus,
+)
+from gpusched.metrics import OperatorMetrics
+from gpusched.operator import failpoints
+from gpusched.operator.api import OperatorApi, Refused
+from gpusched.operator.store import Store
+
+log = logging.getLogger(__name__)
+
+#: Crash point reached after each stage of a group, when the group did that stage.
+STAGE_POINTS = {
+    Stage.MARK_VICTIMS: "preemption-after-victims-marked",
+    Stage.EVICT: "preemption-after-evict",
+    Stage.ADMIT: "admission-after-status",
+}
+
+
+class Executor:
+    """Runs groups as tasks of the operator's event loop."""
+
+    def __init__(
+        self,
+        api: OperatorApi,
+        store: Store,
+        metrics: OperatorMetrics,
+        *,
+        leading: Callable[[], bool] = lambda: True,
+        on_refused: Callable[[CreatePod, Refusal], None] | None = None,
+        requests: int = 32,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        refresh_seconds: float = 60.0,
+    ) -> None:
+        self.api = api
+        self.store = store
+        self.metrics = metrics
+        self.leading = leading
+        self.on_refused = on_refused
+        self.clock = clock
+        self.refresh_seconds = refresh_seconds
+        self.busy: set[str] = set()
+        """Jobs with a group in flight."""
+        self._slots = asyncio.Semaphore(requests)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._written: dict[str, float] = {}
+
+    # --- submitting ----------------------------------------------------------------------
+
+    def submit(self, groups: list[Group]) -> int:
+        """Assume and start every group; returns how many were started."""
+        started = 0
+        now = time.monotonic()
+        for group in groups:
+            if not group.steps or group.jobs & self.busy:
+                continue
+            for action in group.actions():
+                if isinstance(action, WriteStatus):
+                    self._written[action.key] = now
+            self.busy |= group.jobs
+            undo = [self._assume(action) for action in group.actions()]
+            task = asyncio.create_task(self._run(group, undo))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started += 1
+        return started
+
+    def recently_written(self) -> set[str]:
+        """Jobs whose status was written within ``refresh_seconds``."""
+        now = time.monotonic()
+        for key in [k for k, at in self._written.items() if now - at >= self.refresh_seconds]:
+            del self._written[key]
+        return set(self._written)
+
+    def _assume(self, action: Action) -> Callable[[], None] | None:
+        """Record in the store what the action will make true; returns how to take it back."""
+        store = self.store
+        if isinstance(action, WriteStatus):
+            store.assume_status(action.key, action.status)
+            return lambda: store.settle_status(action.key, action.status, None)
+        if isinstance(action, CreatePod):
+            assumed = store.assume_pod(action.manifest, self.clock())
+            return lambda: store.settle_pod(assumed, None)
+        if isinstance(action, DeletePod):
+            job = self._job_of_pod(action)
+            deleting = store.assume_deleting(action.namespace, job, action.name) if job else None
+            if deleting is None:
+                return None
+            return lambda: store.undo_deleting(deleting)
+        return None
+
+    def _job_of_pod(self, action: DeletePod) -> str | None:
+        for (namespace, job), by_name in self.store.job_pods.items():
+            if namespace == action.namespace and action.name in by_name:
+                return job
+        return None
+
+    # --- running -------------------------------------------------------------------------
+
+    async def _run(self, group: Group, undo: list[Callable[[], None] | None]) -> None:
+        # Each action settles its own assumption when it returns; those never sent are taken
+        # back at the end.
+        outstanding = dict(zip(map(id, group.actions()), undo, strict=True))
+        try:
+            for step in group.steps:
+                if not self.leading():
+                    log.warning("not leading any more: dropping the rest of a group")
+                    break
+                results = await asyncio.gather(
+                    *(self._apply(a, outstanding.pop(id(a), None)) for a in step.actions)
+                )
+                point = STAGE_POINTS.get(step.stage)
+                if point is not None and step.actions:
+                    failpoints.reach(point)
+                if step.required and not all(results):
+                    break
+        finally:
+            for take_back in outstanding.values():
+                if take_back is not None:
+                    take_back()
+            self.busy -= group.jobs
+            self.store.wake()
+
+    async def _apply(self, action: Action, undo: Callable[[], None] | None) -> bool:
+        """One action; True when it took effect (or had already)."""
+        try:
+            async with self._slots:
+                return await self._call(action)
+        except Exception as err:  # connection errors, timeouts, unexpected answers
+            self.metrics.api_errors.labels(type(action).__name__).inc()
+            log.warning("%s failed: %s", type(action).__name__, err)
+            if undo is not None:
+                undo()
+            return False
+
+    async def _call(self, action: Action) -> bool:
+        if isinstance(action, WriteStatus):
+            return await self._write_status(action)
+        if isinstance(action, CreatePod):
+            return await self._create_pod(action)
+        if isinstance(action, DeletePod):
+            return await self._delete_pod(action)
+        if isinstance(action, PatchPod):
+            patched = await self.api.patch_pod(
+                action.namespace, action.name, action.uid, action.labels, action.annotations
+            )
+            if isinstance(patched, Refused):
+                return patched.stale
+            self.store.upsert_job_pod(patched)
+            return True
+        await self.api.event(
+            action.reference,
+            warning=action.warning,
+            reason=action.reason,
+            message=action.message,
+            now=self.clock(),
+        )
+        return True
+
+    async def _write_status(self, action: WriteStatus) -> bool:
+        answer = await self.api.patch_job_status(
+            action.namespace, action.name, action.uid, dict(action.patch), action.resource_version
+        )
+        if isinstance(answer, Refused):
+            self.metrics.api_errors.labels("job-status").inc()
+            self.store.settle_status(action.key, action.status, None)
+            return False
+        self.store.settle_status(action.key, action.status, answer)
+        return True
+
+    async def _create_pod(self, action: CreatePod) -> bool:
+        store = self.store
+        created = await self.api.create_pod(action.manifest)
+        assumed = store.pod(action.namespace, action.job_key.partition("/")[2], action.name)
+        if isinstance(created, Refused):
+            if assumed is not None and assumed.version == 0:
+                store.settle_pod(assumed, None)
+            if created.code in (400, 403, 422):
+                refusal = Refusal(action.admission, created.code, created.message)
+                store.record_refusal(action.job_uid, action.admission, refusal)
+                if self.on_refused is not None:
+                    self.on_refused(action, refusal)
+            return False
+        if assumed is not None:
+            store.settle_pod(assumed, created)
+        else:
+            store.upsert_job_pod(created)
+        failpoints.reach("admission-after-first-pod")
+        return True
+
+    async def _delete_pod(self, action: DeletePod) -> bool:
+        store = self.store
+        deleted = await self.api.delete_pod(
+            action.namespace, action.name, action.uid, action.grace_seconds
+        )
+        job = self._job_of_pod(action)
+        if isinstance(deleted, Refused):
+            if job is not None:
+                if deleted.code == 404:
+                    store.forget_pod(action.namespace, job, action.name)
+                else:  # another pod of that name now (UID precondition): the watch brings it
+                    pod = store.pod(action.namespace, job, action.name)
+                    if pod is not None and pod.deleting:
+                        store.undo_deleting(pod)
+            return True
+        return True  # the pod stays assumed terminating until the watch reports it gone
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait for the groups in flight (shutdown)."""
+        if self._tasks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*self._tasks, return_exceptions=True), timeout
+                )
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)

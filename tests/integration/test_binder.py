@@ -1,0 +1,179 @@
+"""The extender's binder refusing, or finding a bind already done, against the real API server:
+a node that no longer fits, a pod already bound (here or elsewhere), a pod gone or recreated, and
+a Binding call that fails although the pod is bound."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gpusched.api import keys
+from gpusched.api.extender import ExtenderBindingArgs
+from gpusched.core.scheduling import gpu_request
+from gpusched.kubeasync import AsyncApi
+from gpusched.metrics import SchedulerMetrics
+from gpusched.scheduler.binder import Binder
+from gpusched.scheduler.cache import ClusterCache
+from tests.unit.scheduler.test_cache import topology_object
+
+_ids = itertools.count()
+
+
+@pytest.fixture
+def namespace(kube: Any) -> Iterator[str]:
+    name = f"bind-{next(_ids)}-{int(time.time() * 1000) % 10**7}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
+    yield name
+    core.delete_namespace(name, grace_period_seconds=0)
+
+
+@pytest.fixture
+def nodes(gpu_nodes: Callable[..., list[str]]) -> list[str]:
+    return gpu_nodes(2, prefix="bind")
+
+
+def _pod(core: Any, namespace: str, name: str, gpus: int = 4) -> dict[str, Any]:
+    response = core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "schedulerName": "nobody",  # stays unbound until a test binds it
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "x",
+                        "resources": {"limits": {keys.GPU_RESOURCE: str(gpus)}},
+                    }
+                ],
+            },
+        },
+        _preload_content=False,
+    )
+    pod: dict[str, Any] = json.loads(response.data)
+    return pod
+
+
+def _args(pod: dict[str, Any], node: str) -> ExtenderBindingArgs:
+    meta = pod["metadata"]
+    return ExtenderBindingArgs.model_validate(
+        {
+            "PodName": meta["name"],
+            "PodNamespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "Node": node,
+        }
+    )
+
+
+def _binder(kube: Any, node_names: list[str]) -> tuple[Binder, ClusterCache]:
+    cache = ClusterCache()
+    cache.replace_topologies([topology_object(n) for n in node_names])
+    cache.replace_pods([])
+    return Binder(AsyncApi(kube.configuration), cache, SchedulerMetrics()), cache
+
+
+def _run(binder: Binder, *args: ExtenderBindingArgs) -> list[str]:
+    async def main() -> list[str]:
+        try:
+            return [await binder.bind(a) for a in args]
+        finally:
+            await binder.close()
+
+    return asyncio.run(main())
+
+
+def _read(core: Any, namespace: str, name: str) -> Any:
+    return core.read_namespaced_pod(name, namespace)
+
+
+def test_a_node_that_no_longer_fits_is_refused_and_the_pod_stays_unbound(
+    kube: Any, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(kube)
+    binder, cache = _binder(kube, nodes)
+    holder = _pod(core, namespace, "holder", 8)
+    holder["spec"]["nodeName"] = nodes[0]
+    holder["metadata"]["annotations"] = {keys.ANNOTATION_GPU_INDICES: "0,1,2,3,4,5,6,7"}
+    holder["status"] = {"phase": "Running"}
+    cache.apply_pod(holder)  # every GPU of the node held
+    pod = _pod(core, namespace, "late")
+    [error] = _run(binder, _args(pod, nodes[0]))
+    assert f"node {nodes[0]} no longer fits" in error
+    assert _read(core, namespace, "late").spec.node_name is None
+    assert not cache.assumptions
+
+
+def test_a_pod_already_bound_here_is_success_and_elsewhere_is_refused(
+    kube: Any, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(kube)
+    pod = _pod(core, namespace, "retried")
+    first, _ = _binder(kube, nodes)
+    [ok] = _run(first, _args(pod, nodes[0]))
+    assert ok == ""
+    bound = _read(core, namespace, "retried")
+    assert bound.spec.node_name == nodes[0]
+    indices = bound.metadata.annotations[keys.ANNOTATION_GPU_INDICES]
+    # A retry of the same bind (kube-scheduler gave up waiting) by a restarted extender.
+    again, _ = _binder(kube, nodes)
+    [retry, elsewhere] = _run(again, _args(pod, nodes[0]), _args(pod, nodes[1]))
+    assert retry == ""
+    assert elsewhere == f"pod is already bound to node {nodes[0]}"
+    after = _read(core, namespace, "retried")
+    assert (after.spec.node_name, after.metadata.annotations[keys.ANNOTATION_GPU_INDICES]) == (
+        nodes[0],
+        indices,
+    )
+
+
+def test_a_pod_gone_or_recreated_under_its_name_is_refused(
+    kube: Any, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(kube)
+    binder, cache = _binder(kube, nodes)
+    gone = _pod(core, namespace, "gone")
+    core.delete_namespaced_pod("gone", namespace, grace_period_seconds=0)
+    old = _pod(core, namespace, "again")
+    core.delete_namespaced_pod("again", namespace, grace_period_seconds=0)
+    _pod(core, namespace, "again")  # a new pod, another UID
+    errors = _run(binder, _args(gone, nodes[0]), _args(old, nodes[0]))
+    assert errors == ["pod no longer exists", "pod was deleted and recreated"]
+    assert _read(core, namespace, "again").spec.node_name is None
+    assert not cache.assumptions
+
+
+def test_a_failed_binding_call_on_a_pod_bound_anyway_keeps_its_real_gpus_reserved(
+    kube: Any, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(kube)
+    here = _pod(core, namespace, "here")
+    there = _pod(core, namespace, "there")
+    # Both pods got bound by an earlier attempt whose answer never came back.
+    earlier, _ = _binder(kube, nodes)
+    assert _run(earlier, _args(here, nodes[0]), _args(there, nodes[1])) == ["", ""]
+    actual = {
+        name: _read(core, namespace, name).metadata.annotations[keys.ANNOTATION_GPU_INDICES]
+        for name in ("here", "there")
+    }
+    # A new extender that saw the pods in filter (so it does not read them first) binds again:
+    # the Binding call fails (the pod already has a node); the pod turns out bound.
+    binder, cache = _binder(kube, nodes)
+    for pod in (here, there):
+        binder.memory.remember(pod, gpu_request(pod), {})
+    [same, other] = _run(binder, _args(here, nodes[0]), _args(there, nodes[0]))
+    assert same == ""  # bound where asked: success
+    assert other.startswith("API error while binding")  # bound elsewhere: kube-scheduler retries
+    reserved = {a.key.split("/")[1]: (a.node, a.gpus) for a in cache.assumptions.values()}
+    assert reserved["here"][0] == nodes[0]
+    assert reserved["there"][0] == nodes[1]  # the GPUs it really holds, not the ones chosen
+    for name, (_, gpus) in reserved.items():
+        assert ",".join(map(str, gpus)) == actual[name]

@@ -1,0 +1,324 @@
+"""``settle``: a job's lifecycle between cycles, transition by transition, failures included."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpusched.api import keys
+from gpusched.api.gpujob import JobPhase
+from gpusched.core.admission import Assignment, JobState
+from gpusched.core.lifecycle import (
+    CreatePod,
+    DeletePod,
+    Event,
+    JobContext,
+    PatchPod,
+    Refusal,
+    Verdict,
+    settle,
+)
+from tests.unit.core.lifecycle_testdata import (
+    CONFIG,
+    NOW,
+    admitted_status,
+    condition,
+    job,
+    pod,
+    stamp,
+    with_pods,
+)
+
+OK = JobContext(tenant="t", verdict=Verdict())
+
+
+def _of(actions: tuple[object, ...], kind: type) -> list:  # type: ignore[type-arg]
+    return [a for a in actions if isinstance(a, kind)]
+
+
+# --- new jobs -------------------------------------------------------------------------------
+
+
+def test_new_job_waits_for_the_dry_run_of_its_pod() -> None:
+    facts = job()
+    done = settle(facts, JobContext(tenant="t"), NOW, CONFIG)
+    assert done.needs_verdict
+    assert done.state is None
+    assert done.status is facts.status
+    assert done.actions == ()
+
+
+def test_new_job_with_a_valid_pod_is_queued_with_its_tenant_and_size() -> None:
+    done = settle(job(), OK, NOW, CONFIG)
+    assert done.state is JobState.QUEUED
+    s = done.status
+    assert (s.phase, s.tenant, s.gpus, s.submitted_at) == (JobPhase.QUEUED, "t", 8, NOW)
+    assert condition(s, "QuotaReserved") == ("False", "Queued")
+
+
+def test_new_job_whose_pod_the_server_refuses_fails_with_its_message() -> None:
+    context = JobContext(tenant="t", verdict=Verdict("spec.restartPolicy: Unsupported value"))
+    done = settle(job(), context, NOW, CONFIG)
+    assert done.state is None
+    assert done.status.phase is JobPhase.FAILED
+    assert done.status.reason == "InvalidPodTemplate"
+    assert "spec.restartPolicy: Unsupported value" in (done.status.message or "")
+    [event] = _of(done.actions, Event)
+    assert (event.reason, event.warning) == ("InvalidPodTemplate", True)
+
+
+def test_job_naming_a_missing_priority_class_fails_without_a_dry_run() -> None:
+    facts = job(priorityClassName="urgent")
+    done = settle(facts, JobContext(tenant="t", priority_class_missing=True), NOW, CONFIG)
+    assert done.status.reason == "PriorityClassNotFound"
+    assert not done.needs_verdict
+
+
+def test_invalid_job_is_checked_again_only_when_its_spec_changes() -> None:
+    failed = {"phase": "Failed", "reason": "InvalidPodTemplate", "observedGeneration": 1}
+    same = settle(job(status=failed, generation=1), OK, NOW, CONFIG)
+    assert same.state is None
+    assert same.status.phase is JobPhase.FAILED
+    edited = job(status=failed, generation=2)
+    assert settle(edited, JobContext(tenant="t"), NOW, CONFIG).needs_verdict
+    fixed = settle(edited, OK, NOW, CONFIG)
+    assert (fixed.state, fixed.status.phase) == (JobState.QUEUED, JobPhase.QUEUED)
+
+
+def test_job_waiting_for_a_priority_class_is_queued_once_it_exists() -> None:
+    missing = {"phase": "Failed", "reason": "PriorityClassNotFound", "observedGeneration": 1}
+    facts = job(status=missing, priorityClassName="urgent")
+    done = settle(facts, JobContext(tenant="t", priority=5, verdict=Verdict()), NOW, CONFIG)
+    assert done.state is JobState.QUEUED
+
+
+def test_unreadable_job_takes_no_part() -> None:
+    facts = job()
+    broken = type(facts)(**{**facts.__dict__, "job": None, "error": "spec: invalid"})
+    assert settle(broken, OK, NOW, CONFIG).state is None
+
+
+# --- admitted jobs --------------------------------------------------------------------------
+
+
+def test_admitted_job_missing_pods_creates_exactly_those_on_its_plan() -> None:
+    facts = job(status=admitted_status())
+    facts = with_pods(facts, pod(facts, 0, phase="Pending"))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert done.state is JobState.ADMITTED
+    [create] = _of(done.actions, CreatePod)
+    assert create.name == "train-1-1"
+    assert create.manifest["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "n1"
+    assert create.manifest["metadata"]["labels"][keys.LABEL_TENANT] == "t"
+    assert done.placement == (Assignment("n0", (0, 1, 2, 3)), Assignment("n1", (0, 1, 2, 3)))
+
+
+def test_admitted_job_waits_while_the_victims_of_its_preemption_leave() -> None:
+    status = admitted_status()
+    status["conditions"][1] = {**status["conditions"][1], "status": "False"}
+    facts = job(status=status)
+    waiting = settle(facts, JobContext(tenant="t", leaving=True), NOW, CONFIG)
+    assert waiting.state is JobState.ADMITTED
+    assert waiting.actions == ()
+    done = settle(facts, OK, NOW, CONFIG)
+    assert len(_of(done.actions, CreatePod)) == 2
+    assert condition(done.status, "Admitted") == ("True", "Placed")
+
+
+def test_gang_all_running_records_the_gpus_the_extender_bound() -> None:
+    facts = job(status=admitted_status())
+    bound = {
+        keys.ANNOTATION_GPU_INDICES: "4,5,6,7",
+        keys.ANNOTATION_GPUS: "GPU-a,GPU-b,GPU-c,GPU-d",
+        keys.ANNOTATION_TOPOLOGY_CLASS: "nvlink",
+    }
+    facts = with_pods(
+        facts,
+        pod(facts, 0, node="n0", annotations=bound),
+        pod(facts, 1, node="n1", annotations=bound),
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    s = done.status
+    assert (s.phase, s.started_at, s.placement_quality) == (JobPhase.RUNNING, NOW, "nvlink")
+    assert s.placement[0].gpu_indices == [4, 5, 6, 7]
+    assert condition(s, "PodsReady") == ("True", "Running")
+    assert done.placement[0] == Assignment("n0", (4, 5, 6, 7))
+    assert done.actions == ()  # routine starts are in the status, not in events
+
+
+def test_failed_pod_fails_the_job_and_releases_the_gang() -> None:
+    facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW)))
+    facts = with_pods(facts, pod(facts, 0, phase="Failed", exit_code=3), pod(facts, 1))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert done.state is JobState.TERMINATING  # its other pod still holds GPUs
+    assert (done.status.phase, done.status.reason) == (JobPhase.FAILED, "PodFailed")
+    assert "exited with code 3" in (done.status.message or "")
+    assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-1"]
+    assert condition(done.status, "Finished") == ("True", "PodFailed")
+
+
+def test_all_pods_succeeded_is_success_and_meters_the_run() -> None:
+    started = NOW - timedelta(seconds=100)
+    facts = job(status=admitted_status(phase="Running", startedAt=stamp(started)))
+    facts = with_pods(facts, pod(facts, 0, phase="Succeeded"), pod(facts, 1, phase="Succeeded"))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.status.phase, done.status.finished_at) == (JobPhase.SUCCEEDED, NOW)
+    assert done.status.gpu_seconds == 800.0
+    assert done.state is None
+
+
+def test_running_gang_that_lost_a_pod_is_released_and_requeued() -> None:
+    facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW)))
+    facts = with_pods(facts, pod(facts, 0))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.status.phase, done.status.reason) == (JobPhase.QUEUED, "PodsLost")
+    assert done.requeued == "PodsLost"
+    [delete] = _of(done.actions, DeletePod)
+    assert (delete.name, delete.grace_seconds) == ("train-1-0", 30)
+    assert done.state is JobState.TERMINATING  # its pod still holds GPUs
+    assert done.placement == (Assignment("n0", (), 4),)
+
+
+def test_gang_not_running_in_time_is_released_with_backoff() -> None:
+    facts = job(status=admitted_status(requeueCount=2))
+    created = NOW - timedelta(seconds=301)
+    facts = with_pods(
+        facts, pod(facts, 0, phase="Pending", node=None, created=created), pod(facts, 1)
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    s = done.status
+    assert (s.phase, s.reason, s.requeue_count) == (JobPhase.QUEUED, "PodsReadyTimeout", 3)
+    assert s.requeue_at == NOW + timedelta(seconds=40)  # 10 s doubled twice
+    assert not s.placement
+    assert {d.grace_seconds for d in _of(done.actions, DeletePod)} == {0}
+    assert condition(s, "PodsReady") == ("False", "PodsReadyTimeout")
+
+
+def test_gang_still_starting_wakes_the_loop_at_its_deadline() -> None:
+    facts = job(status=admitted_status())
+    created = NOW - timedelta(seconds=100)
+    facts = with_pods(facts, pod(facts, 0, phase="Pending", created=created), pod(facts, 1))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert done.state is JobState.ADMITTED
+    assert done.wake_at == created + timedelta(seconds=300)
+
+
+def test_pods_refused_as_invalid_fail_the_job_with_the_servers_reason() -> None:
+    facts = job(status=admitted_status())
+    facts = with_pods(facts, pod(facts, 0, phase="Pending"))
+    refusal = Refusal(1, 422, "denied by policy: team blocked")
+    done = settle(facts, JobContext(tenant="t", refusal=refusal), NOW, CONFIG)
+    s = done.status
+    assert (s.phase, s.reason) == (JobPhase.FAILED, "InvalidPodTemplate")
+    assert "denied by policy: team blocked" in (s.message or "")
+    assert condition(s, "PodsReady") == ("False", "PodsRefused")
+    assert condition(s, "QuotaReserved") == ("False", "InvalidPodTemplate")
+    assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-0"]
+    assert done.state is JobState.TERMINATING  # until its accepted pod is gone
+
+
+def test_pods_refused_for_now_release_the_job_at_once_with_backoff() -> None:
+    facts = job(status=admitted_status())
+    refusal = Refusal(1, 403, "exceeded quota: no-gpus")
+    done = settle(facts, JobContext(tenant="t", refusal=refusal), NOW, CONFIG)
+    s = done.status
+    assert (s.phase, s.reason, s.requeue_at) == (
+        JobPhase.QUEUED,
+        "PodsRefused",
+        NOW + timedelta(seconds=10),
+    )
+    assert "exceeded quota: no-gpus" in (s.message or "")
+    assert done.requeued == "PodsRefused"
+    assert done.state is None  # no pod holds anything
+
+
+def test_refusal_of_an_earlier_admission_is_ignored() -> None:
+    facts = job(status=admitted_status(admission=2))
+    refusal = Refusal(1, 422, "old")
+    done = settle(facts, JobContext(tenant="t", refusal=refusal), NOW, CONFIG)
+    assert done.state is JobState.ADMITTED
+    assert done.status.phase is JobPhase.ADMITTED
+
+
+def test_job_whose_namespace_changed_owner_relabels_its_pods() -> None:
+    facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW), tenant="old"))
+    facts = with_pods(facts, pod(facts, 0, tenant="old"), pod(facts, 1, tenant="old"))
+    done = settle(facts, JobContext(tenant="new"), NOW, CONFIG)
+    assert done.status.tenant == "new"
+    patches = _of(done.actions, PatchPod)
+    assert {(p.name, p.labels[keys.LABEL_TENANT]) for p in patches} == {
+        ("train-1-0", "new"),
+        ("train-1-1", "new"),
+    }
+
+
+# --- suspension, preemption, the queue -------------------------------------------------------
+
+
+def test_suspending_a_running_job_releases_its_pods_with_their_grace_period() -> None:
+    facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW)), suspend=True)
+    facts = with_pods(facts, pod(facts, 0), pod(facts, 1))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.status.phase, done.status.reason) == (JobPhase.SUSPENDED, "Suspended")
+    assert {d.grace_seconds for d in _of(done.actions, DeletePod)} == {30}
+    assert done.state is JobState.TERMINATING
+    resumed = job(status={"phase": "Suspended", "admission": 1})
+    back = settle(resumed, OK, NOW, CONFIG)
+    assert (back.state, back.status.phase) == (JobState.QUEUED, JobPhase.QUEUED)
+
+
+def test_preempted_job_keeps_its_gpus_for_the_preemptor_until_its_pods_are_gone() -> None:
+    status = {
+        "phase": "Preempted",
+        "admission": 1,
+        "preemptions": [{"time": stamp(NOW), "preemptor": "ns/urgent", "reason": "HigherPriority"}],
+    }
+    facts = job(status=status)
+    leaving = with_pods(facts, pod(facts, 0, deleting=True), pod(facts, 1))
+    done = settle(leaving, OK, NOW, CONFIG)
+    assert (done.state, done.reserved_for) == (JobState.TERMINATING, "ns/urgent")
+    assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-1"]  # finish the eviction
+    gone = settle(facts, OK, NOW, CONFIG)
+    assert (gone.state, gone.status.phase, gone.status.reason) == (
+        JobState.QUEUED,
+        JobPhase.QUEUED,
+        "Requeued",
+    )
+
+
+def test_queued_job_waits_for_the_pods_of_its_released_gang() -> None:
+    facts = job(status={"phase": "Queued", "admission": 1})
+    facts = with_pods(facts, pod(facts, 0))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert done.state is JobState.TERMINATING
+    assert [(d.name, d.grace_seconds) for d in _of(done.actions, DeletePod)] == [("train-1-0", 0)]
+
+
+def test_queued_job_in_backoff_wakes_the_loop_when_it_ends() -> None:
+    later = NOW + timedelta(seconds=30)
+    facts = job(status={"phase": "Queued", "admission": 1, "requeueAt": stamp(later)})
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.state, done.wake_at) == (JobState.QUEUED, later)
+
+
+def test_pods_of_earlier_admissions_are_deleted_at_once() -> None:
+    facts = job(status=admitted_status(admission=2))
+    facts = with_pods(facts, pod(facts, 0, admission=1), pod(facts, 0, admission=2))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert [(d.name, d.grace_seconds) for d in _of(done.actions, DeletePod)] == [("train-1-0", 0)]
+
+
+def test_deleted_job_deletes_its_live_pods() -> None:
+    facts = job(status=admitted_status(), deleting=True)
+    facts = with_pods(facts, pod(facts, 0), pod(facts, 1, phase="Succeeded"))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert done.state is None
+    assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-0"]
+
+
+def test_finished_job_deletes_pods_left_running() -> None:
+    facts = job(status={"phase": "Succeeded", "admission": 1})
+    facts = with_pods(facts, pod(facts, 0), pod(facts, 1, deleting=True))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-0"]
+    assert done.state is JobState.TERMINATING
+    assert settle(job(status={"phase": "Succeeded"}), OK, NOW, CONFIG).state is None

@@ -1,0 +1,138 @@
+"""The operator's store never takes an object back in time, and its assumptions of writes in
+flight hold exactly until those writes return: the next cycle neither decides a job twice nor
+loses one."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gpusched.api import keys
+from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.operator.store import Store
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def job(version: int, *, uid: str = "uid-a", phase: str | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "GpuJob",
+        "metadata": {
+            "name": "a",
+            "namespace": "ns",
+            "uid": uid,
+            "generation": 1,
+            "resourceVersion": str(version),
+            "creationTimestamp": "2026-03-01T11:00:00Z",
+        },
+        "spec": {
+            "replicas": 1,
+            "gpusPerReplica": 1,
+            "template": {"spec": {"containers": [{"name": "main", "image": "img"}]}},
+        },
+        "status": {"phase": phase} if phase else {},
+    }
+
+
+def pod(version: int, *, name: str = "a-1-0", uid: str = "pod-uid") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "resourceVersion": str(version),
+            "creationTimestamp": "2026-03-01T11:59:00Z",
+            "labels": {
+                keys.LABEL_JOB_NAME: "a",
+                keys.LABEL_JOB_UID: "uid-a",
+                keys.LABEL_REPLICA_INDEX: "0",
+                keys.LABEL_ADMISSION: "1",
+            },
+        },
+        "spec": {"containers": [{"name": "main", "image": "img"}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def phase_of(store: Store) -> JobPhase | None:
+    return store.world(NOW).jobs[0].status.phase
+
+
+def test_an_older_watch_event_does_not_take_a_job_back() -> None:
+    store = Store()
+    store.upsert_job(job(7, phase="Admitted"))
+    store.upsert_job(job(5, phase="Queued"))  # the watch catching up after our own write
+    assert phase_of(store) is JobPhase.ADMITTED
+    store.upsert_job(job(9, phase="Running"))
+    assert phase_of(store) is JobPhase.RUNNING
+
+
+def test_a_relist_keeps_the_newer_job_it_already_holds() -> None:
+    store = Store()
+    store.upsert_job(job(7, phase="Admitted"))
+    store.replace_jobs([job(5, phase="Queued")])
+    assert phase_of(store) is JobPhase.ADMITTED
+
+
+def test_a_deleted_job_stays_deleted_when_a_late_write_answer_arrives() -> None:
+    store = Store()
+    store.upsert_job(job(5))
+    store.delete_job(job(6))
+    store.upsert_job(job(7, phase="Admitted"))  # our status write's answer, sent before
+    assert store.world(NOW).jobs == ()
+
+
+def test_a_job_recreated_under_the_same_name_is_a_new_job() -> None:
+    store = Store()
+    store.upsert_job(job(5, phase="Running"))
+    store.delete_job(job(6))
+    store.upsert_job(job(3, uid="uid-b"))
+    (only,) = store.world(NOW).jobs
+    assert only.uid == "uid-b"
+    assert only.status.phase is None
+
+
+def test_a_status_in_flight_overlays_the_job_until_its_write_returns() -> None:
+    store = Store()
+    store.upsert_job(job(5))
+    writing = GpuJobStatus(phase=JobPhase.ADMITTED)
+    store.assume_status("ns/a", writing)
+    assert phase_of(store) is JobPhase.ADMITTED
+    store.settle_status("ns/a", writing, None)  # the write failed: decided afresh
+    assert phase_of(store) is None
+
+
+def test_a_status_write_that_returned_is_what_the_server_answered() -> None:
+    store = Store()
+    store.upsert_job(job(5))
+    writing = GpuJobStatus(phase=JobPhase.ADMITTED)
+    store.assume_status("ns/a", writing)
+    store.settle_status("ns/a", writing, job(6, phase="Admitted"))
+    assert store.assumed == {}
+    assert phase_of(store) is JobPhase.ADMITTED
+    assert store.world(NOW).jobs[0].version == 6
+
+
+def test_a_pod_being_created_counts_and_survives_a_relist_until_its_create_returns() -> None:
+    store = Store()
+    store.upsert_job(job(5))
+    assumed = store.assume_pod(pod(0), NOW)
+    assert [p.name for p in store.world(NOW).jobs[0].pods] == ["a-1-0"]
+    store.replace_job_pods([])  # a relist that ran before the create landed
+    assert [p.name for p in store.world(NOW).jobs[0].pods] == ["a-1-0"]
+    store.settle_pod(assumed, None)  # refused: the assumption goes
+    assert store.world(NOW).jobs[0].pods == ()
+
+
+def test_a_pod_being_deleted_is_terminating_at_once_and_a_deleted_pod_stays_gone() -> None:
+    store = Store()
+    store.upsert_job(job(5))
+    store.upsert_job_pod(pod(8))
+    deleting = store.assume_deleting("ns", "a", "a-1-0")
+    assert deleting is not None
+    (held,) = store.world(NOW).jobs[0].pods
+    assert held.deleting
+    store.delete_job_pod(pod(9))
+    store.upsert_job_pod(pod(8))  # a late answer about the pod, after the watch said deleted
+    assert store.world(NOW).jobs[0].pods == ()
