@@ -46,7 +46,9 @@ def _pod(core: Any, namespace: str, name: str, gpus: int = 4) -> dict[str, Any]:
         {
             "metadata": {"name": name},
             "spec": {
-                "schedulerName": "nobody",  # stays unbound until a test binds it
+                # No kube-scheduler serves gpusched in this module (the extender fixture is not
+                # used): the pod stays unbound until a test binds it.
+                "schedulerName": keys.SCHEDULER_NAME,
                 "containers": [
                     {
                         "name": "c",
@@ -164,11 +166,13 @@ def test_a_failed_binding_call_on_a_pod_bound_anyway_keeps_its_real_gpus_reserve
         name: _read(core, namespace, name).metadata.annotations[keys.ANNOTATION_GPU_INDICES]
         for name in ("here", "there")
     }
-    # A new extender that saw the pods in filter (so it does not read them first) binds again:
-    # the Binding call fails (the pod already has a node); the pod turns out bound.
+    # A new extender that saw the pods in filter and in its watch of pending pods (so it does not
+    # read them first) binds again: the Binding call fails (the pod already has a node); the pod
+    # turns out bound.
     binder, cache = _binder(kube, nodes)
     for pod in (here, there):
         binder.memory.remember(pod, gpu_request(pod), {})
+        binder.pending.upsert(pod)
     [same, other] = _run(binder, _args(here, nodes[0]), _args(there, nodes[0]))
     assert same == ""  # bound where asked: success
     assert other.startswith("API error while binding")  # bound elsewhere: kube-scheduler retries
