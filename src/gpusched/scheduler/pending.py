@@ -24,13 +24,11 @@ class PendingPods:
 
     def __init__(self) -> None:
         self._uids: set[str] = set()
-        self.synced = False
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
         uids = {str((item.get("metadata") or {}).get("uid") or "") for item in items}
         uids.discard("")
         self._uids = uids
-        self.synced = True
 
     def upsert(self, item: Mapping[str, Any]) -> None:
         uid = (item.get("metadata") or {}).get("uid")
