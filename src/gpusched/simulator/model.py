@@ -1,0 +1,173 @@
+"""The simulator's data: what a replay reads (a workload and a cluster) and what it records.
+
+Plain immutable dataclasses so every part (adapters, engine, policies, figures, report) agrees
+on one shape and a run can be written to JSON and read back for ``--what-if`` diffs. Times are
+seconds on the replay's virtual clock (0 = the first submission).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpusched.api.gpujob import TopologyMode, TopologyScope
+from gpusched.core.admission import Tenant
+from gpusched.core.prepared import PreparedNode
+
+
+class Link(StrEnum):
+    """The worst link a job's GPUs cross, best first (what the job-speed model is keyed on)."""
+
+    NVLINK = "nvlink"
+    """Every pair of GPUs in one replica is NVLinked (and the job has one replica)."""
+    PCIE_SWITCH = "pcie-switch"
+    """Some pair talks through a PCIe switch (PIX/PXB), none worse."""
+    NUMA = "numa"
+    """Some pair crosses the host bridge of one CPU socket (PHB/NODE), none worse."""
+    SOCKET = "socket"
+    """Some pair crosses the inter-socket link (SYS)."""
+    NETWORK = "network"
+    """The job spans nodes: its gradients cross the network."""
+
+
+#: Order of :class:`Link`, best first (index = how bad).
+LINK_ORDER: tuple[Link, ...] = tuple(Link)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a workload, in the generic trace format (docs/simulator.md)."""
+
+    id: str
+    submit: float
+    """Seconds after the trace's start."""
+    duration: float
+    """Run time in seconds when placed on a well-wired set (the speed model's baseline)."""
+    replicas: int
+    gpus_per_replica: int
+    tenant: str
+    priority: int = 0
+    gpu_model: str | None = None
+    """Only nodes of this model may run it (None: any)."""
+    scope: TopologyScope = TopologyScope.NODE
+    mode: TopologyMode = TopologyMode.PREFERRED
+    preemptible: bool = True
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the whole job holds."""
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True, slots=True)
+class SimNode:
+    """One node of the simulated cluster."""
+
+    name: str
+    topology: PreparedNode
+    model: str | None = None
+    kind: str = ""
+    """Where the wiring came from (a fixture name, ``count:<n>`` for an openb node)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the node offers."""
+        return len(self.topology.wiring.indices)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs to replay, with the tenants that own them."""
+
+    name: str
+    jobs: tuple[TraceJob, ...]
+    tenants: tuple[Tenant, ...]
+    notes: tuple[str, ...] = ()
+    """How the workload was derived (e.g. how priorities were synthesised)."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes to replay on."""
+
+    name: str
+    nodes: tuple[SimNode, ...]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in the cluster."""
+        return sum(n.gpus for n in self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One run of a job on a set of GPUs (a preempted job has several)."""
+
+    start: float
+    end: float
+    nodes: tuple[str, ...]
+    link: Link
+    slowdown: float
+    """Run time on this set divided by the well-wired run time (>= 1)."""
+    preempted: bool = False
+    """Ended by preemption; its work is lost (no checkpoints in the model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What happened to one job in one replay."""
+
+    id: str
+    tenant: str
+    gpus: int
+    submit: float
+    duration: float
+    attempts: tuple[Attempt, ...] = ()
+    finished: bool = False
+    """Ran to completion before the replay ended."""
+    reason: str | None = None
+    """Why an unfinished job never started (the policy's last wait reason)."""
+
+    @property
+    def end(self) -> float | None:
+        """Completion time, if finished."""
+        return self.attempts[-1].end if self.finished and self.attempts else None
+
+    @property
+    def first_start(self) -> float | None:
+        """When it first started."""
+        return self.attempts[0].start if self.attempts else None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at one instant of virtual time (taken whenever it changes)."""
+
+    time: float
+    allocated: int
+    """GPUs held by running jobs."""
+    queued_jobs: int
+    queued_gpus: int
+    by_tenant: Mapping[str, int]
+    """GPUs held per tenant."""
+    stranded: int
+    """Free GPUs that no waiting job can use (fragmentation)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One policy's replay of one workload on one cluster."""
+
+    policy: str
+    assumptions: tuple[str, ...]
+    workload: str
+    cluster: str
+    capacity: int
+    tenants: tuple[Tenant, ...]
+    jobs: tuple[JobRecord, ...]
+    samples: tuple[Sample, ...]
+    preemptions: int
+    cpu_seconds: float
+    """CPU time the replay took (for the speed targets)."""
