@@ -97,6 +97,9 @@ class Cycle:
                 self.orphans.append(job)
         for queue in self.queued.values():
             queue.sort(key=lambda j: j.order)
+        self.requests: dict[str, Request] = {
+            j.key: Request.of(j) for queue in self.queued.values() for j in queue
+        }
         self.ledgers = {
             name: Ledger(t, self.admitted[name].values()) for name, t in self.tenants.items()
         }
@@ -104,7 +107,9 @@ class Cycle:
         self.demand: dict[str, int] = {}
         for name, tenant in self.tenants.items():
             feasible = [
-                j for j in self.queued[name] if self.pool.static_failure(Request.of(j)) is None
+                j
+                for j in self.queued[name]
+                if self.pool.static_failure(self.requests[j.key]) is None
             ]
             pool_demand = [*self.admitted[name].values(), *feasible]
             self.claims[name] = claims(tenant, pool_demand)
@@ -116,6 +121,8 @@ class Cycle:
         self.waiting: list[Waiting] = []
         self.placement_failures: dict[Request, GangFailure] = {}
         self.preemption_failures: set[tuple[object, ...]] = set()
+        self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
+        self._admitted_version = 0
         self.searches = 0
         self._borrowed: dict[str, set[str]] = {}
         self._heads: dict[str, int] = dict.fromkeys(self.tenants, 0)
@@ -189,7 +196,7 @@ class Cycle:
                 f"{job.not_before - self.now:.0f}s",
             )
             return set()
-        request = Request.of(job)
+        request = self.requests[job.key]
         static = self.pool.static_failure(request)
         if static is not None:
             self._wait(job, static.reason, static.message)
@@ -313,8 +320,12 @@ class Cycle:
             return None
         if self.searches >= self.snapshot.config.max_preemption_searches:
             return None
+        # Who may be evicted changes only when a job is admitted or evicted.
+        if (memo, self._admitted_version) in self.no_candidates:
+            return None
         candidates, _ = self.candidates(job, tenant, request)
         if not candidates:
+            self.no_candidates.add((memo, self._admitted_version))
             return None
         self.searches += 1
 
@@ -339,6 +350,7 @@ class Cycle:
             touched.add(victim.tenant)
             self.ledgers[victim.tenant].remove(victim)
             del self.admitted[victim.tenant][victim.key]
+            self._admitted_version += 1
             self._borrowed.pop(victim.tenant, None)
             preemptions.append(
                 Preemption(
@@ -372,6 +384,7 @@ class Cycle:
         )
         admitted = replace(job, state=JobState.ADMITTED, placement=placement, started_at=None)
         self.admitted[job.tenant][job.key] = admitted
+        self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
         self._borrowed.pop(job.tenant, None)
         nodes = sorted({p.node for p in plans})

@@ -86,6 +86,28 @@ class Request:
     across: AcrossReplicas | None
     node_selector: tuple[tuple[str, str], ...]
     tolerations: tuple[Toleration, ...]
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        # Requests key several memos per queued job per cycle; hash them once.
+        object.__setattr__(
+            self,
+            "_hash",
+            hash(
+                (
+                    self.gpus_per_replica,
+                    self.replicas,
+                    self.policy,
+                    self.gpu_model,
+                    self.across,
+                    self.node_selector,
+                    self.tolerations,
+                )
+            ),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of(cls, job: Job) -> Request:

@@ -126,7 +126,9 @@ class Ledger:
         """GPUs of usage the guarantee covers (optionally with one job added and some removed)."""
         if not self._buckets:
             # Only the ``any`` bucket: plain arithmetic (the common case, kept cheap).
-            used = self.used - sum(j.total_gpus for j in without)
+            used = self.used
+            if without:
+                used -= sum(j.total_gpus for j in without)
             if extra is not None:
                 used += extra.total_gpus
             return min(self._any, used)
@@ -152,6 +154,9 @@ class Ledger:
 
     def fits_within(self, job: Job, without: Sequence[Job] = ()) -> bool:
         """Whether the job would run entirely inside the guarantee (after removing ``without``)."""
+        if not self._buckets and not without:
+            # covered(job) - covered() == size  <=>  the usage with the job stays within ``any``.
+            return self.used + job.total_gpus <= self._any or job.total_gpus == 0
         return self.covered(job, without) - self.covered(None, without) == job.total_gpus
 
     def within_limit(self, job: Job, without: Sequence[Job] = ()) -> bool:

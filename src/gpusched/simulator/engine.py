@@ -1,0 +1,326 @@
+"""The replay: a virtual clock, events in a deterministic order, one policy's decisions applied
+to the ground truth of the cluster.
+
+Events at one instant are handled together, completions before arrivals (a GPU freed at ``t``
+is free for a job arriving at ``t``), then the policy is asked once what to start. Ties are broken
+by the trace's order, so a replay is a pure function of its workload, cluster, policy and seed.
+The engine owns which GPU is free: a policy that hands out a GPU twice, or places a replica on a
+node that cannot hold it, stops the replay with an error (a bug in the policy, never a figure).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpusched.core.prepared import CLASS_NODE, CLASS_NUMA, CLASS_PCIE_SWITCH
+from gpusched.simulator.model import (
+    Attempt,
+    Cluster,
+    JobRecord,
+    Link,
+    RunResult,
+    Sample,
+    SimNode,
+    TraceJob,
+    Workload,
+)
+from gpusched.simulator.policies.base import Placed, SimPolicy
+
+#: Slowdown of a job on a set whose worst link is ``link`` (``gpus`` GPUs in all).
+SpeedModel = Callable[[Link, int], float]
+#: Told ``(virtual time, events done, events in all, running jobs, queued jobs)``.
+ProgressHook = Callable[[float, int, int, int, int], None]
+
+_COMPLETION = 0
+#: After a pass that preempted, the victims are queued again; the policy gets further passes at
+#: the same instant (the operator's next cycle follows at once), bounded so a thrashing policy
+#: cannot stall the clock.
+_PASSES_PER_INSTANT = 3
+_ARRIVAL = 1
+
+
+class PolicyError(RuntimeError):
+    """A policy made a decision the cluster cannot carry out."""
+
+
+def worst_link(nodes: dict[str, SimNode], replicas: tuple[Placed, ...]) -> Link:
+    """The worst link a job placed on ``replicas`` crosses."""
+    names = {p.node for p in replicas}
+    if len(names) > 1:
+        return Link.NETWORK
+    node = nodes[replicas[0].node].topology
+    positions = sorted(node.position(i) for p in replicas for i in p.gpus)
+    worst = 0
+    wiring = node.wiring
+    for i, a in enumerate(positions):
+        for b in positions[i + 1 :]:
+            worst = max(worst, wiring.pair_class(a, b))
+    if worst >= CLASS_NODE:
+        return Link.SOCKET
+    if worst == CLASS_NUMA:
+        return Link.NUMA
+    if worst == CLASS_PCIE_SWITCH:
+        return Link.PCIE_SWITCH
+    return Link.NVLINK
+
+
+@dataclass
+class _Run:
+    job: TraceJob
+    placed: list[Placed] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    epoch: int = 0
+    started: float | None = None
+    link: Link = Link.NVLINK
+    slowdown: float = 1.0
+    finished: bool = False
+
+
+class Replay:
+    """One policy over one workload and cluster; :meth:`run` once."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: Cluster,
+        policy: SimPolicy,
+        *,
+        speed: SpeedModel | None = None,
+        progress: ProgressHook | None = None,
+    ) -> None:
+        self.workload = workload
+        self.cluster = cluster
+        self.policy = policy
+        self.speed = speed
+        self.progress = progress
+        self.nodes = {n.name: n for n in cluster.nodes}
+        self.free = {n.name: n.topology.placeable_mask for n in cluster.nodes}
+        self.free_hist: Counter[int] = Counter(m.bit_count() for m in self.free.values())
+        self.runs = {j.id: _Run(j) for j in workload.jobs}
+        self.waiting: dict[str, TraceJob] = {}
+        self.waiting_sizes: Counter[int] = Counter()
+        self.running = 0
+        self.held_by_tenant: Counter[str] = Counter()
+        self.queued_by_tenant: Counter[str] = Counter()
+        self.samples: list[Sample] = []
+        self.preemptions = 0
+        self.events: list[tuple[float, int, int, str, int]] = [
+            (j.submit, _ARRIVAL, i, j.id, 0) for i, j in enumerate(workload.jobs)
+        ]
+        heapq.heapify(self.events)
+        self.total_events = len(self.events) * 2
+
+    # --- ground truth --------------------------------------------------------------------
+
+    def _take(self, job: str, placed: Placed) -> None:
+        node = self.nodes.get(placed.node)
+        if node is None:
+            raise PolicyError(f"{self.policy.name} placed {job} on unknown node {placed.node}")
+        if len(set(placed.gpus)) != len(placed.gpus) or not placed.gpus:
+            raise PolicyError(f"{self.policy.name} gave {job} GPUs {placed.gpus}")
+        mask = node.topology.mask(placed.gpus)
+        free = self.free[placed.node]
+        if mask & ~free:
+            raise PolicyError(
+                f"{self.policy.name} gave {job} GPUs {placed.gpus} of {placed.node}, some not free"
+            )
+        self._set_free(placed.node, free & ~mask)
+
+    def _give_back(self, placed: Placed) -> None:
+        node = self.nodes[placed.node]
+        self._set_free(placed.node, self.free[placed.node] | node.topology.mask(placed.gpus))
+
+    def _set_free(self, name: str, mask: int) -> None:
+        self.free_hist[self.free[name].bit_count()] -= 1
+        self.free[name] = mask
+        self.free_hist[mask.bit_count()] += 1
+
+    def _queue(self, job: TraceJob) -> None:
+        self.waiting[job.id] = job
+        self.waiting_sizes[job.gpus_per_replica] += 1
+        self.queued_by_tenant[job.tenant] += job.gpus
+
+    def _unqueue(self, job: TraceJob) -> None:
+        del self.waiting[job.id]
+        self.waiting_sizes[job.gpus_per_replica] -= 1
+        if not self.waiting_sizes[job.gpus_per_replica]:
+            del self.waiting_sizes[job.gpus_per_replica]
+        self.queued_by_tenant[job.tenant] -= job.gpus
+
+    # --- events --------------------------------------------------------------------------
+
+    def _arrive(self, job_id: str, now: float) -> None:
+        run = self.runs[job_id]
+        self._queue(run.job)
+        self.policy.submit(run.job, now)
+
+    def _complete(self, job_id: str, epoch: int, now: float) -> None:
+        run = self.runs[job_id]
+        if run.epoch != epoch or run.started is None:
+            return  # preempted since; this completion belongs to an ended attempt
+        self._end_attempt(run, now, preempted=False)
+        run.finished = True
+        self.policy.finished(job_id, now)
+
+    def _end_attempt(self, run: _Run, now: float, *, preempted: bool) -> None:
+        assert run.started is not None
+        run.attempts.append(
+            Attempt(
+                start=run.started,
+                end=now,
+                nodes=tuple(sorted({p.node for p in run.placed})),
+                link=run.link,
+                slowdown=run.slowdown,
+                preempted=preempted,
+            )
+        )
+        for placed in run.placed:
+            self._give_back(placed)
+        self.held_by_tenant[run.job.tenant] -= run.job.gpus_per_replica * len(run.placed)
+        run.placed = []
+        run.started = None
+        run.epoch += 1
+        self.running -= 1
+
+    def _preempt(self, job_id: str, now: float) -> None:
+        run = self.runs.get(job_id)
+        if run is None or run.started is None:
+            raise PolicyError(f"{self.policy.name} preempted {job_id}, which is not running")
+        self._end_attempt(run, now, preempted=True)
+        self.preemptions += 1
+        self._queue(run.job)
+
+    def _start(self, job_id: str, replicas: tuple[Placed, ...], now: float) -> None:
+        run = self.runs.get(job_id)
+        if run is None or run.job.id not in self.waiting:
+            raise PolicyError(f"{self.policy.name} started {job_id}, which is not waiting")
+        for placed in replicas:
+            if len(placed.gpus) != run.job.gpus_per_replica:
+                raise PolicyError(
+                    f"{self.policy.name} gave a replica of {job_id} {len(placed.gpus)} GPUs, "
+                    f"it asks for {run.job.gpus_per_replica}"
+                )
+            self._take(job_id, placed)
+        run.placed.extend(replicas)
+        self.held_by_tenant[run.job.tenant] += run.job.gpus_per_replica * len(replicas)
+        if len(run.placed) > run.job.replicas:
+            raise PolicyError(f"{self.policy.name} placed too many replicas of {job_id}")
+        if len(run.placed) < run.job.replicas:
+            return
+        self._unqueue(run.job)
+        run.started = now
+        run.link = worst_link(self.nodes, tuple(run.placed))
+        run.slowdown = self.speed(run.link, run.job.gpus) if self.speed else 1.0
+        self.running += 1
+        if math.isfinite(run.job.duration):
+            end = now + run.job.duration * run.slowdown
+            heapq.heappush(self.events, (end, _COMPLETION, 0, job_id, run.epoch))
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        """Replay every event; returns the records of every job."""
+        cpu = time.process_time()
+        done = 0
+        while self.events:
+            now = self.events[0][0]
+            while self.events and self.events[0][0] == now:
+                _, kind, _, job_id, epoch = heapq.heappop(self.events)
+                done += 1
+                if kind == _COMPLETION:
+                    self._complete(job_id, epoch, now)
+                else:
+                    self._arrive(job_id, now)
+            for _ in range(_PASSES_PER_INSTANT):
+                decisions = self.policy.schedule(now)
+                for victim in decisions.preempted:
+                    self._preempt(victim, now)
+                for start in decisions.starts:
+                    self._start(start.job, start.replicas, now)
+                if not decisions.preempted:
+                    break
+            self._sample(now)
+            if self.progress is not None:
+                self.progress(now, done, self.total_events, self.running, len(self.waiting))
+        return RunResult(
+            policy=self.policy.name,
+            assumptions=self.policy.assumptions,
+            workload=self.workload.name,
+            cluster=self.cluster.name,
+            capacity=self.cluster.gpus,
+            tenants=self.workload.tenants,
+            jobs=tuple(self._record(r) for r in self.runs.values()),
+            samples=tuple(self.samples),
+            preemptions=self.preemptions,
+            cpu_seconds=time.process_time() - cpu,
+        )
+
+    def _sample(self, now: float) -> None:
+        held = {t: n for t, n in self.held_by_tenant.items() if n}
+        queued = {t: n for t, n in self.queued_by_tenant.items() if n}
+        smallest = min(self.waiting_sizes) if self.waiting_sizes else 0
+        stranded = sum(k * c for k, c in self.free_hist.items() if 0 < k < smallest)
+        sample = Sample(
+            time=now,
+            allocated=sum(held.values()),
+            queued_jobs=len(self.waiting),
+            queued_gpus=sum(queued.values()),
+            by_tenant=held,
+            stranded=stranded,
+            queued_by_tenant=queued,
+        )
+        last = self.samples[-1] if self.samples else None
+        if last is not None and (
+            last.allocated,
+            last.queued_jobs,
+            last.stranded,
+            last.by_tenant,
+            last.queued_by_tenant,
+        ) == (sample.allocated, sample.queued_jobs, sample.stranded, held, queued):
+            return
+        self.samples.append(sample)
+
+    def _record(self, run: _Run) -> JobRecord:
+        reason = None
+        if not run.attempts and run.started is None:
+            reason = self.policy.reason(run.job.id)
+        return JobRecord(
+            id=run.job.id,
+            tenant=run.job.tenant,
+            gpus=run.job.gpus,
+            submit=run.job.submit,
+            duration=run.job.duration,
+            attempts=tuple(run.attempts)
+            + (
+                ()
+                if run.started is None
+                else (
+                    Attempt(
+                        start=run.started,
+                        end=math.inf,
+                        nodes=tuple(sorted({p.node for p in run.placed})),
+                        link=run.link,
+                        slowdown=run.slowdown,
+                    ),
+                )
+            ),
+            finished=run.finished,
+            reason=reason,
+        )
+
+
+def replay(
+    workload: Workload,
+    cluster: Cluster,
+    policy: SimPolicy,
+    *,
+    speed: SpeedModel | None = None,
+    progress: ProgressHook | None = None,
+) -> RunResult:
+    """Replay ``workload`` on ``cluster`` under ``policy``."""
+    return Replay(workload, cluster, policy, speed=speed, progress=progress).run()

@@ -1,0 +1,39 @@
+"""The policies a replay compares: gpusched as shipped and the baselines standing for what
+people run today (each names its assumptions; they are printed in every report)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from gpusched.core.admission import Tenant
+from gpusched.simulator.model import SimNode
+from gpusched.simulator.policies.base import Decisions, Placed, SimPolicy, Start
+from gpusched.simulator.policies.book import NodeRule
+from gpusched.simulator.policies.gpusched import GpuschedPolicy
+from gpusched.simulator.policies.kubedefault import KubeDefaultPolicy
+from gpusched.simulator.policies.kueue import KueueLikePolicy
+from gpusched.simulator.policies.packing import PackingPolicy
+
+Build = Callable[[Sequence[SimNode], Sequence[Tenant], int], SimPolicy]
+
+POLICIES: Final[dict[str, Build]] = {
+    "gpusched": lambda nodes, tenants, seed: GpuschedPolicy(nodes, tenants),
+    "kube-default": KubeDefaultPolicy,
+    "kueue-like": KueueLikePolicy,
+    "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),
+    "first-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.FIRST_FIT, seed),
+    "random": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.RANDOM, seed),
+}
+
+
+def build(name: str, nodes: Sequence[SimNode], tenants: Sequence[Tenant], seed: int) -> SimPolicy:
+    """A fresh policy by name (see :data:`POLICIES`)."""
+    try:
+        make = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    return make(nodes, tenants, seed)
+
+
+__all__ = ["POLICIES", "Decisions", "Placed", "SimPolicy", "Start", "build"]

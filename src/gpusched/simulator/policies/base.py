@@ -1,0 +1,71 @@
+"""What a scheduling policy is to the replay: told of arrivals and completions, asked what to
+start (and whom to preempt) after each batch of events at one instant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpusched.simulator.model import SimNode, TraceJob
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """GPUs one replica of a job gets on one node (GPU indices, as a device plugin hands out)."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Replicas of one job placed now. A gang policy places all of them at once; per-pod
+    policies may place some now and the rest later: the job runs once all are placed, and the
+    early ones hold their GPUs meanwhile."""
+
+    job: str
+    replicas: tuple[Placed, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """What a policy decided at one instant: victims leave first, then the starts land."""
+
+    starts: tuple[Start, ...] = ()
+    preempted: tuple[str, ...] = ()
+
+
+@dataclass
+class Counters:
+    """What a policy counts about itself (reported with its results)."""
+
+    cycles: int = 0
+    decisions: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class SimPolicy(Protocol):
+    """A scheduler under test. Policies keep their own view of the cluster; the replay keeps
+    the ground truth and refuses any decision that would hand out a GPU twice."""
+
+    name: str
+    assumptions: tuple[str, ...]
+
+    def submit(self, job: TraceJob, now: float) -> None:
+        """A job arrived (or came back after preemption)."""
+
+    def finished(self, job: str, now: float) -> None:
+        """A running job completed and released its GPUs."""
+
+    def schedule(self, now: float) -> Decisions:
+        """Decide after all events of ``now`` were told."""
+
+    def reason(self, job: str) -> str | None:
+        """Why a job that has not started is waiting (for jobs never started)."""
+
+
+class PolicyFactory(Protocol):
+    """Builds a fresh policy for one replay."""
+
+    def __call__(self, nodes: Sequence[SimNode], tenants: Sequence[object]) -> SimPolicy: ...
