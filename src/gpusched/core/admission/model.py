@@ -186,6 +186,9 @@ class Job:
     """QUEUED after a gang timeout: not admitted again before this time."""
     reserved_for: str | None = None
     """TERMINATING victims: key of the preemptor their GPUs are kept for."""
+    request_memo: object = field(default=None, init=False, repr=False, compare=False)
+    """The cycle's request of this job, built on first use: a snapshot reuses its job objects
+    from cycle to cycle, so the request is computed once per job, not once per cycle."""
 
     @property
     def total_gpus(self) -> int:

@@ -111,6 +111,16 @@ class Request:
 
     @classmethod
     def of(cls, job: Job) -> Request:
+        """The job's request (cached on the job: a frozen job always asks the same)."""
+        found = job.request_memo
+        if isinstance(found, Request):
+            return found
+        request = cls.build(job)
+        object.__setattr__(job, "request_memo", request)
+        return request
+
+    @classmethod
+    def build(cls, job: Job) -> Request:
         return cls(
             job.gpus_per_replica,
             job.replicas,

@@ -1,0 +1,83 @@
+"""Parking the jobs that ask exactly what the job before them asked (``Cycle._wait_alike``)
+must decide every job as deciding each one on its own would.
+
+Truth here is the cycle with the shortcut switched off: every queued job then goes through the
+whole decision (quota, placement, preemption) itself. Workloads are drawn from few job shapes so
+that long runs of alike jobs, borrowing tenants and preemption all occur.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpusched.core.admission import Cycle, CycleResult, Job, Snapshot, Tenant, Waiting
+from tests.unit.core.admission_testdata import job, node, replay
+from tests.unit.core.test_admission_properties import tenant_sets
+
+
+class _EachOnItsOwn(Cycle):
+    """The cycle without the shortcut."""
+
+    def _wait_alike(self, tenant: str, head: Job, waited: Waiting) -> None:
+        return None
+
+
+@st.composite
+def crowded(draw: Any) -> tuple[Snapshot, list[Job]]:
+    nodes = [
+        node(f"n{i}", draw(st.sampled_from(["nvswitch", "dgx1", "count"])), "H100")
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    tenants: list[Tenant] = draw(tenant_sets())
+    shapes = [
+        (draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(0, 2)), draw(st.booleans()))
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    jobs = []
+    for i in range(draw(st.integers(4, 30))):
+        gpus, priority, preemptible = draw(st.sampled_from(shapes))
+        tenant = draw(st.sampled_from(tenants)).name
+        jobs.append(
+            job(
+                f"{tenant}/j{i}",
+                tenant,
+                gpus,
+                priority=priority,
+                preemptible=preemptible,
+                submitted=float(i),
+            )
+        )
+    split = draw(st.integers(0, len(jobs)))
+    snapshot = Snapshot(
+        now=1000.0, tenants=tuple(tenants), jobs=tuple(jobs[:split]), nodes=tuple(nodes)
+    )
+    return snapshot, jobs[split:]
+
+
+def _decisions(result: CycleResult) -> tuple[object, ...]:
+    return (
+        tuple((a.job, a.reason, a.placement, a.victims) for a in result.admissions),
+        tuple((w.job, w.reason, w.message, w.queue_position) for w in result.waiting),
+        result.tenants,
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowded())
+def test_alike_jobs_parked_together_get_the_decisions_each_would_get_alone(
+    drawn: tuple[Snapshot, list[Job]],
+) -> None:
+    snapshot, late = drawn
+    for _ in range(3):
+        # Settle the early jobs so some tenants borrow, then bring in the late ones.
+        snapshot = replay(snapshot, Cycle(snapshot).run(), dt=100.0)
+    snapshot = replace(snapshot, jobs=(*snapshot.jobs, *late))
+    for _ in range(3):
+        fast = Cycle(snapshot).run()
+        slow = _EachOnItsOwn(snapshot).run()
+        assert _decisions(fast) == _decisions(slow)
+        snapshot = replay(snapshot, fast, dt=100.0)
