@@ -1,0 +1,28 @@
+"""Several policies over one workload and cluster, one after the other, each from a fresh start
+(same jobs, same nodes, same seed), so their figures compare like for like."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from gpusched.simulator.engine import ProgressHook, SpeedModel, replay
+from gpusched.simulator.model import Cluster, RunResult, Workload
+from gpusched.simulator.policies import build
+
+
+def run_policies(
+    workload: Workload,
+    cluster: Cluster,
+    policies: Sequence[str],
+    *,
+    seed: int = 0,
+    speed: SpeedModel | None = None,
+    progress: Callable[[str], ProgressHook | None] | None = None,
+) -> list[RunResult]:
+    """Replay ``workload`` on ``cluster`` under each named policy."""
+    results = []
+    for name in policies:
+        policy = build(name, cluster.nodes, workload.tenants, seed)
+        hook = progress(name) if progress is not None else None
+        results.append(replay(workload, cluster, policy, speed=speed, progress=hook))
+    return results
