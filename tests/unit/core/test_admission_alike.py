@@ -1,5 +1,6 @@
 """Parking the jobs that ask exactly what the job before them asked (``Cycle._wait_alike``)
-must decide every job as deciding each one on its own would.
+must decide every job as deciding each one on its own would, and a cycle that keeps no waiting
+records (``decisions_only``) must admit exactly what a full one admits.
 
 Truth here is the cycle with the shortcut switched off: every queued job then goes through the
 whole decision (quota, placement, preemption) itself. Workloads are drawn from few job shapes so
@@ -14,7 +15,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusched.core.admission import Cycle, CycleResult, Job, Snapshot, Tenant, Waiting
+from gpusched.core.admission import (
+    Cycle,
+    CycleConfig,
+    CycleResult,
+    Job,
+    Snapshot,
+    Tenant,
+    WaitReason,
+)
 from tests.unit.core.admission_testdata import job, node, replay
 from tests.unit.core.test_admission_properties import tenant_sets
 
@@ -22,7 +31,7 @@ from tests.unit.core.test_admission_properties import tenant_sets
 class _EachOnItsOwn(Cycle):
     """The cycle without the shortcut."""
 
-    def _wait_alike(self, tenant: str, head: Job, waited: Waiting) -> None:
+    def _wait_alike(self, tenant: str, head: Job, reason: WaitReason, message: str) -> None:
         return None
 
 
@@ -80,4 +89,7 @@ def test_alike_jobs_parked_together_get_the_decisions_each_would_get_alone(
         fast = Cycle(snapshot).run()
         slow = _EachOnItsOwn(snapshot).run()
         assert _decisions(fast) == _decisions(slow)
+        bare = Cycle(replace(snapshot, config=CycleConfig(decisions_only=True))).run()
+        assert bare.admissions == fast.admissions
+        assert (bare.waiting, bare.tenants) == ((), ())
         snapshot = replay(snapshot, fast, dt=100.0)

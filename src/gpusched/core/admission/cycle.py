@@ -46,7 +46,12 @@ from gpusched.core.admission.preemption import (
     gpu_seconds_lost,
     may_be_victim,
 )
-from gpusched.core.admission.quota import Ledger, claims, fair_shares, running_borrowed
+from gpusched.core.admission.quota import (
+    Ledger,
+    claims_ordered,
+    fair_shares,
+    running_borrowed,
+)
 
 UNKNOWN_MODEL = "unknown"
 
@@ -109,20 +114,27 @@ class Cycle:
         }
         self.claims: dict[str, set[str]] = {}
         self.demand: dict[str, int] = {}
-        for name, tenant in self.tenants.items():
-            feasible = [
-                j
-                for j in self.queued[name]
-                if self.pool.static_failure(self.requests[j.key]) is None
-            ]
-            pool_demand = [*self.admitted[name].values(), *feasible]
-            self.claims[name] = claims(tenant, pool_demand)
-            self.demand[name] = sum(j.total_gpus for j in pool_demand)
-        self.positions = {
-            j.key: i + 1 for queue in self.queued.values() for i, j in enumerate(queue)
+        feasible_request = {
+            request: self.pool.static_failure(request) is None for request in interned
         }
+        for name, tenant in self.tenants.items():
+            feasible = [j for j in self.queued[name] if feasible_request[self.requests[j.key]]]
+            admitted = self.admitted[name].values()
+            self.claims[name] = claims_ordered(tenant, admitted, feasible)
+            self.demand[name] = sum(j.total_gpus for j in admitted) + sum(
+                j.total_gpus for j in feasible
+            )
+        self.report = not snapshot.config.decisions_only
+        self.positions = (
+            {j.key: i + 1 for queue in self.queued.values() for i, j in enumerate(queue)}
+            if self.report
+            else {}
+        )
         self.admissions: list[Admission] = []
         self.waiting: list[Waiting] = []
+        self.waited = 0
+        self._last_wait: tuple[str, WaitReason, str] | None = None
+        """Jobs parked when waiting records are not kept."""
         self.placement_failures: dict[Request, GangFailure] = {}
         self.preemption_failures: set[tuple[object, ...]] = set()
         self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
@@ -178,18 +190,19 @@ class Cycle:
             assert head is not None
             touched = self._decide(head)
             self._heads[tenant] += 1
-            if not touched and self.waiting and self.waiting[-1].job == head.key:
-                self._wait_alike(tenant, head, self.waiting[-1])
-            for name in sorted({tenant, *touched}):
+            last = self._last_wait
+            if not touched and last is not None and last[0] == head.key:
+                self._wait_alike(tenant, head, last[1], last[2])
+            for name in sorted({tenant, *touched}) if touched else (tenant,):
                 self._refresh(heap, name)
         return CycleResult(
             admissions=tuple(self.admissions),
             waiting=tuple(sorted(self.waiting, key=lambda w: w.job)),
-            tenants=self._usage(),
+            tenants=self._usage() if self.report else (),
             preemption_searches=self.searches,
         )
 
-    def _wait_alike(self, tenant: str, head: Job, waited: Waiting) -> None:
+    def _wait_alike(self, tenant: str, head: Job, reason: WaitReason, message: str) -> None:
         """Park the jobs right behind ``head`` in its tenant's queue that ask exactly what it
         asked, with its reason.
 
@@ -217,7 +230,7 @@ class Cycle:
                 or (job.key in claimed) != claim
             ):
                 break
-            self._wait(job, waited.reason, waited.message)
+            self._wait(job, reason, message)
             i += 1
         self._heads[tenant] = i
 
@@ -438,6 +451,10 @@ class Cycle:
         self.admissions.append(Admission(job.key, job.tenant, reason, text, tuple(plans), victims))
 
     def _wait(self, job: Job, reason: WaitReason, message: str) -> None:
+        self._last_wait = (job.key, reason, message)
+        if not self.report:
+            self.waited += 1
+            return
         self.waiting.append(
             Waiting(job.key, job.tenant, reason, message, self.positions.get(job.key))
         )

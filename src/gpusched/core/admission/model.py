@@ -226,6 +226,9 @@ class CycleConfig:
 
     max_preemption_searches: int = 32
     """Victim searches per cycle; further blocked jobs wait for the next cycle."""
+    decisions_only: bool = False
+    """Return the admissions only: no waiting records, no tenant usage. Decisions are the same;
+    a replay that asks thousands of cycles over long queues only needs what starts."""
 
 
 @dataclass(frozen=True)

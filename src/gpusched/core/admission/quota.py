@@ -20,6 +20,7 @@ Two classifications drive preemption (see docs/quotas.md for the argument):
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -66,9 +67,18 @@ def bucket_model(tenant: Tenant, job: Job) -> str | None:
 
 def classify(tenant: Tenant, jobs: Iterable[Job]) -> set[str]:
     """Keys of the jobs that fit the guarantee, going in queue order and skipping misfits."""
+    return classify_ordered(tenant, sorted(jobs, key=lambda j: j.order))
+
+
+def classify_ordered(tenant: Tenant, ordered: Iterable[Job]) -> set[str]:
+    """:func:`classify` over jobs already in queue order. Stops once the guarantee is used up
+    (every job asks for at least one GPU), so a long queue behind a full guarantee costs
+    nothing: only the lazily merged front of it is ever looked at."""
     buckets = Buckets.of(tenant)
     inside: set[str] = set()
-    for job in sorted(jobs, key=lambda j: j.order):
+    for job in ordered:
+        if not buckets.any and not any(buckets.by_model.values()):
+            break
         model = bucket_model(tenant, job)
         if buckets.fits(model, job.total_gpus):
             buckets.take(model, job.total_gpus)
@@ -79,6 +89,13 @@ def classify(tenant: Tenant, jobs: Iterable[Job]) -> set[str]:
 def claims(tenant: Tenant, demand: Iterable[Job]) -> set[str]:
     """Jobs of the tenant's whole demand (admitted and feasible queued) inside its guarantee."""
     return classify(tenant, demand)
+
+
+def claims_ordered(tenant: Tenant, admitted: Iterable[Job], queued: Iterable[Job]) -> set[str]:
+    """:func:`claims` when the queued jobs are already in queue order: the admitted ones are
+    sorted and merged in lazily."""
+    order = sorted(admitted, key=lambda j: j.order)
+    return classify_ordered(tenant, heapq.merge(order, queued, key=lambda j: j.order))
 
 
 def running_borrowed(tenant: Tenant, admitted: Iterable[Job]) -> set[str]:

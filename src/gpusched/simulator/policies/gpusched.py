@@ -72,12 +72,15 @@ class GpuschedPolicy:
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
-        self.config = config or CycleConfig()
+        # Replays need only what starts; the reasons of jobs that never start are asked for by
+        # one full cycle at the end (:meth:`reason`).
+        self.config = replace(config or CycleConfig(), decisions_only=True)
         self.queued: dict[str, Job] = {}
         self.admitted: dict[str, Job] = {}
         self.ids: dict[str, str] = {}
         """Core job key -> trace job id."""
         self.reasons: dict[str, str] = {}
+        self.last_now = 0.0
         self.dirty = False
         self.cycles = 0
         self.last: CycleResult | None = None
@@ -123,13 +126,23 @@ class GpuschedPolicy:
             self.admitted[job_id] = replace(
                 job, state=JobState.ADMITTED, placement=placement, started_at=now
             )
-            self.reasons.pop(job_id, None)
             starts.append(Start(job_id, tuple(Placed(p.node, p.gpus) for p in admission.placement)))
-        for waiting in result.waiting:
-            self.reasons[self.ids[waiting.job]] = f"{waiting.reason.value}: {waiting.message}"
+        self.reasons = {}
+        self.last_now = now
         if result.preemption_searches >= self.config.max_preemption_searches:
             self.dirty = True  # jobs past the search budget are tried again next instant
         return Decisions(starts=tuple(starts), preempted=tuple(preempted))
 
     def reason(self, job: str) -> str | None:
+        if not self.reasons and self.queued:
+            # One cycle with its waiting records over the state the replay ended in.
+            snapshot = Snapshot(
+                now=self.last_now,
+                tenants=self.tenants,
+                jobs=(*self.admitted.values(), *self.queued.values()),
+                nodes=self.nodes,
+                config=replace(self.config, decisions_only=False, max_preemption_searches=0),
+            )
+            for waiting in run_cycle(snapshot).waiting:
+                self.reasons[self.ids[waiting.job]] = f"{waiting.reason.value}: {waiting.message}"
         return self.reasons.get(job)
