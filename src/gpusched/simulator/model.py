@@ -154,6 +154,8 @@ class Sample:
     """GPUs held per tenant."""
     stranded: int
     """Free GPUs that no waiting job can use (fragmentation)."""
+    queued_by_tenant: Mapping[str, int] = field(default_factory=dict)
+    """GPUs asked for by each tenant's jobs that are not running (its unmet demand)."""
 
 
 @dataclass(frozen=True)
