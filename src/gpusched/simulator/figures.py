@@ -285,8 +285,7 @@ def queueing_delay(job: JobRecord) -> float | None:
 def widths(samples: Sequence[Sample]) -> list[float]:
     """How long each sample holds (the last: 0)."""
     out = [b.time - a.time for a, b in pairwise(samples)]
-    out.append(0.0)
-    return out
+    return [*out, 0.0] if samples else []
 
 
 def time_mean(values: Sequence[float], weights: Sequence[float]) -> float | None:
@@ -355,8 +354,7 @@ def step_series(times: Sequence[float], values: Sequence[float], max_points: int
     bins = max_points - 1
     edges = [start + (stop - start) * k / bins for k in range(bins)] + [float(stop)]
     out_v = [
-        (area(b) - area(a)) / (b - a) if b > a else float(values[0])
-        for a, b in pairwise(edges)
+        (area(b) - area(a)) / (b - a) if b > a else float(values[0]) for a, b in pairwise(edges)
     ]
     out_v.append(float(values[-1]))
     return Series(tuple(edges), tuple(out_v))
@@ -555,4 +553,3 @@ def headline(f: Figures) -> dict[str, float | None]:
         "jobs finished": float(f.jobs.finished),
         "jobs never started": float(f.jobs.never_started),
     }
-
