@@ -503,10 +503,10 @@ def _tenant_figures(
         for n in names:
             share[n].append(held[n] / cap if cap else 0.0)
             fair[n].append(fill[n] / cap if cap else 0.0)
-        borrowing = [n for n in names if held[n] > guarantee[n]]
-        if width > 0 and borrowing:
+        # A tenant below its guarantee is not itself borrowing: any borrower is another tenant.
+        if width > 0 and any(held[n] > guarantee[n] for n in names):
             for n in names:
-                if held[n] < min(guarantee[n], demand[n]) and any(b != n for b in borrowing):
+                if held[n] < min(guarantee[n], demand[n]):
                     below[n] += width
         ratios = [held[n] / fill[n] for n in names if fill[n] > 0]
         if ratios:

@@ -78,8 +78,8 @@ JOBS = (
         attempt(210, 510, Link.NETWORK, 1.5),
         finished=True,
     ),
-    job("j4", "B", 8, 60.0, reason="quota"),
-    job("j5", "B", 40, 70.0, reason="quota"),
+    job("j4", "B", 8, 60.0, reason="waiting for quota"),
+    job("j5", "B", 40, 70.0, reason="waiting for quota"),
     job("j6", "A", 16, 80.0),
     # Started at 500 (delay 0), still running when the replay stopped at 600.
     job("j7", "A", 2, 500.0, attempt(500, 600)),

@@ -77,8 +77,8 @@ def test_by_job_size() -> None:
 def test_job_counts_and_reasons() -> None:
     c = figures(run()).jobs
     assert (c.total, c.finished, c.unfinished, c.never_started) == (7, 3, 1, 3)
-    assert dict(c.top_reasons) == {"quota": 2, "unknown": 1}
-    assert list(c.top_reasons) == ["quota", "unknown"]
+    assert dict(c.top_reasons) == {"waiting for quota": 2, "unknown": 1}
+    assert list(c.top_reasons) == ["waiting for quota", "unknown"]  # most frequent first
 
 
 def test_allocation_queue_and_fragmentation_are_time_weighted() -> None:
@@ -158,6 +158,23 @@ def test_below_guarantee_only_while_another_tenant_borrows() -> None:
     # 2 < min(4, 18) while B holds 6 > 0: 50 s. B's guarantee is 0: never below it.
     assert tenant(f, "A").below_guarantee_hours == pytest.approx(50 / H)
     assert tenant(f, "B").below_guarantee_hours == 0
+
+
+def test_below_guarantee_counts_only_demand_the_tenant_has() -> None:
+    def two(a: int, qa: int, b: int) -> tuple[Sample, ...]:
+        by_tenant = {"A": a, "B": b}
+        return (
+            Sample(0, a + b, 1, qa, by_tenant, 0, queued_by_tenant={"A": qa}),
+            Sample(100, 0, 0, 0, {}, 0),
+        )
+
+    def below(a: int, qa: int, b: int) -> float:
+        return tenant(figures(run(samples=two(a, qa, b))), "A").below_guarantee_hours
+
+    # A (guarantee 4) holds 2; B (guarantee 0) holds 6.
+    assert below(2, 0, 6) == 0  # A wants no more than it holds
+    assert below(2, 1, 6) == pytest.approx(100 / H)  # A wants 3 > 2
+    assert below(2, 5, 0) == 0  # nobody borrows
 
 
 def test_empty_run_has_undefined_means_not_errors() -> None:
