@@ -151,7 +151,7 @@ def _queueing_by_size(figs: Sequence[Figures], path: Path) -> Path | None:
             ]
             xs = [k + (i - (len(figs) - 1) / 2) * width for k in range(len(labels))]
             ax.bar(xs, heights, width, label=f.policy)
-        ax.set_xticks(range(len(labels)), [f"{b} GPUs" for b in labels])
+        ax.set_xticks(range(len(labels)), [f"{b} GPU" if b == "1" else f"{b} GPUs" for b in labels])
         ax.set_xlabel("job size")
         ax.set_ylabel("mean queueing delay (hours)")
         ax.set_title("Mean queueing delay by job size (jobs that started)")
@@ -382,6 +382,10 @@ def _change(c: Change, digits: int = 2, scale: float = 1.0) -> str:
     )
 
 
+#: Digits shown of the what-if figures that are not shown with 2.
+_WHAT_IF_DIGITS = {"preemptions": 0, "jobs finished": 0, "jobs never started": 0, "Jain's index": 3}
+
+
 def _what_if(w: WhatIf) -> list[str]:
     out = [
         "## What-if: change from the baseline",
@@ -396,7 +400,11 @@ def _what_if(w: WhatIf) -> list[str]:
             [
                 (
                     c.figure.replace("(s)", "(h)"),
-                    _change(c, 2, _HOUR if c.figure.endswith("(s)") else 1.0),
+                    _change(
+                        c,
+                        _WHAT_IF_DIGITS.get(c.figure, 2),
+                        _HOUR if c.figure.endswith("(s)") else 1.0,
+                    ),
                 )
                 for c in p.figures
             ],

@@ -151,7 +151,7 @@ def test_report_with_baseline_has_a_what_if_section(tmp_path: Path) -> None:
     md = path.read_text()
     assert "## What-if: change from the baseline" in md
     # Preemptions 1 -> 3; mean queueing 15 s -> 40 s, +166.7 %.
-    assert "| preemptions | 1.00 -> 3.00: +2.00 (+200.0%) |" in md
+    assert "| preemptions | 1 -> 3: +2 (+200.0%) |" in md
     assert f"| mean queueing delay (h) | {15 / H:.2f} -> {40 / H:.2f}: " in md
     assert "(+166.7%)" in md
     data = json.loads((tmp_path / "results.json").read_text())
