@@ -516,8 +516,11 @@ def _tenant_figures(
 
     times = [s.time for s in samples]
     out = []
+    jobs_of: dict[str, list[JobRecord]] = {n: [] for n in names}
+    for j in run.jobs:
+        jobs_of[j.tenant].append(j)
     for n in names:
-        mine = [j for j in run.jobs if j.tenant == n]
+        mine = jobs_of[n]
         out.append(
             TenantFigures(
                 name=n,

@@ -129,6 +129,7 @@ def _over_time(
             _step(ax, series(f), scale, label=f.policy)
         ax.set_xlabel("virtual time (hours since the first submission)")
         ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
         ax.legend()
