@@ -9,6 +9,8 @@ import pytest
 from gpusched.simulator.figures import (
     Figures,
     Series,
+    SizeFigures,
+    TenantFigures,
     cdf,
     figures,
     nearest_rank,
@@ -22,11 +24,11 @@ from tests.unit.simulator.sim_testdata import JOBS, run
 H = 3600.0
 
 
-def by_size(f: Figures, bucket: str):  # type: ignore[no-untyped-def]
+def by_size(f: Figures, bucket: str) -> SizeFigures:
     return next(s for s in f.by_size if s.bucket == bucket)
 
 
-def tenant(f: Figures, name: str):  # type: ignore[no-untyped-def]
+def tenant(f: Figures, name: str) -> TenantFigures:
     return next(t for t in f.tenants if t.name == name)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpusched.simulator.figures import Figures
-from gpusched.simulator.model import Sample
+from gpusched.simulator.model import RunResult, Sample
 from gpusched.simulator.report import PLOTS, write_report
 from gpusched.simulator.whatif import diff
 from tests.unit.simulator.sim_testdata import JOBS, SAMPLES, run
@@ -98,7 +98,7 @@ def test_long_series_still_plot(tmp_path: Path) -> None:
     assert (tmp_path / "allocation.png").stat().st_size > 0
 
 
-def changed_run(policy: str = "gpusched"):  # type: ignore[no-untyped-def]
+def changed_run(policy: str = "gpusched") -> RunResult:
     # j1 waits 100 s more (starts at 100, ends at 200): JCT 100 -> 200, delay 0 -> 100.
     j1 = JOBS[0]
     a = j1.attempts[0]
