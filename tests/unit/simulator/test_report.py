@@ -1,0 +1,159 @@
+"""The report's files, its Markdown, and the what-if diff of two tiny replays."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpusched.simulator.figures import Figures
+from gpusched.simulator.model import RunResult, Sample
+from gpusched.simulator.report import PLOTS, write_report
+from gpusched.simulator.whatif import diff
+from tests.unit.simulator.sim_testdata import JOBS, SAMPLES, run
+
+H = 3600.0
+COMMAND = "gpusched simulate --trace tiny.csv --cluster one-node --out out"
+
+
+def test_report_writes_every_file_and_embeds_each_plot(tmp_path: Path) -> None:
+    runs = [run("gpusched"), run("kube-default")]
+    path = write_report(runs, tmp_path / "out", command=COMMAND, title="Tiny replay")
+    assert path == tmp_path / "out" / "report.md"
+    out = path.parent
+    for name, _ in PLOTS:
+        png = out / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    md = path.read_text()
+    embedded = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert sorted(embedded) == sorted(name for name, _ in PLOTS)
+    assert all((out / e).exists() for e in embedded)
+    assert md.startswith("# Tiny replay\n")
+    assert COMMAND in md
+    assert "gpusched assumes nothing in particular" in md
+    assert "kube-default assumes nothing in particular" in md
+    assert "nearest-rank" in md
+    assert "What-if" not in md
+
+
+def test_summary_row_in_hours(tmp_path: Path) -> None:
+    md = write_report([run("gpusched")], tmp_path, command=COMMAND, title="t").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| gpusched |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # JCT mean 770/3 s, p50 210 s, p99 460 s; queueing mean 15 s; allocation 1260/1600;
+    # slow 800 GPU-s; stranded 9.375 %; Jain 0.825; 1 preemption; makespan 510 s; 3 / 3 jobs.
+    assert cells == [
+        "gpusched",
+        f"{770 / 3 / H:.2f}",
+        f"{210 / H:.2f}",
+        f"{460 / H:.2f}",
+        f"{15 / H:.2f}",
+        "78.8",
+        "0.2",
+        "9.4",
+        "0.825",
+        "1",
+        f"{510 / H:.2f}",
+        "3 / 3",
+    ]
+
+
+def test_results_json_holds_figures_parameters_and_command(tmp_path: Path) -> None:
+    write_report(
+        [run("gpusched")], tmp_path, command=COMMAND, title="t", notes=("priorities synthesised",)
+    )
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["command"] == COMMAND
+    assert data["parameters"]["policies"] == ["gpusched"]
+    assert data["parameters"]["capacity"] == [8]
+    assert data["parameters"]["notes"] == ["priorities synthesised"]
+    assert data["parameters"]["tenants"][1] == {
+        "name": "B",
+        "guaranteed": 0,
+        "weight": 3.0,
+        "borrowing_limit": None,
+    }
+    f = Figures.from_json(data["figures"][0])
+    assert f.makespan == 510
+    assert "priorities synthesised" in (tmp_path / "report.md").read_text()
+
+
+def test_plots_with_no_data_are_left_out_of_the_markdown(tmp_path: Path) -> None:
+    empty = run("idle", jobs=(), samples=(), preemptions=0)
+    md = write_report([empty], tmp_path, command=COMMAND, title="t").read_text()
+    assert "![" not in md
+    assert not list(tmp_path.glob("*.png"))
+    assert "| idle | n/a |" in md
+
+
+def test_long_series_still_plot(tmp_path: Path) -> None:
+    samples = tuple(
+        Sample(float(i), i % 8, i % 3, 0, {"A": i % 8}, 0, queued_by_tenant={})
+        for i in range(20000)
+    )
+    write_report([run("big", samples=samples)], tmp_path, command=COMMAND, title="t")
+    assert (tmp_path / "allocation.png").stat().st_size > 0
+
+
+def changed_run(policy: str = "gpusched") -> RunResult:
+    # j1 waits 100 s more (starts at 100, ends at 200): JCT 100 -> 200, delay 0 -> 100.
+    j1 = JOBS[0]
+    a = j1.attempts[0]
+    jobs = (replace(j1, attempts=(replace(a, start=100.0, end=200.0),)), *JOBS[1:])
+    # A holds 1 GPU less in the first sample (10 s of 200): share -1/8 * 10/200.
+    s0 = SAMPLES[0]
+    samples = (replace(s0, allocated=0, by_tenant={}), *SAMPLES[1:])
+    return run(policy, jobs=jobs, samples=samples, preemptions=3)
+
+
+def test_what_if_diff_of_two_tiny_runs() -> None:
+    w = diff([run("gpusched"), run("random")], [changed_run(), run("best-fit")])
+    assert w.only_base == ("random",)
+    assert w.only_changed == ("best-fit",)
+    (p,) = w.policies
+    c = {x.figure: x for x in p.figures}
+    # Mean JCT 770/3 -> 870/3: +100/3 s, +100/770 = +12.99 %.
+    assert c["mean JCT (s)"].delta == pytest.approx(100 / 3)
+    assert c["mean JCT (s)"].pct == pytest.approx(100 * 100 / 770)
+    # Delays 0, 10, 50, 0 -> 100, 10, 50, 0: mean 15 -> 40.
+    assert (c["mean queueing delay (s)"].base, c["mean queueing delay (s)"].changed) == (15, 40)
+    assert c["mean queueing delay (s)"].pct == pytest.approx(100 * 25 / 15)
+    # Preemptions 1 -> 3: +2, +200 %.
+    assert (c["preemptions"].delta, c["preemptions"].pct) == (2, 200)
+    # Makespan unchanged (j3 still last at 510).
+    assert (c["makespan (s)"].delta, c["makespan (s)"].pct) == (0, 0)
+    # Allocation 1260/1600 -> 1250/1600 (in %).
+    assert c["allocation (%)"].delta == pytest.approx(-100 * 10 / 1600)
+    # No GPU lost to preemption in either run's base 0? It is 200/3600 in both: 0 change.
+    assert c["GPU-hours lost to preemption"].delta == pytest.approx(0)
+    t = {x.tenant: x for x in p.tenants}
+    assert t["A"].share.delta == pytest.approx(-10 / 1600)
+    assert t["B"].share.delta == pytest.approx(0)
+    # A's delays 0, 10, 0 -> 100, 10, 0: mean 10/3 -> 110/3.
+    assert t["A"].queueing.delta == pytest.approx(100 / 3)
+    assert t["B"].queueing.delta == 0
+
+
+def test_what_if_pct_undefined_from_zero() -> None:
+    base = run("gpusched", preemptions=0)
+    (p,) = diff([base], [run("gpusched", preemptions=4)]).policies
+    c = {x.figure: x for x in p.figures}
+    assert (c["preemptions"].delta, c["preemptions"].pct) == (4, None)
+
+
+def test_report_with_baseline_has_a_what_if_section(tmp_path: Path) -> None:
+    path = write_report(
+        [changed_run()], tmp_path, command=COMMAND, title="t", baseline=[run("gpusched")]
+    )
+    md = path.read_text()
+    assert "## What-if: change from the baseline" in md
+    # Preemptions 1 -> 3; mean queueing 15 s -> 40 s, +166.7 %.
+    assert "| preemptions | 1 -> 3: +2 (+200.0%) |" in md
+    assert f"| mean queueing delay (h) | {15 / H:.2f} -> {40 / H:.2f}: " in md
+    assert "(+166.7%)" in md
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["what_if"]["policies"][0]["policy"] == "gpusched"
+    assert Figures.from_json(data["baseline"]["figures"][0]).jobs.total == 7
