@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "gpusched.commands.demo:demo",
     "device-plugin": "gpusched.commands.device_plugin:device_plugin",
     "explain": "gpusched.commands.explain:explain",
+    "simulate": "gpusched.commands.simulate:simulate",
     "operator": "gpusched.commands.operator:operator",
     "probe": "gpusched.commands.probe:probe",
     "scheduler": "gpusched.commands.scheduler:scheduler",

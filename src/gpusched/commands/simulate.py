@@ -1,0 +1,245 @@
+"""``gpusched simulate``: replay a job trace through gpusched's own admission and placement code
+and through the baselines, side by side, and write a report (docs/simulator.md)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from gpusched.core.admission import Tenant
+from gpusched.simulator import adapters, fgd
+from gpusched.simulator.cluster import from_file, from_mix
+from gpusched.simulator.compare import run_policies
+from gpusched.simulator.model import Cluster, RunResult, Workload
+from gpusched.simulator.policies import POLICIES
+from gpusched.simulator.progress import Progress
+from gpusched.simulator.quotas import load_tenant_quotas, with_quotas
+from gpusched.simulator.report import write_report
+from gpusched.simulator.speed import DEFAULT as DEFAULT_SPEED
+from gpusched.simulator.trace import read_trace
+
+#: Philly's default pool: three wirings of 8-GPU nodes, 576 GPUs in all (the trace asks for 374
+#: GPUs on average, so about 65 % load with bursts well above the cluster).
+PHILLY_NODES = (
+    "hgx-a100-sxm4-80gb-8gpu-8nic=24,pcie-8gpu-pix-pxb-two-switch-trees=24,"
+    "pcie-8x-rtx4090-2socket-allsys-2nic=24"
+)
+DEFAULT_POLICIES = {
+    "philly": "gpusched,kube-default,kueue-like,best-fit",
+    "openb": "gpusched,best-fit,first-fit,random,kube-default",
+    "file": "gpusched,kube-default,kueue-like,best-fit",
+}
+
+
+def _cluster(nodes: str | None, nodes_file: Path | None, default: str | None) -> Cluster:
+    if nodes_file is not None:
+        return from_file(nodes_file)
+    spec = nodes or default
+    if spec is None:
+        raise click.UsageError("this trace has no node list: give --nodes or --nodes-file")
+    return from_mix(spec)
+
+
+def _inputs(
+    *,
+    trace: str,
+    traces_dir: Path | None,
+    nodes: str | None,
+    nodes_file: Path | None,
+    quotas: Path | None,
+    limit: int | None,
+    demand: float | None,
+    seed: int,
+) -> tuple[Workload, Cluster]:
+    if trace == "philly":
+        cluster = _cluster(nodes, nodes_file, PHILLY_NODES)
+        workload = adapters.philly(traces_dir, cluster_gpus=cluster.gpus, limit=limit, seed=seed)
+    elif trace == "openb":
+        if demand is not None:
+            workload, cluster = adapters.openb_inflated(traces_dir, demand=demand, seed=seed + 42)
+        else:
+            workload, cluster = adapters.openb(traces_dir)
+        if nodes or nodes_file:
+            cluster = _cluster(nodes, nodes_file, None)
+    else:
+        path = Path(trace)
+        jobs = read_trace(path)[:limit] if limit else read_trace(path)
+        cluster = _cluster(nodes, nodes_file, None)
+        names = sorted({j.tenant for j in jobs})
+        share = cluster.gpus // max(1, len(names))
+        workload = Workload(
+            path.stem,
+            jobs,
+            tuple(Tenant(n, guaranteed=share) for n in names),
+            (
+                f"{path}: {len(jobs)} jobs; without --quotas each tenant is guaranteed an equal "
+                f"share ({share} GPUs)",
+            ),
+        )
+    if quotas is not None:
+        workload = with_quotas(workload, load_tenant_quotas(quotas))
+    return workload, cluster
+
+
+@click.command()
+@click.option(
+    "--trace",
+    required=True,
+    help="philly, openb, or a trace file in the generic format (.jsonl / .csv).",
+)
+@click.option(
+    "--traces-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the published traces are (default: $GPUSCHED_TRACES, else ../shared/traces).",
+)
+@click.option(
+    "--nodes", default=None, help="Node pool: <fixture>=<count>,... (fixtures/topologies)."
+)
+@click.option(
+    "--nodes-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Node pool as YAML: nodes: [{fixture: ..., count: ...}].",
+)
+@click.option(
+    "--quotas",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="TenantQuota manifests (YAML) instead of the trace's derived tenants.",
+)
+@click.option("--policies", default=None, help=f"Comma-separated, from: {', '.join(POLICIES)}.")
+@click.option("--limit", type=int, default=None, help="Replay only the first N jobs.")
+@click.option(
+    "--demand",
+    type=float,
+    default=None,
+    help="openb only: the FGD experiment, pods arrive and never leave until this share of the "
+    "cluster's GPUs was asked for (e.g. 1.3).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--speed-model",
+    type=click.Choice(["measured", "none"]),
+    default="measured",
+    show_default=True,
+    help="Slow jobs down by the worst link their GPUs cross (docs/simulator.md), or not.",
+)
+@click.option(
+    "--what-if-quotas",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Replay again with these TenantQuotas and report the difference.",
+)
+@click.option("--what-if-nodes", default=None, help="Replay again on this node pool and diff.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("simulation"),
+    show_default=True,
+    help="Directory for report.md, results.json and the plots.",
+)
+def simulate(
+    *,
+    trace: str,
+    traces_dir: Path | None,
+    nodes: str | None,
+    nodes_file: Path | None,
+    quotas: Path | None,
+    policies: str | None,
+    limit: int | None,
+    demand: float | None,
+    seed: int,
+    speed_model: str,
+    what_if_quotas: Path | None,
+    what_if_nodes: str | None,
+    out: Path,
+) -> None:
+    """Replay a job trace through gpusched and the baselines; write a report."""
+    command = "gpusched simulate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    kind = trace if trace in ("philly", "openb") else "file"
+    if demand is not None and kind != "openb":
+        raise click.UsageError("--demand is the FGD experiment on openb: use it with --trace openb")
+    names = [p.strip() for p in (policies or DEFAULT_POLICIES[kind]).split(",") if p.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise click.UsageError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+    try:
+        workload, cluster = _inputs(
+            trace=trace,
+            traces_dir=traces_dir,
+            nodes=nodes,
+            nodes_file=nodes_file,
+            quotas=quotas,
+            limit=limit,
+            demand=demand,
+            seed=seed,
+        )
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    speed = DEFAULT_SPEED if speed_model == "measured" and kind != "openb" else None
+    notes = list(workload.notes)
+    notes.append(
+        "job-speed model: "
+        + (", ".join(f"{k} x{v}" for k, v in DEFAULT_SPEED.describe().items()) if speed else "none")
+    )
+    click.echo(
+        f"replaying {len(workload.jobs)} jobs of {workload.name} on {len(cluster.nodes)} nodes "
+        f"({cluster.gpus} GPUs) under {', '.join(names)}",
+        err=True,
+    )
+
+    def replay_all(w: Workload, c: Cluster) -> list[RunResult]:
+        return run_policies(w, c, names, seed=seed, speed=speed, progress=Progress)
+
+    results = replay_all(workload, cluster)
+    baseline = None
+    if what_if_quotas is not None or what_if_nodes is not None:
+        changed_workload = (
+            with_quotas(workload, load_tenant_quotas(what_if_quotas))
+            if what_if_quotas
+            else workload
+        )
+        changed_cluster = from_mix(what_if_nodes) if what_if_nodes else cluster
+        if what_if_nodes and trace == "philly" and not quotas:
+            changed_workload = adapters.philly(
+                traces_dir, cluster_gpus=changed_cluster.gpus, limit=limit, seed=seed
+            )
+        notes.append(
+            "what-if: "
+            + "; ".join(
+                part
+                for part in (
+                    f"TenantQuotas from {what_if_quotas}" if what_if_quotas else "",
+                    f"node pool {what_if_nodes}" if what_if_nodes else "",
+                )
+                if part
+            )
+            + " (the tables above are the changed run; the what-if section diffs it with the base)"
+        )
+        baseline, results = results, replay_all(changed_workload, changed_cluster)
+    title = f"gpusched simulate: {workload.name} on {cluster.name}"
+    report = write_report(
+        results, out, command=command, title=title, baseline=baseline, notes=notes
+    )
+    if demand is not None:
+        curves = fgd.curves_of(results, workload)
+        reference_csv = (
+            adapters.traces_dir(traces_dir)
+            / "alibaba-gpu-v2023"
+            / "fgd-expected-results"
+            / "analysis_allo_discrete.csv"
+        )
+        reference = fgd.published(reference_csv) if reference_csv.is_file() else {}
+        with report.open("a") as f:
+            f.write("\n".join(fgd.section(curves, reference, out)) + "\n")
+        (out / "fgd.json").write_text(
+            json.dumps({"curves": curves, "published": reference}, indent=1) + "\n"
+        )
+    for r in results:
+        click.echo(f"{r.policy}: replayed in {r.cpu_seconds:.0f} CPU-s", err=True)
+    click.echo(f"report: {report}")
