@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from gpusched.core.admission import Tenant
 from gpusched.simulator import adapters, fgd
@@ -53,6 +53,7 @@ def _inputs(
     quotas: Path | None,
     limit: int | None,
     demand: float | None,
+    openb_pods: str,
     seed: int,
 ) -> tuple[Workload, Cluster]:
     if trace == "philly":
@@ -60,9 +61,11 @@ def _inputs(
         workload = adapters.philly(traces_dir, cluster_gpus=cluster.gpus, limit=limit, seed=seed)
     elif trace == "openb":
         if demand is not None:
-            workload, cluster = adapters.openb_inflated(traces_dir, demand=demand, seed=seed + 42)
+            workload, cluster = adapters.openb_inflated(
+                traces_dir, pods=openb_pods, demand=demand, seed=seed + 42
+            )
         else:
-            workload, cluster = adapters.openb(traces_dir)
+            workload, cluster = adapters.openb(traces_dir, pods=openb_pods)
         if nodes or nodes_file:
             cluster = _cluster(nodes, nodes_file, None)
     else:
@@ -83,6 +86,23 @@ def _inputs(
     if quotas is not None:
         workload = with_quotas(workload, load_tenant_quotas(quotas))
     return workload, cluster
+
+
+def _command(ctx: click.Context) -> str:
+    """The invocation that reproduces this run (every option not left at its default)."""
+    words = ["gpusched", "simulate"]
+    for param in ctx.command.params:
+        name = param.name
+        if name is None or ctx.get_parameter_source(name) is ParameterSource.DEFAULT:
+            continue
+        value = ctx.params[name]
+        flag = param.opts[0]
+        if isinstance(param, click.Option) and param.is_flag:
+            if value:
+                words.append(flag)
+            continue
+        words += [flag, shlex.quote(str(value))]
+    return " ".join(words)
 
 
 @click.command()
@@ -121,6 +141,12 @@ def _inputs(
     help="openb only: the FGD experiment, pods arrive and never leave until this share of the "
     "cluster's GPUs was asked for (e.g. 1.3).",
 )
+@click.option(
+    "--openb-pods",
+    default="default",
+    show_default=True,
+    help="openb only: which pod list (default, multigpu20..50, gpuspec33, gpushare100).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--speed-model",
@@ -153,6 +179,7 @@ def simulate(
     policies: str | None,
     limit: int | None,
     demand: float | None,
+    openb_pods: str,
     seed: int,
     speed_model: str,
     what_if_quotas: Path | None,
@@ -160,7 +187,7 @@ def simulate(
     out: Path,
 ) -> None:
     """Replay a job trace through gpusched and the baselines; write a report."""
-    command = "gpusched simulate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    command = _command(click.get_current_context())
     kind = trace if trace in ("philly", "openb") else "file"
     if demand is not None and kind != "openb":
         raise click.UsageError("--demand is the FGD experiment on openb: use it with --trace openb")
@@ -177,6 +204,7 @@ def simulate(
             quotas=quotas,
             limit=limit,
             demand=demand,
+            openb_pods=openb_pods,
             seed=seed,
         )
     except (ValueError, OSError) as exc:
@@ -234,7 +262,11 @@ def simulate(
             / "fgd-expected-results"
             / "analysis_allo_discrete.csv"
         )
-        reference = fgd.published(reference_csv) if reference_csv.is_file() else {}
+        reference = (
+            fgd.published(reference_csv, f"openb_pod_list_{openb_pods}")
+            if reference_csv.is_file()
+            else {}
+        )
         with report.open("a") as f:
             f.write("\n".join(fgd.section(curves, reference, out)) + "\n")
         (out / "fgd.json").write_text(

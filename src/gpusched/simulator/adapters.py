@@ -10,6 +10,7 @@ has one, a cluster.
 from __future__ import annotations
 
 import csv
+import math
 import os
 import random
 from collections import Counter
@@ -173,11 +174,16 @@ def _openb_jobs(
             continue
         if gpus == 1 and int(row["gpu_milli"]) < FULL_GPU_MILLI:
             counts["fractional pods given a whole GPU"] += 1
-        spec = [m for m in row["gpu_spec"].split("|") if m]
+        spec = [m for m in row.get("gpu_spec", "").split("|") if m]
         if len(spec) > 1:
             counts["pods allowed several models, run on any"] += 1
-        created = float(row["creation_time"])
-        duration = float(row["deletion_time"]) - created
+        if "creation_time" not in row:
+            # The multigpu lists carry no times: only the FGD experiment (no departures) uses
+            # them, in list order.
+            created, duration = float(len(jobs)), math.inf
+        else:
+            created = float(row["creation_time"])
+            duration = float(row["deletion_time"]) - created
         if duration <= 0:
             counts["pods without a positive lifetime left out"] += 1
             continue
@@ -206,6 +212,11 @@ def openb(directory: Path | None = None, *, pods: str = "default") -> tuple[Work
     """
     cluster = openb_cluster(directory)
     jobs, _, counts = _openb_jobs(directory, pods)
+    if any(math.isinf(j.duration) for j in jobs):
+        raise AdapterError(
+            f"openb pod list {pods!r} has no creation or deletion times: it serves only the FGD "
+            "experiment (--demand)"
+        )
     start = min((j.submit for j in jobs), default=0.0)
     shifted = tuple(
         sorted(

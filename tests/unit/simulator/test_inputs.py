@@ -1,0 +1,184 @@
+"""What a replay reads: the generic trace format, the adapters of the published traces, node
+pools from the real matrices, TenantQuotas from YAML, and the measured job-speed model."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpusched.api.gpujob import TopologyMode, TopologyScope
+from gpusched.simulator import adapters
+from gpusched.simulator.cluster import ClusterError, from_file, from_mix
+from gpusched.simulator.model import LINK_ORDER, Link, TraceJob
+from gpusched.simulator.quotas import QuotaError, load_tenant_quotas, with_quotas
+from gpusched.simulator.speed import DEFAULT, SpeedModel, calibrate
+from gpusched.simulator.trace import TraceError, read_trace, write_trace
+from tests.unit.simulator.simdata import workload
+
+TRACES = adapters.traces_dir()
+needs_traces = pytest.mark.skipif(
+    not (TRACES / "philly-pollux").is_dir(), reason=f"published traces not at {TRACES}"
+)
+
+JOBS = (
+    TraceJob("a", 0.0, 60.0, 1, 4, "team-a"),
+    TraceJob(
+        "b",
+        5.5,
+        3600.0,
+        2,
+        8,
+        "team-b",
+        priority=3,
+        gpu_model="H100",
+        scope=TopologyScope.NVLINK,
+        mode=TopologyMode.REQUIRED,
+        preemptible=False,
+    ),
+)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_trace_written_in_the_generic_format_reads_back_the_same(
+    tmp_path: Path, suffix: str
+) -> None:
+    path = tmp_path / f"jobs{suffix}"
+    write_trace(JOBS, path)
+    assert read_trace(path) == JOBS
+
+
+def test_a_bad_row_is_refused_naming_its_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(
+        "id,submit,duration,replicas,gpus_per_replica,tenant\na,0,60,1,4,t\nb,10,60,1,0,t\n"
+    )
+    with pytest.raises(TraceError, match=r"jobs.csv:3: field gpus_per_replica"):
+        read_trace(path)
+
+
+def test_an_unknown_field_and_a_reused_id_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(
+        '{"id": "a", "submit": 0, "duration": 1, "replicas": 1, "gpus_per_replica": 1,'
+        ' "tenant": "t", "gpus": 3}\n'
+    )
+    with pytest.raises(TraceError, match=r"jobs.jsonl:1: field gpus"):
+        read_trace(path)
+    row = (
+        '{"id": "a", "submit": 0, "duration": 1, "replicas": 1, "gpus_per_replica": 1,'
+        ' "tenant": "t"}\n'
+    )
+    path.write_text(row + row)
+    with pytest.raises(TraceError, match=r"jobs.jsonl:2: id 'a' already used on line 1"):
+        read_trace(path)
+
+
+@needs_traces
+def test_philly_keeps_every_job_and_its_gpu_hours() -> None:
+    with (TRACES / "philly-pollux" / "philly.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    kept = [r for r in rows if float(r["duration"]) > 0]
+    w = adapters.philly(cluster_gpus=576)
+    assert len(w.jobs) == len(kept) == 82_247
+    # Every job keeps its run time; only jobs above 8 GPUs are rounded up to whole replicas.
+    assert math.isclose(
+        sum(j.duration for j in w.jobs), sum(float(r["duration"]) for r in kept), rel_tol=1e-9
+    )
+    asked = {int(r["num_gpus"]) for r in kept}
+    assert {j.gpus for j in w.jobs if j.gpus <= 8} == {g for g in asked if g <= 8}
+    assert all(j.gpus_per_replica == 8 for j in w.jobs if j.replicas > 1)
+    assert {t.name for t in w.tenants} == {r["cluster"] for r in rows}
+    assert sum(t.guaranteed for t in w.tenants) == 576
+    assert min(j.submit for j in w.jobs) == 0.0
+
+
+@needs_traces
+def test_philly_priorities_are_the_same_for_a_seed_and_change_with_it() -> None:
+    first = adapters.philly(cluster_gpus=64, limit=2000, seed=1)
+    again = adapters.philly(cluster_gpus=64, limit=2000, seed=1)
+    other = adapters.philly(cluster_gpus=64, limit=2000, seed=2)
+    assert [j.priority for j in first.jobs] == [j.priority for j in again.jobs]
+    assert [j.priority for j in first.jobs] != [j.priority for j in other.jobs]
+    share = sum(j.priority for j in first.jobs) / len(first.jobs)
+    assert 0.17 < share < 0.23
+
+
+@needs_traces
+def test_openb_is_its_gpu_nodes_and_its_gpu_pods() -> None:
+    w, cluster = adapters.openb()
+    assert (len(cluster.nodes), cluster.gpus) == (1213, 6212)
+    assert len(w.jobs) == 7063  # 7,064 GPU pods, one without a positive lifetime
+    assert any("3078 fractional pods given a whole GPU" in n for n in w.notes)
+
+
+@needs_traces
+def test_the_fgd_inflation_stops_once_the_demand_is_reached() -> None:
+    w, cluster = adapters.openb_inflated(demand=1.3)
+    asked = [j.gpus for j in w.jobs]
+    assert sum(asked) >= 1.3 * cluster.gpus > sum(asked[:-1])
+    assert all(j.duration == math.inf for j in w.jobs)
+    assert [j.submit for j in w.jobs] == [float(i) for i in range(len(w.jobs))]
+
+
+def test_a_node_pool_has_the_counts_and_gpus_of_its_mix() -> None:
+    cluster = from_mix("hgx-h100-sxm-8gpu-8nic=3,workstation-2socket-4x-a100-nvlink-bridge-2nic=2")
+    assert len(cluster.nodes) == 5
+    assert cluster.gpus == 3 * 8 + 2 * 4
+    assert [n.name for n in cluster.nodes][:4] == ["h100-0", "h100-1", "h100-2", "ws-a100-0"]
+
+
+def test_an_unknown_fixture_is_refused_listing_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match=r"known: .*hgx-h100-sxm-8gpu-8nic"):
+        from_mix("dgx-b300=2")
+    path = tmp_path / "pool.yaml"
+    path.write_text("nodes: [{fixture: hgx-h100-sxm-8gpu-8nic}]\n")
+    with pytest.raises(ClusterError, match="expected 'nodes:"):
+        from_file(path)
+
+
+QUOTAS = """\
+apiVersion: gpusched.io/v1alpha1
+kind: TenantQuota
+metadata: {name: research}
+spec: {namespaces: [team-a, team-b], guaranteedGpus: 16, borrowingLimit: 24, weight: 2}
+---
+apiVersion: gpusched.io/v1alpha1
+kind: TenantQuota
+metadata: {name: prod}
+spec: {namespaces: [serving], guaranteedGpus: 8}
+"""
+
+
+def test_tenant_quotas_from_yaml_own_the_jobs_of_their_namespaces(tmp_path: Path) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(QUOTAS)
+    w = with_quotas(workload(*JOBS), load_tenant_quotas(path))
+    assert {j.id: j.tenant for j in w.jobs} == {"a": "research", "b": "research"}
+    research = next(t for t in w.tenants if t.name == "research")
+    assert (research.guaranteed, research.borrowing_limit, research.weight) == (16, 24, 2.0)
+
+
+def test_a_tenant_quota_with_a_bad_field_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(QUOTAS.replace("guaranteedGpus: 8", "guaranteedGpus: -8"))
+    with pytest.raises(QuotaError, match=r"document 2: spec\.guaranteedGpus"):
+        load_tenant_quotas(path)
+
+
+@needs_traces
+def test_calibrating_on_the_measurements_gives_the_committed_model() -> None:
+    assert calibrate(TRACES / "placement-slowdown") == DEFAULT
+
+
+@given(st.floats(1.0, 10.0), st.floats(1.0, 10.0), st.integers(1, 64))
+def test_a_worse_link_never_runs_faster(pcie: float, network: float, gpus: int) -> None:
+    model = SpeedModel(pcie=min(pcie, network), network=max(pcie, network))
+    factors = [model(link, gpus) for link in LINK_ORDER]
+    assert factors == sorted(factors)
+    assert factors[0] == 1.0
+    assert model(Link.NETWORK, 1) == 1.0
