@@ -18,11 +18,21 @@ def run_policies(
     seed: int = 0,
     speed: SpeedModel | None = None,
     progress: Callable[[str], ProgressHook | None] | None = None,
+    cycle_interval: float = 0.0,
 ) -> list[RunResult]:
     """Replay ``workload`` on ``cluster`` under each named policy."""
     results = []
     for name in policies:
         policy = build(name, cluster.nodes, workload.tenants, seed)
         hook = progress(name) if progress is not None else None
-        results.append(replay(workload, cluster, policy, speed=speed, progress=hook))
+        results.append(
+            replay(
+                workload,
+                cluster,
+                policy,
+                speed=speed,
+                progress=hook,
+                cycle_interval=cycle_interval,
+            )
+        )
     return results

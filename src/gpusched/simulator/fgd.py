@@ -8,7 +8,6 @@ same measurement.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import statistics
 from collections.abc import Sequence
@@ -24,16 +23,21 @@ FGD_POLICIES: Final = ("01-Random", "04-GpuPacking", "05-BestFit", "06-FGD")
 
 
 def allocation_curve(run: RunResult, workload: Workload) -> dict[int, float]:
-    """Allocated GPUs / capacity (%) once the arrived demand reaches each level."""
-    times = [s.time for s in run.samples]
+    """Allocated GPUs / capacity (%) once the arrived demand reaches each level.
+
+    Pods never leave and every policy here decides them in arrival order, so the pods placed by
+    the time pod k arrived are the placed ones among the first k: the curve follows from which
+    pods ever started, whether the replay decided them one by one or in one batch.
+    """
+    started = {j.id for j in run.jobs if j.attempts}
     arrived = 0
+    allocated = 0
     out: dict[int, float] = {}
     levels = list(LEVELS)
-    for job in workload.jobs:
+    for job in sorted(workload.jobs, key=lambda j: (j.submit, j.id)):
         arrived += job.gpus
+        allocated += job.gpus if job.id in started else 0
         while levels and arrived * 100 >= levels[0] * run.capacity:
-            i = bisect.bisect_right(times, job.submit) - 1
-            allocated = run.samples[i].allocated if i >= 0 else 0
             out[levels.pop(0)] = round(100 * allocated / run.capacity, 2)
     return out
 

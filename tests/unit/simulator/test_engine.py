@@ -3,6 +3,7 @@ keeps against a policy that hands out a GPU twice."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -11,6 +12,7 @@ import gpusched.operator.decide as operator_decide
 import gpusched.simulator.policies.gpusched as gpusched_policy
 from gpusched.core import admission
 from gpusched.core.admission import Tenant
+from gpusched.simulator import fgd
 from gpusched.simulator.engine import PolicyError, replay
 from gpusched.simulator.model import Link, RunResult
 from gpusched.simulator.policies import POLICIES, build
@@ -168,3 +170,23 @@ def test_gpusched_policy_decides_through_the_core_cycle(monkeypatch: pytest.Monk
     jobs = workload(trace_job("p", 0, 1, 100), trace_job("q", 5, 1, 100))
     replay(jobs, nodes, GpuschedPolicy(nodes.nodes, jobs.tenants))
     assert calls == [0, 5]
+
+
+@pytest.mark.parametrize("name", ["gpusched", "kube-default", "best-fit", "random"])
+def test_pods_that_never_leave_are_placed_the_same_one_by_one_or_in_one_batch(name: str) -> None:
+    # The FGD experiment decides all arrivals in one cycle; it must place what one cycle per
+    # arrival places. Three boards, pods of mixed sizes arriving until 130 % of the GPUs.
+    nodes = cluster((H100, "h1"), (RTX, "r1"), (H100, "h2"))
+    sizes = [1, 2, 1, 4, 8, 1, 1, 2, 4, 1, 8, 2, 1, 1, 4]
+    jobs = workload(
+        *(trace_job(f"p{i:02d}", float(i), size, math.inf) for i, size in enumerate(sizes)),
+        tenants=(Tenant("t", guaranteed=24),),
+    )
+    runs = [
+        replay(jobs, nodes, build(name, nodes.nodes, jobs.tenants, 5), cycle_interval=interval)
+        for interval in (0.0, math.inf)
+    ]
+    placed = [{j.id: j.attempts[0].nodes for j in run.jobs if j.attempts} for run in runs]
+    assert placed[0] == placed[1]
+    assert 0 < len(placed[0]) < len(sizes)
+    assert fgd.allocation_curve(runs[0], jobs) == fgd.allocation_curve(runs[1], jobs)
