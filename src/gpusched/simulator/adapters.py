@@ -239,7 +239,7 @@ def openb_inflated(
     directory: Path | None = None, *, pods: str = "default", demand: float = 1.3, seed: int = 42
 ) -> tuple[Workload, Cluster]:
     """The FGD allocation experiment: pods arrive one per second and never leave, in creation
-    order, then drawn at random (``random.Random(seed)``, with replacement) from the same list
+    order (in a seeded random order for lists without times), then drawn at random (``random.Random(seed)``, with replacement) from the same list
     once it is used up, until the GPUs asked for reach ``demand`` x the cluster's GPUs.
 
     FGD counts demand in GPU fractions (``gpu_milli``); gpusched gives a fractional pod a whole
@@ -252,6 +252,10 @@ def openb_inflated(
         raise AdapterError(f"openb pod list {pods!r} has no GPU pods")
     target = demand * cluster.gpus
     rnd = random.Random(seed)
+    timeless = all(math.isinf(j.duration) for j in jobs)
+    if timeless:
+        # Lists without creation times (the multigpu variants) have no arrival order: shuffle.
+        rnd.shuffle(jobs)
     out: list[TraceJob] = []
     asked = 0
     while asked < target:
