@@ -239,8 +239,9 @@ def openb_inflated(
     directory: Path | None = None, *, pods: str = "default", demand: float = 1.3, seed: int = 42
 ) -> tuple[Workload, Cluster]:
     """The FGD allocation experiment: pods arrive one per second and never leave, in creation
-    order (in a seeded random order for lists without times), then drawn at random (``random.Random(seed)``, with replacement) from the same list
-    once it is used up, until the GPUs asked for reach ``demand`` x the cluster's GPUs.
+    order (in a seeded random order for lists without times), then drawn at random
+    (``random.Random(seed)``, with replacement) from the same list once it is used up, until the
+    GPUs asked for reach ``demand`` x the cluster's GPUs.
 
     FGD counts demand in GPU fractions (``gpu_milli``); gpusched gives a fractional pod a whole
     GPU, so demand here is counted the way gpusched holds it (whole GPUs).
