@@ -22,7 +22,6 @@ from gpusched.core.admission import (
     Job,
     Snapshot,
     Tenant,
-    WaitReason,
 )
 from tests.unit.core.admission_testdata import job, node, replay
 from tests.unit.core.test_admission_properties import tenant_sets
@@ -31,8 +30,8 @@ from tests.unit.core.test_admission_properties import tenant_sets
 class _EachOnItsOwn(Cycle):
     """The cycle without the shortcut."""
 
-    def _wait_alike(self, tenant: str, head: Job, reason: WaitReason, message: str) -> None:
-        return None
+    def _wait_alike(self, tenant: str, job: Job) -> bool:
+        return False
 
 
 @st.composite

@@ -57,6 +57,19 @@ UNKNOWN_MODEL = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
+class _Failed:
+    """How a tenant's last decided job waited, for the alike jobs behind it."""
+
+    request: Request
+    priority: int
+    preemptible: bool
+    claim: bool
+    version: int
+    reason: WaitReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Outcome:
     admitted: bool
     failure: GangFailure | None = None
@@ -102,20 +115,18 @@ class Cycle:
                 self.orphans.append(job)
         for queue in self.queued.values():
             queue.sort(key=lambda j: j.order)
-        # Equal requests share one object, so jobs asking the same compare by identity.
-        interned: dict[Request, Request] = {}
-        self.requests: dict[str, Request] = {}
-        for queue in self.queued.values():
-            for j in queue:
-                request = Request.of(j)
-                self.requests[j.key] = interned.setdefault(request, request)
+        # Requests are interned: jobs asking the same share one object.
+        self.requests: dict[str, Request] = {
+            j.key: Request.of(j) for queue in self.queued.values() for j in queue
+        }
         self.ledgers = {
             name: Ledger(t, self.admitted[name].values()) for name, t in self.tenants.items()
         }
         self.claims: dict[str, set[str]] = {}
         self.demand: dict[str, int] = {}
         feasible_request = {
-            request: self.pool.static_failure(request) is None for request in interned
+            request: self.pool.static_failure(request) is None
+            for request in set(self.requests.values())
         }
         for name, tenant in self.tenants.items():
             feasible = [j for j in self.queued[name] if feasible_request[self.requests[j.key]]]
@@ -134,6 +145,7 @@ class Cycle:
         self.waiting: list[Waiting] = []
         self.waited = 0
         self._last_wait: tuple[str, WaitReason, str] | None = None
+        self._failed: dict[str, _Failed] = {}
         """Jobs parked when waiting records are not kept."""
         self.placement_failures: dict[Request, GangFailure] = {}
         self.preemption_failures: set[tuple[object, ...]] = set()
@@ -188,11 +200,12 @@ class Cycle:
                 continue
             head = self._head(tenant)
             assert head is not None
-            touched = self._decide(head)
+            if self._wait_alike(tenant, head):
+                touched: set[str] = set()
+            else:
+                touched = self._decide(head)
+                self._remember(tenant, head, touched)
             self._heads[tenant] += 1
-            last = self._last_wait
-            if not touched and last is not None and last[0] == head.key:
-                self._wait_alike(tenant, head, last[1], last[2])
             for name in sorted({tenant, *touched}) if touched else (tenant,):
                 self._refresh(heap, name)
         return CycleResult(
@@ -202,37 +215,52 @@ class Cycle:
             preemption_searches=self.searches,
         )
 
-    def _wait_alike(self, tenant: str, head: Job, reason: WaitReason, message: str) -> None:
-        """Park the jobs right behind ``head`` in its tenant's queue that ask exactly what it
-        asked, with its reason.
+    def _wait_alike(self, tenant: str, job: Job) -> bool:
+        """Park ``job`` with the reason of the job before it in its tenant's queue, when that job
+        asked exactly the same and nothing was admitted or evicted since it waited.
 
-        ``head`` just waited without changing anything; a job behind it with the same request,
-        priority, preemptibility and claim on the guarantee meets the same tenant ledger, the
-        same placement and preemption memos (both only grow within a cycle) and the same search
-        budget, so deciding it would end the same way. Long queues of alike jobs (the common
-        shape: thousands of one-GPU jobs) then cost one decision per run instead of one each.
+        Same request, priority, preemptibility and claim on the guarantee, an unchanged tenant
+        ledger (nothing admitted or evicted anywhere), the same placement and preemption memos
+        (both only grow within a cycle) and the same search budget: deciding it would end the
+        same way. The job keeps its turn in the order across tenants; only the deciding is
+        skipped, so long queues of alike jobs (thousands of one-GPU jobs) cost a heap step each.
         """
-        if head.not_before is not None or head.key in self.reservations:
+        before = self._failed.get(tenant)
+        if (
+            before is None
+            or before.version != self._admitted_version
+            or self.requests[job.key] is not before.request
+            or job.priority != before.priority
+            or job.preemptible != before.preemptible
+            or job.not_before is not None
+            or job.key in self.reservations
+            or (job.key in self.claims[tenant]) != before.claim
+        ):
+            return False
+        self._wait(job, before.reason, before.message)
+        return True
+
+    def _remember(self, tenant: str, job: Job, touched: set[str]) -> None:
+        """Keep what the job just decided ended in, if it waited without changing anything."""
+        last = self._last_wait
+        if (
+            touched
+            or last is None
+            or last[0] != job.key
+            or job.not_before is not None
+            or job.key in self.reservations
+        ):
+            self._failed.pop(tenant, None)
             return
-        queue = self.queued[tenant]
-        request = self.requests[head.key]
-        claimed = self.claims[tenant]
-        claim = head.key in claimed
-        i = self._heads[tenant]
-        while i < len(queue):
-            job = queue[i]
-            if (
-                self.requests[job.key] is not request
-                or job.priority != head.priority
-                or job.preemptible != head.preemptible
-                or job.not_before is not None
-                or job.key in self.reservations
-                or (job.key in claimed) != claim
-            ):
-                break
-            self._wait(job, reason, message)
-            i += 1
-        self._heads[tenant] = i
+        self._failed[tenant] = _Failed(
+            request=self.requests[job.key],
+            priority=job.priority,
+            preemptible=job.preemptible,
+            claim=job.key in self.claims[tenant],
+            version=self._admitted_version,
+            reason=last[1],
+            message=last[2],
+        )
 
     def _decide(self, job: Job) -> set[str]:
         """Admit or park one job; returns tenants whose standing changed besides its own."""

@@ -187,6 +187,10 @@ class Job:
     reserved_for: str | None = None
     """TERMINATING victims: key of the preemptor their GPUs are kept for."""
     request_memo: object = field(default=None, init=False, repr=False, compare=False)
+    order_memo: tuple[int, float, str] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """:attr:`order`, built on first use (every cycle sorts and merges by it)."""
     """The cycle's request of this job, built on first use: a snapshot reuses its job objects
     from cycle to cycle, so the request is computed once per job, not once per cycle."""
 
@@ -198,7 +202,11 @@ class Job:
     @property
     def order(self) -> tuple[int, float, str]:
         """Queue order inside a tenant: priority first, then FIFO, then name."""
-        return (-self.priority, self.submitted_at, self.key)
+        found = self.order_memo
+        if found is None:
+            found = (-self.priority, self.submitted_at, self.key)
+            object.__setattr__(self, "order_memo", found)
+        return found
 
     @property
     def namespace(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from gpusched.api.gpujob import TopologyScope
 from gpusched.core.admission.model import (
@@ -116,6 +117,11 @@ class Request:
         if isinstance(found, Request):
             return found
         request = cls.build(job)
+        # Equal requests share one object, so jobs asking the same compare by identity and
+        # every memo keyed on a request finds it without comparing fields.
+        request = _INTERNED.setdefault(request, request)
+        if len(_INTERNED) > _MAX_INTERNED:
+            _INTERNED.clear()
         object.__setattr__(job, "request_memo", request)
         return request
 
@@ -149,6 +155,12 @@ class Request:
             else f"{self.gpus_per_replica} GPU{'s' if self.gpus_per_replica > 1 else ''}"
         )
         return size + (f" of model {self.gpu_model}" if self.gpu_model else "")
+
+
+#: Distinct requests kept for interning; past it the table starts over (identity is an
+#: optimisation, equality still decides).
+_MAX_INTERNED: Final = 65_536
+_INTERNED: dict[Request, Request] = {}
 
 
 @dataclass(frozen=True, slots=True)
