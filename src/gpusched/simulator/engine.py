@@ -117,7 +117,6 @@ class Replay:
             (j.submit, _ARRIVAL, i, j.id, 0) for i, j in enumerate(workload.jobs)
         ]
         heapq.heapify(self.events)
-        self.total_events = len(self.events) * 2
 
     # --- ground truth --------------------------------------------------------------------
 
@@ -250,7 +249,9 @@ class Replay:
                     break
             self._sample(now)
             if self.progress is not None:
-                self.progress(now, done, self.total_events, self.running, len(self.waiting))
+                # Still to come: the queued events, and a completion for every waiting job.
+                total = done + len(self.events) + len(self.waiting)
+                self.progress(now, done, total, self.running, len(self.waiting))
         return RunResult(
             policy=self.policy.name,
             assumptions=self.policy.assumptions,
