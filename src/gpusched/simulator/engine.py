@@ -117,6 +117,7 @@ class Replay:
             (j.submit, _ARRIVAL, i, j.id, 0) for i, j in enumerate(workload.jobs)
         ]
         heapq.heapify(self.events)
+        self.arrivals_left = len(self.events)
 
     # --- ground truth --------------------------------------------------------------------
 
@@ -158,6 +159,7 @@ class Replay:
     # --- events --------------------------------------------------------------------------
 
     def _arrive(self, job_id: str, now: float) -> None:
+        self.arrivals_left -= 1
         run = self.runs[job_id]
         self._queue(run.job)
         self.policy.submit(run.job, now)
@@ -249,8 +251,9 @@ class Replay:
                     break
             self._sample(now)
             if self.progress is not None:
-                # Still to come: the queued events, and a completion for every waiting job.
-                total = done + len(self.events) + len(self.waiting)
+                # Still to come: the queued events, and a completion for every job that has not
+                # started (waiting, or yet to arrive).
+                total = done + len(self.events) + len(self.waiting) + self.arrivals_left
                 self.progress(now, done, total, self.running, len(self.waiting))
         return RunResult(
             policy=self.policy.name,
