@@ -92,3 +92,25 @@ def test_alike_jobs_parked_together_get_the_decisions_each_would_get_alone(
         assert bare.admissions == fast.admissions
         assert (bare.waiting, bare.tenants) == ((), ())
         snapshot = replay(snapshot, fast, dt=100.0)
+
+
+def test_parking_a_run_never_lets_the_job_behind_it_jump_ahead_of_another_tenant() -> None:
+    # Found by the property above: t2's second 2-GPU job is parked behind its first; its 1-GPU
+    # job behind them must not compete before t0's next job would have had its turn, or it takes
+    # the last GPU that t0's guarantee was entitled to.
+    tenants = (Tenant("t0", 16, weight=0.5), Tenant("t1", 0, weight=0.5), Tenant("t2", 0))
+    shapes = [("t0", 2, False)] * 7 + [("t2", 2, False), ("t0", 1, True), ("t0", 2, False)]
+    shapes += [("t0", 1, True), ("t2", 2, False), ("t2", 1, True)]
+    jobs = tuple(
+        job(f"{t}/j{i}", t, gpus, preemptible=preemptible, submitted=float(i))
+        for i, (t, gpus, preemptible) in enumerate(shapes)
+    )
+    snapshot = Snapshot(
+        now=1000.0,
+        tenants=tenants,
+        jobs=jobs,
+        nodes=(node("n0", "nvswitch", "H100"), node("n1", "nvswitch", "H100")),
+    )
+    fast = Cycle(snapshot).run()
+    assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
+    assert "t0/j10" in {a.job for a in fast.admissions}

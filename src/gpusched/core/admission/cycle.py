@@ -195,7 +195,7 @@ class Cycle:
                 heap.append(entry)
         heapq.heapify(heap)
         while heap:
-            *_, tenant, version = heapq.heappop(heap)
+            standing, share, _, tenant, version = heapq.heappop(heap)
             if version != self._versions[tenant]:
                 continue
             head = self._head(tenant)
@@ -206,6 +206,8 @@ class Cycle:
                 touched = self._decide(head)
                 self._remember(tenant, head, touched)
             self._heads[tenant] += 1
+            if not touched:
+                self._park_run(heap, tenant, standing, share)
             for name in sorted({tenant, *touched}) if touched else (tenant,):
                 self._refresh(heap, name)
         return CycleResult(
@@ -239,6 +241,28 @@ class Cycle:
             return False
         self._wait(job, before.reason, before.message)
         return True
+
+    def _park_run(
+        self,
+        heap: list[tuple[int, float, tuple[int, float, str], str, int]],
+        tenant: str,
+        standing: int,
+        share: float,
+    ) -> None:
+        """Park the alike jobs behind a job that just waited for as long as each would be the
+        next one taken anyway.
+
+        An alike job's entry has the standing and share of the one before it (same size, same
+        ledger) and a later queue order; while that entry is below everything else in the heap,
+        the heap would hand it over next, so it is parked here without the heap round trip.
+        """
+        while True:
+            job = self._head(tenant)
+            if job is None or (heap and heap[0][:3] < (standing, share, job.order)):
+                return
+            if not self._wait_alike(tenant, job):
+                return
+            self._heads[tenant] += 1
 
     def _remember(self, tenant: str, job: Job, touched: set[str]) -> None:
         """Keep what the job just decided ended in, if it waited without changing anything."""
