@@ -210,14 +210,18 @@ def simulate(
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    speed = DEFAULT_SPEED if speed_model == "measured" and kind != "openb" else None
+    speed = DEFAULT_SPEED.slowdown if speed_model == "measured" and kind != "openb" else None
     # The FGD experiment's pods never leave and are decided in arrival order: one cycle over all
     # of them places exactly what one cycle per arrival would (a test checks it), far faster.
     interval = math.inf if demand is not None else 0.0
     notes = list(workload.notes)
     notes.append(
         "job-speed model: "
-        + (", ".join(f"{k} x{v}" for k, v in DEFAULT_SPEED.describe().items()) if speed else "none")
+        + (
+            ", ".join(f"{link.value} x{v}" for link, v in DEFAULT_SPEED.factors.items())
+            if speed
+            else "none"
+        )
     )
     click.echo(
         f"replaying {len(workload.jobs)} jobs of {workload.name} on {len(cluster.nodes)} nodes "

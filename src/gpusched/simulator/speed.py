@@ -1,100 +1,225 @@
-"""The job-speed model: a multi-GPU job placed on a worse-wired set runs longer, by a factor
-keyed on the worst link its GPUs cross. Derivation and sources: docs/simulator.md.
+"""The job-speed model: how much slower a job runs when its GPUs are worse wired.
 
-The factors come from two sets of measurements shipped with published simulators
-(``placement-slowdown/`` of the traces):
+``slowdown(link, gpus)`` is the run time of a ``gpus``-GPU data-parallel job whose worst link is
+``link``, divided by its run time inside one NVLink island. A 1-GPU job never communicates
+(1.0); NVLink is the baseline (1.0). The derivation, figures and sources are in
+``docs/simulator-speed-model.md``; in short:
 
-* **Gavel** (V100, ``simulation_throughputs.json``): throughput with all workers in one NVLink
-  server over throughput with the workers on different servers, for every job type at 2, 4 and
-  8 workers. The median is the cost of the network against NVLink: :attr:`SpeedModel.network`.
-* **Pollux** (T4, PCIe-only nodes, 50 Gb/s network): step time of a spread placement (``"22"``,
-  ``"1111"``, ...) over the consolidated one (``"4"``) at the same per-GPU batch, for six models.
-  The median is the cost of the network against PCIe; the network's cost against NVLink divided
-  by it is the cost of PCIe against NVLink: :attr:`SpeedModel.pcie`.
-
-No profile separates a PCIe switch from a host bridge, so ``pcie-switch`` and ``numa`` share the
-PCIe factor. Crossing sockets costs the PCIe factor times 35/28 (nccl-tests bus bandwidth of
-4 vs 8 RTX 5090 on PCIe, NVIDIA/nccl#1639), capped at the network's factor. A one-GPU job never
-slows down. The model is deliberately simple and on the communication-heavy side (V100-class
-GPUs gain the most from NVLink); ``--speed-model none`` replays without it.
+1. Communication model: ``s(L) = 1 + c * (B_nvlink / B_L - 1)`` -- a step is compute plus an
+   all-reduce that takes ``B_nvlink / B_L`` times longer over link ``L``, ``c`` being the
+   all-reduce's share of the step over NVLink (no overlap). ``B_L`` are measured nccl-tests bus
+   bandwidths (:data:`BANDWIDTHS_GBPS`, sources in docs/simulator-speed-model.md).
+2. ``c`` is fitted to measured step times: on Pollux's AWS g4dn.12xlarge profiles (4x T4 per node,
+   PCIe only, 50 Gbps network) the step-time ratio of spread placements ("11", "22", "1111",
+   "13", ...) over the consolidated one ("2", "3", "4") at equal GPUs and per-GPU batch is
+   ``s(network) / s(host)``: the geometric mean over the six models of each model's median.
+3. ``s(network) = 1 + c * (B_nvlink / B_net - 1)`` with the g4dn network (50 Gbps).
+4. Gavel's consolidated / unconsolidated V100 throughputs are a second, independent estimate of
+   ``s(network)`` over a well-wired server; :func:`calibrate` reports it next to the model.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
+import re
 import statistics
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from gpusched.simulator.model import Link
+from gpusched.simulator.model import LINK_ORDER, Link
 
-#: nccl-tests bus bandwidth on PCIe: 4 GPUs on one socket vs 8 across two (GB/s).
-SAME_SOCKET_BUSBW: Final = 35.0
-CROSS_SOCKET_BUSBW: Final = 28.0
+PLACEMENT_DIR: Final = Path("placement-slowdown")
+POLLUX_DIR: Final = PLACEMENT_DIR / "pollux-aws-g4dn-t4"
+GAVEL_FILE: Final = PLACEMENT_DIR / "gavel" / "simulation_throughputs.json"
+
+#: All-reduce bus bandwidth per worst link inside a node, GB/s (nccl-tests / NCCL figures):
+#: NVLink: A100 NVLink pair, 208 GB/s (NVIDIA/nccl-tests#178; below the 370-480 GB/s of an
+#: H100 NVSwitch board, so conservative). PCIe switch: 4x A40 under one socket with PCIe P2P,
+#: 36.6 GB/s (NVIDIA/nccl-tests#74). NUMA (host bridge): the same A100 box when the ring must
+#: cross PCIe through the host, ~20 GB/s (NVIDIA/nccl-tests#178). Socket (SYS): the NUMA figure
+#: scaled by NCCL's own inter-socket vs PCIe Gen3 model, SKL_QPI_BW 10 / PCI_BW 12 (nccl
+#: src/graph/topo.h, as quoted in reference/gpu-topology.md).
+BANDWIDTHS_GBPS: Final[Mapping[Link, float]] = {
+    Link.NVLINK: 208.0,
+    Link.PCIE_SWITCH: 36.6,
+    Link.NUMA: 20.0,
+    Link.SOCKET: 20.0 * 10.0 / 12.0,
+}
+#: The Pollux testbed's network: 50 Gbps Ethernet (AWS g4dn.12xlarge), in GB/s.
+POLLUX_NETWORK_GBPS: Final = 50.0 / 8.0
+#: The link class assumed between the GPUs of one g4dn.12xlarge (PCIe through the host bridge).
+POLLUX_HOST_LINK: Final = Link.NUMA
+#: Pollux profiles have 4 GPUs per node: the consolidated placements are "2", "3" and "4".
+POLLUX_GANGS: Final = (2, 3, 4)
 
 
-@dataclass(frozen=True, slots=True)
+class SpeedModelError(ValueError):
+    """A speed model that is not monotone, or data that cannot calibrate one."""
+
+
+@dataclass(frozen=True)
 class SpeedModel:
-    """Slowdown factors of multi-GPU jobs by worst link (1.0 = on NVLink)."""
+    """Slowdown per worst link of a multi-GPU job, with where the numbers came from."""
 
-    pcie: float
-    network: float
-    gavel_samples: int = 0
-    pollux_samples: int = 0
+    factors: Mapping[Link, float]
+    """Slowdown of a job of 2+ GPUs whose worst link is the key (NVLink: 1.0)."""
+    comm_intensity: float = 0.0
+    """``c``: the all-reduce's share of a step over NVLink."""
+    network_over_host: float = 1.0
+    """Measured ``s(network) / s(host)`` on the Pollux T4 testbed."""
+    gavel_network: float | None = None
+    """Gavel's V100 consolidated / unconsolidated throughput (cross-check of ``s(network)``)."""
+    sources: tuple[str, ...] = field(default=())
 
-    @property
-    def socket(self) -> float:
-        return min(self.network, self.pcie * SAME_SOCKET_BUSBW / CROSS_SOCKET_BUSBW)
+    def __post_init__(self) -> None:
+        missing = [link for link in LINK_ORDER if link not in self.factors]
+        if missing:
+            raise SpeedModelError(f"no slowdown for {', '.join(missing)}")
+        if self.factors[Link.NVLINK] != 1.0:
+            raise SpeedModelError("NVLink is the baseline: its slowdown must be 1.0")
+        previous = 1.0
+        for link in LINK_ORDER:
+            value = self.factors[link]
+            if not value >= previous:
+                raise SpeedModelError(
+                    f"slowdown {value} for {link} is below {previous} for a better link"
+                )
+            previous = value
 
-    def factor(self, link: Link) -> float:
-        """The slowdown of a multi-GPU job whose worst link is ``link``."""
-        if link is Link.NVLINK:
+    def slowdown(self, link: Link, gpus: int) -> float:
+        """Run time over the NVLink run time (>= 1; 1.0 for 1-GPU jobs and NVLink)."""
+        if gpus <= 1:
             return 1.0
-        if link in (Link.PCIE_SWITCH, Link.NUMA):
-            return self.pcie
-        if link is Link.SOCKET:
-            return self.socket
-        return self.network
-
-    def __call__(self, link: Link, gpus: int) -> float:
-        return 1.0 if gpus <= 1 else self.factor(link)
-
-    def describe(self) -> dict[str, float]:
-        return {link.value: round(self.factor(link), 3) for link in Link}
+        return self.factors[link]
 
 
-#: What :func:`calibrate` computes from the shipped measurements (kept here so a replay does not
-#: need them; a test recomputes it).
-DEFAULT: Final = SpeedModel(pcie=2.098, network=2.355, gavel_samples=57, pollux_samples=1833)
+def fit(
+    network_over_host: float,
+    *,
+    bandwidths: Mapping[Link, float] = BANDWIDTHS_GBPS,
+    network_gbps: float = POLLUX_NETWORK_GBPS,
+    host_link: Link = POLLUX_HOST_LINK,
+    gavel_network: float | None = None,
+    sources: tuple[str, ...] = (),
+) -> SpeedModel:
+    """The model whose network-over-host ratio is the measured one (see the module docstring).
 
-
-def calibrate(slowdown_dir: Path) -> SpeedModel:
-    """Recompute the factors from ``placement-slowdown/`` (see the module docstring)."""
-    throughputs: Any = json.loads(
-        (slowdown_dir / "gavel" / "simulation_throughputs.json").read_text()
+    With ``r_L = B_nvlink / B_L``: ``c = (F - 1) / ((r_net - 1) - F (r_host - 1))``; a measured
+    ratio F <= 1 gives ``c = 0`` (no slowdown anywhere)."""
+    nvlink = bandwidths[Link.NVLINK]
+    ratio = {link: nvlink / bw for link, bw in bandwidths.items()}
+    ratio[Link.NETWORK] = nvlink / network_gbps
+    for link in LINK_ORDER:
+        if ratio[link] < 1.0:
+            raise SpeedModelError(f"bandwidth of {link} is above NVLink's")
+    big_f = network_over_host
+    room = (ratio[Link.NETWORK] - 1.0) - big_f * (ratio[host_link] - 1.0)
+    if big_f <= 1.0:
+        c = 0.0
+    elif room <= 0:
+        raise SpeedModelError(
+            f"a network/host ratio of {big_f:.3f} cannot come from these bandwidths "
+            f"(at most {(ratio[Link.NETWORK] - 1.0) / (ratio[host_link] - 1.0):.3f})"
+        )
+    else:
+        c = (big_f - 1.0) / room
+    factors = {link: round(1.0 + c * (ratio[link] - 1.0), 4) for link in LINK_ORDER}
+    return SpeedModel(
+        factors=factors,
+        comm_intensity=round(c, 5),
+        network_over_host=round(big_f, 4),
+        gavel_network=None if gavel_network is None else round(gavel_network, 4),
+        sources=sources,
     )
-    gavel: list[float] = []
-    together, apart = throughputs["v100"], throughputs["v100_unconsolidated"]
-    for key, value in together.items():
-        other = apart.get(key)
-        if not isinstance(value, dict) or not isinstance(other, dict):
-            continue
-        workers = int(key.rsplit(",", 1)[1].strip(" )"))
-        if workers > 1:
-            gavel.append(value["null"] / other["null"])
-    pollux: list[float] = []
-    for path in sorted((slowdown_dir / "pollux-aws-g4dn-t4").glob("*-placements.csv")):
-        steps: dict[tuple[str, str], float] = {}
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def pollux_network_over_host(traces_dir: str | Path) -> dict[str, float]:
+    """Per model: median step-time ratio of spread over consolidated placements at equal GPUs
+    (2, 3 or 4) and equal per-GPU batch size."""
+    folder = Path(traces_dir) / POLLUX_DIR
+    files = sorted(folder.glob("*-placements.csv"))
+    if not files:
+        raise SpeedModelError(f"{folder}: no *-placements.csv files")
+    out: dict[str, float] = {}
+    for path in files:
         with path.open(newline="") as f:
-            for row in csv.DictReader(f):
-                steps[(row["placement"], row["local_bsz"])] = float(row["step_time"])
-        for (placement, batch), step in steps.items():
-            gpus = sum(int(c) for c in placement)
-            consolidated = steps.get((str(gpus), batch))
-            if len(placement) > 1 and consolidated:
-                pollux.append(step / consolidated)
-    network = statistics.median(gavel)
-    pcie = network / statistics.median(pollux)
-    return SpeedModel(round(pcie, 3), round(network, 3), len(gavel), len(pollux))
+            rows = list(csv.DictReader(f))
+        step = {(r["placement"], int(r["local_bsz"])): float(r["step_time"]) for r in rows}
+        ratios = [
+            time / step[(str(gpus), batch)]
+            for (placement, batch), time in step.items()
+            if len(placement) > 1
+            and (gpus := sum(int(d) for d in placement)) in POLLUX_GANGS
+            and (str(gpus), batch) in step
+        ]
+        if not ratios:
+            raise SpeedModelError(f"{path}: no spread placement with a consolidated twin")
+        out[path.name.removesuffix("-placements.csv")] = statistics.median(ratios)
+    return out
+
+
+_GAVEL_KEY = re.compile(r"^\('(?P<job>.*)', (?P<scale>\d+)\)$")
+
+
+def gavel_network(traces_dir: str | Path, gpu: str = "v100") -> float:
+    """Geometric mean over Gavel's job types and scale factors (2, 4, 8) of consolidated over
+    unconsolidated throughput on ``gpu`` (steps/s alone, without co-location)."""
+    path = Path(traces_dir) / GAVEL_FILE
+    data = json.loads(path.read_text())
+    together, apart = data[gpu], data[f"{gpu}_unconsolidated"]
+    ratios = []
+    for key, runs in together.items():
+        match = _GAVEL_KEY.match(key)
+        if match is None or int(match["scale"]) < 2 or key not in apart:
+            continue
+        ratios.append(float(runs["null"]) / float(apart[key]["null"]))
+    if not ratios:
+        raise SpeedModelError(f"{path}: no multi-GPU job type measured both ways on {gpu}")
+    return _geomean(ratios)
+
+
+def calibrate(traces_dir: str | Path) -> SpeedModel:
+    """Recompute the model from the measured files under ``traces_dir``."""
+    per_model = pollux_network_over_host(traces_dir)
+    return fit(
+        _geomean(list(per_model.values())),
+        gavel_network=gavel_network(traces_dir),
+        sources=SOURCES,
+    )
+
+
+SOURCES: Final = (
+    "Pollux placement profiles, AWS g4dn.12xlarge 4x T4 PCIe, 50 Gbps "
+    "(petuum/adaptdl osdi21-artifact simulator/traces/*/placements.csv)",
+    "Gavel simulation_throughputs.json (stanford-futuredata/gavel scheduler/)",
+    "nccl-tests all_reduce_perf bus bandwidths: NVIDIA/nccl-tests#178, #74; "
+    "NCCL topo.h SKL_QPI_BW / PCI_BW",
+)
+
+#: The committed model: :func:`calibrate` on the published traces reproduces it (unit-tested).
+DEFAULT: Final = SpeedModel(
+    factors={
+        Link.NVLINK: 1.0,
+        Link.PCIE_SWITCH: 1.1133,
+        Link.NUMA: 1.2275,
+        Link.SOCKET: 1.2778,
+        Link.NETWORK: 1.7812,
+    },
+    comm_intensity=0.0242,
+    network_over_host=1.4511,
+    gavel_network=2.2566,
+    sources=SOURCES,
+)
+
+
+def slowdown(link: Link, gpus: int) -> float:
+    """:meth:`SpeedModel.slowdown` of the :data:`DEFAULT` model."""
+    return DEFAULT.slowdown(link, gpus)

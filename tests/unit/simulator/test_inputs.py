@@ -8,15 +8,12 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.simulator import adapters
 from gpusched.simulator.cluster import ClusterError, from_file, from_mix
-from gpusched.simulator.model import LINK_ORDER, Link, TraceJob
+from gpusched.simulator.model import TraceJob
 from gpusched.simulator.quotas import QuotaError, load_tenant_quotas, with_quotas
-from gpusched.simulator.speed import DEFAULT, SpeedModel, calibrate
 from gpusched.simulator.trace import TraceError, read_trace, write_trace
 from tests.unit.simulator.simdata import workload
 
@@ -168,17 +165,3 @@ def test_a_tenant_quota_with_a_bad_field_is_refused_naming_it(tmp_path: Path) ->
     path.write_text(QUOTAS.replace("guaranteedGpus: 8", "guaranteedGpus: -8"))
     with pytest.raises(QuotaError, match=r"document 2: spec\.guaranteedGpus"):
         load_tenant_quotas(path)
-
-
-@needs_traces
-def test_calibrating_on_the_measurements_gives_the_committed_model() -> None:
-    assert calibrate(TRACES / "placement-slowdown") == DEFAULT
-
-
-@given(st.floats(1.0, 10.0), st.floats(1.0, 10.0), st.integers(1, 64))
-def test_a_worse_link_never_runs_faster(pcie: float, network: float, gpus: int) -> None:
-    model = SpeedModel(pcie=min(pcie, network), network=max(pcie, network))
-    factors = [model(link, gpus) for link in LINK_ORDER]
-    assert factors == sorted(factors)
-    assert factors[0] == 1.0
-    assert model(Link.NETWORK, 1) == 1.0
