@@ -72,7 +72,8 @@ def philly(
     * Priorities are synthesised (the trace has none): each job gets priority 1 with probability
       0.2, drawn from ``random.Random(f"{seed}/{job id}")``, else 0.
     * A job of up to 8 GPUs is one replica; a larger one is a gang of ceil(GPUs / 8) replicas of
-      8 GPUs (Philly's nodes had at most 8), so a 12-GPU job holds 16.
+      equal size (Philly's nodes had at most 8 GPUs): 12 GPUs run as 2 x 6, 128 as 16 x 8. A size
+      that does not divide would be rounded up (counted in the notes; none in Philly).
     * The run time is the trace's, measured on whatever placement Philly gave the job: the speed
       model treats it as the run time on a well-wired set.
     * Jobs with a run time of 0 are dropped (counted in the notes); job ids are the row numbers
@@ -96,8 +97,9 @@ def philly(
         if duration <= 0 or gpus < 1:
             dropped += 1
             continue
-        replicas = 1 if gpus <= PHILLY_GPUS_PER_NODE else -(-gpus // PHILLY_GPUS_PER_NODE)
-        per = gpus if replicas == 1 else PHILLY_GPUS_PER_NODE
+        # As few replicas as nodes of 8 GPUs need, all of one size: 12 GPUs run as 2 x 6.
+        replicas = -(-gpus // PHILLY_GPUS_PER_NODE)
+        per = -(-gpus // replicas)
         rounded_up += replicas * per != gpus
         job_id = str(i)
         jobs.append(
@@ -124,8 +126,8 @@ def philly(
         f"{sum(1 for vc in used if vc not in vc_nodes)} unlisted ones)",
         f"priorities synthesised: {high} jobs ({high / max(1, len(jobs)):.0%}) priority 1, drawn "
         f"per job id with seed {seed}; the rest 0",
-        f"jobs above 8 GPUs run as gangs of 8-GPU replicas ({rounded_up} rounded up to a multiple "
-        "of 8)",
+        "jobs above 8 GPUs run as gangs of equal replicas of at most 8 GPUs"
+        + (f" ({rounded_up} rounded up)" if rounded_up else ""),
         "run times are the trace's, taken as the run time on a well-wired set",
     )
     return Workload("philly", tuple(jobs), tenants, notes)
