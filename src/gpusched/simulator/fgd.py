@@ -87,7 +87,7 @@ def section(
     rule = "|---|" + "---|" * sum(1 for level in LEVELS if level >= 50)
     rows = [
         f"| {name} | "
-        + " | ".join(f"{curve.get(level, float('nan')):.1f}" for level in LEVELS if level >= 50)
+        + " | ".join(_cell(curve.get(level)) for level in LEVELS if level >= 50)
         + " |"
         for name, curve in [
             *curves.items(),
@@ -111,3 +111,8 @@ def section(
 
 def curves_of(runs: Sequence[RunResult], workload: Workload) -> dict[str, dict[int, float]]:
     return {run.policy: allocation_curve(run, workload) for run in runs}
+
+
+def _cell(value: float | None) -> str:
+    """A level the replay never reached (its demand stopped below it) shows as a dash."""
+    return "-" if value is None else f"{value:.1f}"
