@@ -18,7 +18,7 @@ ordering ends in a unique key.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
@@ -54,6 +54,22 @@ from gpusched.core.admission.quota import (
 )
 
 UNKNOWN_MODEL = "unknown"
+
+
+class _Claims(dict[str, set[str]]):
+    """Keys of each tenant's jobs inside its guarantee, computed on first use."""
+
+    def __init__(self, compute: Callable[[str], set[str]], tenants: Collection[str]) -> None:
+        super().__init__()
+        self._compute = compute
+        self._tenants = tenants
+
+    def __missing__(self, tenant: str) -> set[str]:
+        if tenant not in self._tenants:
+            raise KeyError(tenant)
+        value = self._compute(tenant)
+        self[tenant] = value
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,20 +138,23 @@ class Cycle:
         self.ledgers = {
             name: Ledger(t, self.admitted[name].values()) for name, t in self.tenants.items()
         }
-        self.claims: dict[str, set[str]] = {}
-        self.demand: dict[str, int] = {}
-        feasible_request = {
+        self._feasible_request = {
             request: self.pool.static_failure(request) is None
             for request in set(self.requests.values())
         }
-        for name, tenant in self.tenants.items():
-            feasible = [j for j in self.queued[name] if feasible_request[self.requests[j.key]]]
-            admitted = self.admitted[name].values()
-            self.claims[name] = claims_ordered(tenant, admitted, feasible)
-            self.demand[name] = sum(j.total_gpus for j in admitted) + sum(
-                j.total_gpus for j in feasible
-            )
+        # Claims are fixed by the demand at the start of the cycle; each tenant's are worked out
+        # the first time they are asked for (many tenants never are in a cycle).
+        self._admitted_at_start = {
+            name: tuple(self.admitted[name].values()) for name in self.tenants
+        }
+        self.claims = _Claims(self._claims_of, self.tenants)
         self.report = not snapshot.config.decisions_only
+        self.demand: dict[str, int] = {}
+        if self.report:
+            for name in self.tenants:
+                self.demand[name] = sum(j.total_gpus for j in self._admitted_at_start[name]) + sum(
+                    j.total_gpus for j in self._feasible(name)
+                )
         self.positions = (
             {j.key: i + 1 for queue in self.queued.values() for i, j in enumerate(queue)}
             if self.report
@@ -155,6 +174,17 @@ class Cycle:
         self._borrowed: dict[str, set[str]] = {}
         self._heads: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._versions: dict[str, int] = dict.fromkeys(self.tenants, 0)
+
+    def _feasible(self, tenant: str) -> list[Job]:
+        """The tenant's queued jobs that could be placed on an empty cluster, in queue order."""
+        feasible = self._feasible_request
+        requests = self.requests
+        return [j for j in self.queued[tenant] if feasible[requests[j.key]]]
+
+    def _claims_of(self, tenant: str) -> set[str]:
+        return claims_ordered(
+            self.tenants[tenant], self._admitted_at_start[tenant], self._feasible(tenant)
+        )
 
     # --- ordering ------------------------------------------------------------------------
 

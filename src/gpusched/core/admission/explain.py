@@ -93,7 +93,7 @@ def explain(snapshot: Snapshot, key: str) -> Explanation:
             "within_tenant": tenant.within_tenant.value,
             "reclaim": tenant.reclaim.value,
         }
-        out.claims_guarantee = key in cycle.claims.get(tenant.name, set())
+        out.claims_guarantee = tenant.name in cycle.tenants and key in cycle.claims[tenant.name]
         out.queue_length = len(cycle.queued.get(tenant.name, []))
     admission = result.admission_of(key)
     waiting = result.waiting_of(key)
