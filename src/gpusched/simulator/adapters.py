@@ -35,14 +35,19 @@ class AdapterError(ValueError):
 
 
 def traces_dir(given: Path | None = None) -> Path:
-    """Where the published traces are: ``given``, ``$GPUSCHED_TRACES``, else ``../shared/traces``
-    next to the source checkout."""
+    """Where the published traces are: ``given``, ``$GPUSCHED_TRACES``, else the nearest
+    ``shared/traces`` beside the source checkout or one of its parents."""
     if given is not None:
         return given
     override = os.environ.get("GPUSCHED_TRACES")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[4] / "shared" / "traces"
+    checkout = Path(__file__).resolve().parents[3]
+    for parent in checkout.parents:
+        candidate = parent / "shared" / "traces"
+        if candidate.is_dir():
+            return candidate
+    return checkout.parent / "shared" / "traces"
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
