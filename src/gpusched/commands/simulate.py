@@ -116,7 +116,8 @@ def _command(ctx: click.Context) -> str:
     "--traces-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where the published traces are (default: $GPUSCHED_TRACES, else the nearest shared/traces beside the checkout).",
+    help="Where the published traces are (default: $GPUSCHED_TRACES, else the nearest "
+    "shared/traces beside the checkout).",
 )
 @click.option(
     "--nodes", default=None, help="Node pool: <fixture>=<count>,... (fixtures/topologies)."
