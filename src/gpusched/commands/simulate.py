@@ -11,7 +11,6 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from gpusched.core.admission import Tenant
 from gpusched.simulator import adapters, fgd
 from gpusched.simulator.cluster import from_file, from_mix
 from gpusched.simulator.compare import run_policies
@@ -21,7 +20,6 @@ from gpusched.simulator.progress import Progress
 from gpusched.simulator.quotas import load_tenant_quotas, with_quotas
 from gpusched.simulator.report import write_report
 from gpusched.simulator.speed import DEFAULT as DEFAULT_SPEED
-from gpusched.simulator.trace import read_trace
 
 #: Philly's default pool: three wirings of 8-GPU nodes, 576 GPUs in all (the trace asks for 374
 #: GPUs on average, so about 65 % load with bursts well above the cluster).
@@ -71,19 +69,8 @@ def _inputs(
             cluster = _cluster(nodes, nodes_file, None)
     else:
         path = Path(trace)
-        jobs = read_trace(path)[:limit] if limit else read_trace(path)
         cluster = _cluster(nodes, nodes_file, None)
-        names = sorted({j.tenant for j in jobs})
-        share = cluster.gpus // max(1, len(names))
-        workload = Workload(
-            path.stem,
-            jobs,
-            tuple(Tenant(n, guaranteed=share) for n in names),
-            (
-                f"{path}: {len(jobs)} jobs; without --quotas each tenant is guaranteed an equal "
-                f"share ({share} GPUs)",
-            ),
-        )
+        workload = adapters.trace_file(path, cluster_gpus=cluster.gpus, limit=limit)
     if quotas is not None:
         workload = with_quotas(workload, load_tenant_quotas(quotas))
     return workload, cluster

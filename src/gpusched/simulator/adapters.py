@@ -22,6 +22,7 @@ from typing import Final
 from gpusched.core import prepare
 from gpusched.core.admission import Tenant, count_only_topology
 from gpusched.simulator.model import Cluster, SimNode, TraceJob, Workload
+from gpusched.simulator.trace import read_trace
 
 #: GPUs a Philly replica holds at most: jobs above it are gangs of 8-GPU replicas.
 PHILLY_GPUS_PER_NODE: Final = 8
@@ -149,6 +150,21 @@ def _scaled(weights: dict[str, int], total: int) -> dict[str, int]:
     for k in sorted(exact, key=lambda k: (-(exact[k] - out[k]), k))[:left]:
         out[k] += 1
     return out
+
+
+def trace_file(path: Path, *, cluster_gpus: int, limit: int | None = None) -> Workload:
+    """A trace in the generic format (:mod:`gpusched.simulator.trace`); without TenantQuotas,
+    each of its tenants is guaranteed an equal share of the cluster."""
+    jobs = read_trace(path)
+    if limit is not None:
+        jobs = jobs[:limit]
+    names = sorted({j.tenant for j in jobs})
+    share = cluster_gpus // max(1, len(names))
+    notes = (
+        f"{path}: {len(jobs)} jobs; without --quotas each tenant is guaranteed an equal share "
+        f"({share} GPUs)",
+    )
+    return Workload(path.stem, jobs, tuple(Tenant(n, guaranteed=share) for n in names), notes)
 
 
 def openb_cluster(directory: Path | None = None) -> Cluster:

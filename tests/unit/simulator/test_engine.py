@@ -14,7 +14,7 @@ from gpusched.core import admission
 from gpusched.core.admission import Tenant
 from gpusched.simulator import fgd
 from gpusched.simulator.engine import PolicyError, replay
-from gpusched.simulator.model import Link, RunResult
+from gpusched.simulator.model import Link, RunResult, TraceJob
 from gpusched.simulator.policies import POLICIES, build
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 from gpusched.simulator.policies.gpusched import GpuschedPolicy
@@ -131,8 +131,8 @@ class _Greedy:
     def __init__(self) -> None:
         self.new: list[str] = []
 
-    def submit(self, job: object, now: float) -> None:
-        self.new.append(job.id)  # type: ignore[attr-defined]
+    def submit(self, job: TraceJob, now: float) -> None:
+        self.new.append(job.id)
 
     def finished(self, job: str, now: float) -> None:
         return None

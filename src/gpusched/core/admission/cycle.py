@@ -46,12 +46,7 @@ from gpusched.core.admission.preemption import (
     gpu_seconds_lost,
     may_be_victim,
 )
-from gpusched.core.admission.quota import (
-    Ledger,
-    claims_ordered,
-    fair_shares,
-    running_borrowed,
-)
+from gpusched.core.admission.quota import Ledger, claims, fair_shares, running_borrowed
 
 UNKNOWN_MODEL = "unknown"
 
@@ -162,10 +157,9 @@ class Cycle:
         )
         self.admissions: list[Admission] = []
         self.waiting: list[Waiting] = []
-        self.waited = 0
         self._last_wait: tuple[str, WaitReason, str] | None = None
+        """The last job parked, with its reason (kept even when waiting records are not)."""
         self._failed: dict[str, _Failed] = {}
-        """Jobs parked when waiting records are not kept."""
         self.placement_failures: dict[Request, GangFailure] = {}
         self.preemption_failures: set[tuple[object, ...]] = set()
         self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
@@ -182,9 +176,7 @@ class Cycle:
         return [j for j in self.queued[tenant] if feasible[requests[j.key]]]
 
     def _claims_of(self, tenant: str) -> set[str]:
-        return claims_ordered(
-            self.tenants[tenant], self._admitted_at_start[tenant], self._feasible(tenant)
-        )
+        return claims(self.tenants[tenant], self._admitted_at_start[tenant], self._feasible(tenant))
 
     # --- ordering ------------------------------------------------------------------------
 
@@ -535,7 +527,6 @@ class Cycle:
     def _wait(self, job: Job, reason: WaitReason, message: str) -> None:
         self._last_wait = (job.key, reason, message)
         if not self.report:
-            self.waited += 1
             return
         self.waiting.append(
             Waiting(job.key, job.tenant, reason, message, self.positions.get(job.key))

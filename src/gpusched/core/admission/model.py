@@ -187,12 +187,12 @@ class Job:
     reserved_for: str | None = None
     """TERMINATING victims: key of the preemptor their GPUs are kept for."""
     request_memo: object = field(default=None, init=False, repr=False, compare=False)
+    """The cycle's request of this job, built on first use: a snapshot reuses its job objects
+    from cycle to cycle, so the request is computed once per job, not once per cycle."""
     order_memo: tuple[int, float, str] | None = field(
         default=None, init=False, repr=False, compare=False
     )
     """:attr:`order`, built on first use (every cycle sorts and merges by it)."""
-    """The cycle's request of this job, built on first use: a snapshot reuses its job objects
-    from cycle to cycle, so the request is computed once per job, not once per cycle."""
 
     @property
     def total_gpus(self) -> int:

@@ -86,14 +86,9 @@ def classify_ordered(tenant: Tenant, ordered: Iterable[Job]) -> set[str]:
     return inside
 
 
-def claims(tenant: Tenant, demand: Iterable[Job]) -> set[str]:
-    """Jobs of the tenant's whole demand (admitted and feasible queued) inside its guarantee."""
-    return classify(tenant, demand)
-
-
-def claims_ordered(tenant: Tenant, admitted: Iterable[Job], queued: Iterable[Job]) -> set[str]:
-    """:func:`claims` when the queued jobs are already in queue order: the admitted ones are
-    sorted and merged in lazily."""
+def claims(tenant: Tenant, admitted: Iterable[Job], queued: Iterable[Job]) -> set[str]:
+    """Jobs of the tenant's whole demand (admitted, and feasible queued ones already in queue
+    order) inside its guarantee; the admitted ones are sorted and merged in lazily."""
     order = sorted(admitted, key=lambda j: j.order)
     return classify_ordered(tenant, heapq.merge(order, queued, key=lambda j: j.order))
 

@@ -3,11 +3,10 @@ start (and whom to preempt) after each batch of events at one instant."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from gpusched.simulator.model import SimNode, TraceJob
+from gpusched.simulator.model import TraceJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +35,6 @@ class Decisions:
     preempted: tuple[str, ...] = ()
 
 
-@dataclass
-class Counters:
-    """What a policy counts about itself (reported with its results)."""
-
-    cycles: int = 0
-    decisions: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
-
-
 class SimPolicy(Protocol):
     """A scheduler under test. Policies keep their own view of the cluster; the replay keeps
     the ground truth and refuses any decision that would hand out a GPU twice."""
@@ -63,9 +53,3 @@ class SimPolicy(Protocol):
 
     def reason(self, job: str) -> str | None:
         """Why a job that has not started is waiting (for jobs never started)."""
-
-
-class PolicyFactory(Protocol):
-    """Builds a fresh policy for one replay."""
-
-    def __call__(self, nodes: Sequence[SimNode], tenants: Sequence[object]) -> SimPolicy: ...

@@ -9,7 +9,7 @@ ignores the wiring (lowest free indices) or by NVIDIA's device plugin (its best-
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -146,6 +146,3 @@ class Book:
     def give_back(self, placed: Placed) -> None:
         slot = self.slots[placed.node]
         slot.free = sorted((*slot.free, *placed.gpus))
-
-
-Chooser = Callable[[TraceJob], tuple[Placed, ...] | None]

@@ -17,7 +17,6 @@ from dataclasses import replace
 from gpusched.core.admission import (
     Assignment,
     CycleConfig,
-    CycleResult,
     Job,
     JobState,
     Node,
@@ -82,8 +81,6 @@ class GpuschedPolicy:
         self.reasons: dict[str, str] = {}
         self.last_now = 0.0
         self.dirty = False
-        self.cycles = 0
-        self.last: CycleResult | None = None
 
     def submit(self, job: TraceJob, now: float) -> None:
         core = core_job(job)
@@ -100,7 +97,6 @@ class GpuschedPolicy:
             self.dirty = False
             return Decisions()
         self.dirty = False
-        self.cycles += 1
         snapshot = Snapshot(
             now=now,
             tenants=self.tenants,
@@ -109,7 +105,6 @@ class GpuschedPolicy:
             config=self.config,
         )
         result = run_cycle(snapshot)
-        self.last = result
         preempted: list[str] = []
         starts: list[Start] = []
         for admission in result.admissions:
