@@ -66,6 +66,13 @@ def _labels(value: str) -> dict[str, str]:
     help="Least seconds between writes that only reword a waiting job's status (its reason "
     "is written at once).",
 )
+@click.option(
+    "--record-delay",
+    default=5.0,
+    show_default=True,
+    help="Longest seconds an admission whose pods are created waits to be written, so that "
+    "its status is written once, with its pods running (0: before the pods are created).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def operator(
     *,
@@ -80,6 +87,7 @@ def operator(
     leader_elect: bool,
     lease_namespace: str,
     status_refresh: float,
+    record_delay: float,
     verbose: bool,
 ) -> None:
     """Run the GpuJob / TenantQuota operator until interrupted."""
@@ -100,6 +108,7 @@ def operator(
                 node_selector=_labels(node_selector),
                 max_preemption_searches=max_preemption_searches,
                 status_refresh=status_refresh,
+                record_delay=record_delay,
             ),
             metrics_port=metrics_port,
             resync=resync,

@@ -50,9 +50,14 @@ class OperatorConfig:
     """Least interval between TenantQuota status writes when only GPU-seconds changed."""
     status_refresh: float = 60.0
     """Least interval between writes that only reword a waiting job's status."""
+    record_delay: float = 5.0
+    """Longest an admission whose pods are created goes unwritten, so that its status is
+    written once, with its pods running (0: written before its pods are created)."""
 
     def lifecycle(self) -> LifecycleConfig:
-        return LifecycleConfig(self.pods_ready_timeout, self.backoff_base, self.backoff_max)
+        return LifecycleConfig(
+            self.pods_ready_timeout, self.backoff_base, self.backoff_max, self.record_delay
+        )
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,16 @@ def decide(
     t2 = time.perf_counter()
     result = run_cycle(snapshot)
     t3 = time.perf_counter()
-    planned = plan(by_key, settled, result, now, leaving=leaving, busy=busy, refresh=refresh)
+    planned = plan(
+        by_key,
+        settled,
+        result,
+        now,
+        leaving=leaving,
+        busy=busy,
+        refresh=refresh,
+        record_delay=config.record_delay,
+    )
     t4 = time.perf_counter()
     wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]
     return Decision(

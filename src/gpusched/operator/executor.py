@@ -83,7 +83,7 @@ class Executor:
             if not group.steps or group.jobs & self.busy:
                 continue
             for action in group.actions():
-                if isinstance(action, WriteStatus):
+                if isinstance(action, WriteStatus) and not action.deferred:
                     self._written[action.key] = now
             self.busy |= group.jobs
             undo = [self._assume(action) for action in group.actions()]
@@ -103,6 +103,11 @@ class Executor:
     def _assume(self, action: Action) -> Callable[[], None] | None:
         """Record in the store what the action will make true; returns how to take it back."""
         store = self.store
+        if isinstance(action, WriteStatus) and action.deferred:
+            # Kept whatever becomes of the group: the pods it creates carry this admission, and
+            # a refusal of one of them is judged against it.
+            store.defer_status(action.key, action.status, action.resource_version or "")
+            return None
         if isinstance(action, WriteStatus):
             store.assume_status(action.key, action.status)
             return lambda: store.settle_status(action.key, action.status, None)
@@ -163,7 +168,7 @@ class Executor:
 
     async def _call(self, action: Action) -> bool:
         if isinstance(action, WriteStatus):
-            return await self._write_status(action)
+            return action.deferred or await self._write_status(action)
         if isinstance(action, CreatePod):
             return await self._create_pod(action)
         if isinstance(action, DeletePod):
@@ -191,7 +196,7 @@ class Executor:
         )
         if isinstance(answer, Refused):
             self.metrics.api_errors.labels("job-status").inc()
-            self.store.settle_status(action.key, action.status, None)
+            self.store.settle_status(action.key, action.status, None, refused=True)
             return False
         self.store.settle_status(action.key, action.status, answer)
         return True

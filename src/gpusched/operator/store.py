@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from gpusched.api.gpujob import GpuJobStatus
 from gpusched.api.tenantquota import TenantQuota
-from gpusched.core.lifecycle import JobFacts, PodFacts, Refusal, owns
+from gpusched.core.lifecycle import JobFacts, PodFacts, Refusal, Unwritten, owns
 
 #: Seconds the UID of a deleted object is remembered.
 TOMBSTONE_SECONDS = 300.0
@@ -91,6 +91,9 @@ class Store:
         self.priorities: dict[str, tuple[int, bool]] = {}
         self.assumed: dict[str, GpuJobStatus] = {}
         """Job key -> the status a write in flight gives it."""
+        self.unwritten: dict[str, tuple[GpuJobStatus, str]] = {}
+        """Job key -> an admission carried out but not written yet, and the job's
+        resourceVersion it was decided on (see :class:`~gpusched.core.lifecycle.Unwritten`)."""
         self.refusals: dict[tuple[str, int], Refusal] = {}
         self.synced: set[str] = set()
         self.changed = asyncio.Event()
@@ -134,7 +137,13 @@ class Store:
             facts = self.jobs[key]
             by_name = self.job_pods.get((facts.namespace, facts.name), {})
             pods = tuple(p for p in by_name.values() if owns(facts, p))
-            assembled = replace(facts, pods=pods, status=self.assumed.get(key, facts.status))
+            status = self.assumed.get(key, facts.status)
+            unwritten = None
+            pending = self.unwritten.get(key)
+            if pending is not None:
+                status = self.assumed.get(key, pending[0])
+                unwritten = Unwritten(facts.status, pending[1])
+            assembled = replace(facts, pods=pods, status=status, unwritten=unwritten)
             self._assembled[key] = assembled
         return assembled
 
@@ -191,6 +200,7 @@ class Store:
             return
         del self.jobs[key]
         self.assumed.pop(key, None)
+        self.unwritten.pop(key, None)
         for refusal in [r for r in self.refusals if r[0] == old.uid]:
             del self.refusals[refusal]
         self._touch(key)
@@ -208,6 +218,7 @@ class Store:
             self.jobs[facts.key] = facts
         for key in set(old) - set(self.jobs):
             self.assumed.pop(key, None)
+            self.unwritten.pop(key, None)
         self._assembled.clear()
         self.synced.add("gpujobs")
         self._touch()
@@ -353,12 +364,27 @@ class Store:
         self.assumed[key] = status
         self._touch(key)
 
+    def defer_status(self, key: str, status: GpuJobStatus, resource_version: str) -> None:
+        """An admission is carried out and written later (with the job's next status write)."""
+        self.unwritten[key] = (status, resource_version)
+        self._touch(key)
+
     def settle_status(
-        self, key: str, status: GpuJobStatus, answer: Mapping[str, Any] | None
+        self,
+        key: str,
+        status: GpuJobStatus,
+        answer: Mapping[str, Any] | None,
+        *,
+        refused: bool = False,
     ) -> None:
-        """The status write returned: the job as the server now has it (None: it failed)."""
+        """The status write returned: the job as the server now has it (None: it failed).
+        A write that landed carried any unwritten admission with it; one the API server
+        refused (the job changed since the admission) drops it: the next cycle finds the
+        admission's pods unrecorded, deletes them and decides the job again."""
         if self.assumed.get(key) is status:
             del self.assumed[key]
+        if answer is not None or refused:
+            self.unwritten.pop(key, None)
         if answer is not None and answer.get("metadata"):
             self.upsert_job(answer)
         self._touch(key)

@@ -114,6 +114,51 @@ def test_a_status_write_that_returned_is_what_the_server_answered() -> None:
     assert store.world(NOW).jobs[0].version == 6
 
 
+def test_an_unwritten_admission_holds_until_a_status_write_lands_or_is_refused() -> None:
+    store = Store()
+    store.upsert_job(job(5, phase="Queued"))
+    admitted = GpuJobStatus(phase=JobPhase.ADMITTED, admission=1)
+    store.defer_status("ns/a", admitted, "5")
+    facts = store.world(NOW).jobs[0]
+    assert facts.status is admitted
+    assert facts.unwritten is not None
+    assert facts.written.phase is JobPhase.QUEUED  # what a write patches from
+    assert facts.unwritten.resource_version == "5"
+    # A write carrying it fails on the way (connection lost): still unwritten, written again.
+    running = GpuJobStatus(phase=JobPhase.RUNNING, admission=1)
+    store.assume_status("ns/a", running)
+    store.settle_status("ns/a", running, None)
+    assert store.world(NOW).jobs[0].status is admitted
+    # A watch event of the job (someone else's write) does not drop it either.
+    store.upsert_job(job(6, phase="Queued"))
+    assert store.world(NOW).jobs[0].status is admitted
+    # The write lands: the server's answer is the job's status from now on.
+    store.assume_status("ns/a", running)
+    store.settle_status("ns/a", running, job(7, phase="Running"))
+    assert store.world(NOW).jobs[0].unwritten is None
+    assert phase_of(store) is JobPhase.RUNNING
+
+
+def test_an_unwritten_admission_refused_by_the_api_server_is_dropped() -> None:
+    store = Store()
+    store.upsert_job(job(5, phase="Queued"))
+    admitted = GpuJobStatus(phase=JobPhase.ADMITTED, admission=1)
+    store.defer_status("ns/a", admitted, "5")
+    store.upsert_job(job(6, phase="Queued"))  # changed since the admission: the write is refused
+    store.assume_status("ns/a", admitted)
+    store.settle_status("ns/a", admitted, None, refused=True)
+    assert store.world(NOW).jobs[0].unwritten is None
+    assert phase_of(store) is JobPhase.QUEUED
+
+
+def test_a_deleted_job_forgets_its_unwritten_admission() -> None:
+    store = Store()
+    store.upsert_job(job(5, phase="Queued"))
+    store.defer_status("ns/a", GpuJobStatus(phase=JobPhase.ADMITTED, admission=1), "5")
+    store.delete_job(job(6, phase="Queued"))
+    assert store.unwritten == {}
+
+
 def test_a_pod_being_created_counts_and_survives_a_relist_until_its_create_returns() -> None:
     store = Store()
     store.upsert_job(job(5))

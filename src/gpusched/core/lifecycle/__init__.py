@@ -20,7 +20,14 @@ from gpusched.core.lifecycle.actions import (
     Step,
     WriteStatus,
 )
-from gpusched.core.lifecycle.facts import JobFacts, PodFacts, leaving_victims, owns, parse_time
+from gpusched.core.lifecycle.facts import (
+    JobFacts,
+    PodFacts,
+    Unwritten,
+    leaving_victims,
+    owns,
+    parse_time,
+)
 from gpusched.core.lifecycle.patch import merge_patch
 from gpusched.core.lifecycle.plan import Plan, Refresh, plan, write_status
 from gpusched.core.lifecycle.settle import (
@@ -62,6 +69,7 @@ __all__ = [
     "Stage",
     "Step",
     "TenantMap",
+    "Unwritten",
     "Verdict",
     "WriteStatus",
     "build_snapshot",

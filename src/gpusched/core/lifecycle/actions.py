@@ -32,6 +32,10 @@ class WriteStatus:
     """Merge patch from the status last read (or written) to ``status``."""
     resource_version: str | None = None
     """Only if the job still has this resourceVersion (decisions: admission, preemption)."""
+    deferred: bool = False
+    """Not sent now: the job has this status in the operator's view from now on, and the API
+    server gets it with the job's next status write (see
+    :class:`~gpusched.core.lifecycle.facts.Unwritten`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,6 +142,24 @@ class PodFacts:
         return replace(self, deleting=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Unwritten:
+    """The API server's side of an admission not written yet.
+
+    An admission without victims creates its pods first and writes its status with the job's
+    next change (usually its pods running), at the latest ``LifecycleConfig.record_delay``
+    seconds after: one status write per started job instead of two, the API server's costliest
+    request on a GpuJob. The pods carry the admission (labels, planned GPUs); if the operator
+    stops before the write, the next one finds pods of an admission the status does not name,
+    deletes them and decides the job again (with a higher admission number: no pod name is
+    reused)."""
+
+    status: GpuJobStatus
+    """The status the API server has."""
+    resource_version: str
+    """The job's version the admission was decided on: the write is conditional on it."""
+
+
 @dataclass(frozen=True)
 class JobFacts:
     """A GpuJob and its pods."""
@@ -157,12 +175,21 @@ class JobFacts:
     job: GpuJob | None
     """None when the object cannot be read as a GpuJob (then ``error`` says why)."""
     status: GpuJobStatus
-    """The status as the operator last read it from, or wrote it to, the API server."""
+    """The status as the operator last read it from, or wrote it to, the API server; or the
+    admission it carried out and has not written yet (see ``unwritten``)."""
     error: str = ""
     checkpoint: datetime | None = None
     """Latest checkpoint the job itself reported (annotation)."""
     pods: tuple[PodFacts, ...] = ()
     raw_meta: Mapping[str, Any] = field(default_factory=dict)
+    unwritten: Unwritten | None = None
+    """Set when ``status`` is an admission whose pods are created but whose status is not
+    written yet: what the API server has instead, and the version the decision was taken on."""
+
+    @property
+    def written(self) -> GpuJobStatus:
+        """The status the API server has: what a status write is a patch from."""
+        return self.unwritten.status if self.unwritten is not None else self.status
 
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> JobFacts:

@@ -3,9 +3,11 @@
 An admission is one group: its victims are marked Preempted first (conditional on what was read;
 their status names the preemptor, which reserves their GPUs for it even if the operator dies right
 after), then evicted with their grace period, then the admitted job's status records its planned
-GPUs (conditional), then its pods are created (once no victim holds its GPUs any more). Every
-other job gets at most one status write (what settling changed, its waiting reason) followed by
-the pod operations and events settling asked for.
+GPUs (conditional) and its pods are created once no victim holds its GPUs any more. An admission
+without victims creates its pods at once and, with a ``record_delay``, leaves its status to the
+job's next write (usually its pods running: one write instead of two). Every other job gets at
+most one status write (what settling changed, its waiting reason) followed by the pod operations
+and events settling asked for.
 """
 
 from __future__ import annotations
@@ -64,14 +66,19 @@ def write_status(
     status: GpuJobStatus,
     *,
     resource_version: str | None = None,
+    deferred: bool = False,
 ) -> WriteStatus | None:
-    """The write that brings the job's status from what was read to ``status`` (None: equal);
-    with ``resource_version``, only if the job still has it."""
-    if status is job.status:
+    """The write that brings the job's status from what the API server has to ``status``
+    (None: equal); with ``resource_version``, only if the job still has it. A job whose
+    admission is not written yet gets it in this write, conditional on the version it was
+    decided on."""
+    if status is job.status and job.unwritten is None:
         return None
-    patch = merge_patch(job.status.to_k8s(), status.to_k8s())
+    patch = merge_patch(job.written.to_k8s(), status.to_k8s())
     if patch is None:
         return None
+    if resource_version is None and job.unwritten is not None:
+        resource_version = job.unwritten.resource_version
     return WriteStatus(
         key=job.key,
         namespace=job.namespace,
@@ -80,6 +87,7 @@ def write_status(
         status=status,
         patch=patch,
         resource_version=resource_version,
+        deferred=deferred,
     )
 
 
@@ -92,9 +100,13 @@ def plan(
     leaving: Mapping[str, Collection[str]] | None = None,
     busy: Collection[str] = (),
     refresh: Refresh | None = None,
+    record_delay: float = 0.0,
 ) -> Plan:
     """Groups of actions for one cycle. ``busy`` jobs have writes in flight: nothing is
-    planned for them (an admission touching one waits for the next cycle)."""
+    planned for them (an admission touching one waits for the next cycle). With
+    ``record_delay``, an admission that creates its pods at once is written with the job's
+    next status change, at the latest ``record_delay`` seconds later (see
+    :class:`~gpusched.core.lifecycle.facts.Unwritten`)."""
     leaving = leaving or {}
     refresh = refresh or Refresh()
     budget = [refresh.budget]
@@ -105,19 +117,43 @@ def plan(
         touched = {admission.job, *(v.victim for v in admission.victims)}
         if touched & set(busy) or touched & planned:
             continue
-        groups.append(_admission(admission, jobs, settled, now, bool(leaving.get(admission.job))))
+        groups.append(
+            _admission(
+                admission,
+                jobs,
+                settled,
+                now,
+                leaving=bool(leaving.get(admission.job)),
+                defer=record_delay > 0,
+            )
+        )
         planned |= touched
         admitted.append(admission)
     waiting = {w.job: w for w in result.waiting}
     for key, done in settled.items():
         if key in planned or key in busy:
             continue
-        group = _settled(
-            jobs[key], done, waiting.get(key), now, recent=refresh.recent, budget=budget
-        )
+        job = jobs[key]
+        if _unwritten_for_now(job, done, now, record_delay):
+            group = _group(job, None, list(done.actions))
+        else:
+            group = _settled(job, done, waiting.get(key), now, recent=refresh.recent, budget=budget)
         if group is not None:
             groups.append(group)
     return Plan(tuple(groups), tuple(admitted))
+
+
+def _unwritten_for_now(job: JobFacts, done: Settled, now: datetime, record_delay: float) -> bool:
+    """Whether the job's unwritten admission waits for a later write: nothing but the admission
+    would be written (its pods are not all running yet), and it is younger than the delay."""
+    if job.unwritten is None or done.status is not job.status:
+        return False
+    admitted_at = job.status.admitted_at
+    return (
+        job.status.phase is JobPhase.ADMITTED
+        and admitted_at is not None
+        and (now - admitted_at).total_seconds() < record_delay
+    )
 
 
 def _admission(
@@ -125,7 +161,9 @@ def _admission(
     jobs: Mapping[str, JobFacts],
     settled: Mapping[str, Settled],
     now: datetime,
+    *,
     leaving: bool,
+    defer: bool,
 ) -> Group:
     job = jobs[admission.job]
     assert job.job is not None
@@ -161,10 +199,19 @@ def _admission(
         steps.append(Step(Stage.EVICT, tuple(evictions), required=False))
     base = settled[job.key]
     t = st.Transition(base.status, now, job.generation)
-    status = st.admitted(t, admission, admission.tenant, set()).status
-    write = write_status(job, status, resource_version=job.resource_version)
+    highest = max((p.admission for p in job.pods if p.admission is not None), default=0)
+    status = st.admitted(t, admission, admission.tenant, set(), after=highest).status
+    creates_pods = not admission.victims and not leaving
+    # An admission that waits for victims is written at once: its status is what holds the
+    # GPUs for it until they are free, and no pod of it exists yet to say so.
+    write = write_status(
+        job,
+        status,
+        resource_version=job.resource_version,
+        deferred=defer and creates_pods,
+    )
     steps.append(Step(Stage.ADMIT, (write,) if write is not None else ()))
-    if not admission.victims and not leaving:
+    if creates_pods:
         by_replica = {p.replica: p for p in status.placement}
         creates = tuple(
             CreatePod(
@@ -231,9 +278,10 @@ def _settled(
     return _group(job, status, actions)
 
 
-def _group(job: JobFacts, status: GpuJobStatus, actions: list[Action]) -> Group | None:
+def _group(job: JobFacts, status: GpuJobStatus | None, actions: list[Action]) -> Group | None:
+    """The job's status write (none when ``status`` is None) and then its other actions."""
     steps: list[Step] = []
-    write = write_status(job, status)
+    write = write_status(job, status) if status is not None else None
     if write is not None:
         steps.append(Step(Stage.SETTLE, (write,)))
     if actions:

@@ -33,6 +33,9 @@ class LifecycleConfig:
     backoff_base: float = 10.0
     """First requeue delay after a release; doubles each time."""
     backoff_max: float = 600.0
+    record_delay: float = 5.0
+    """Longest an admission carried out (its pods created) goes unwritten, waiting to be
+    written together with its pods running (see :class:`~gpusched.core.lifecycle.Unwritten`)."""
 
     def backoff(self, requeues: int) -> float:
         """Seconds to wait after the job's ``requeues``-th release."""
@@ -330,11 +333,15 @@ class _Settle:
         # Still holding its planned GPUs.
         self.state = JobState.ADMITTED
         self.placement = self.held(current)
+        admitted_at = self.status.admitted_at
+        if job.unwritten is not None and admitted_at is not None:
+            written_by = admitted_at + timedelta(seconds=self.config.record_delay)
+            self.wake_at = min(written_by, self.wake_at or written_by)
         started_at = self.status.started_at
         if started_at is not None and spec.min_runtime_seconds:
             protected = started_at + timedelta(seconds=spec.min_runtime_seconds)
             if protected > self.now:
-                self.wake_at = protected  # becomes preemptible then
+                self.wake_at = min(protected, self.wake_at or protected)  # preemptible then
         if self.context.leaving:
             return  # victims still on the GPUs
         created = [p.created for p in current if p.created is not None]

@@ -193,8 +193,19 @@ def waiting(
     return t.cond(Cond.QUOTA_RESERVED, False, reason.value, message)
 
 
-def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[str]) -> Transition:
-    """Admitted with a planned placement; waits for victims to leave if it preempted some."""
+def admitted(
+    t: Transition,
+    admission: Admission,
+    tenant: str,
+    counts_only: set[str],
+    *,
+    after: int = 0,
+) -> Transition:
+    """Admitted with a planned placement; waits for victims to leave if it preempted some.
+
+    The admission number follows both the status's and ``after`` (the highest admission of a
+    pod the job still has): pods of an admission that was carried out but never written keep
+    their names until they are gone, and the new admission's pods must not collide with them."""
     placement = [
         ReplicaPlacement(
             replica=p.replica,
@@ -209,7 +220,7 @@ def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[
     t.set(
         phase=JobPhase.ADMITTED,
         tenant=tenant,
-        admission=t.status.admission + 1,
+        admission=max(t.status.admission, after) + 1,
         admitted_at=t.now,
         started_at=None,
         placement=placement,
@@ -220,8 +231,8 @@ def admitted(t: Transition, admission: Admission, tenant: str, counts_only: set[
         message=admission.message,
     )
     t.cond(Cond.QUOTA_RESERVED, True, admission.reason.value, admission.message)
-    # Written before any pod exists: it says only what is true now (the GPUs are reserved);
-    # pods that the API server then refuses show up as PodsRefused.
+    # Says only what is true before any pod exists (the GPUs are reserved); pods that the API
+    # server then refuses show up as PodsRefused.
     t.cond(Cond.PODS_READY, False, Reason.WAITING_FOR_PODS, "pods not all running yet")
     if t.has(Cond.PREEMPTED):
         t.cond(Cond.PREEMPTED, False, "Readmitted", "admitted again after a preemption")

@@ -270,6 +270,9 @@ class Operator(Placement):
     """Only place GpuJobs on nodes with these labels; empty: every node with a NodeGpuTopology."""
     maxPreemptionSearches: int = Field(32, ge=0)
     """Victim searches per admission cycle."""
+    recordDelay: float = Field(5.0, ge=0)
+    """Longest seconds an admission whose pods are created goes unwritten, so that the job's
+    status is written once, with its pods running (0: written before the pods are created)."""
     metricsPort: int = Field(8080, ge=1, le=65535)
     """Port of the operator's Prometheus endpoint."""
     verbose: bool = False

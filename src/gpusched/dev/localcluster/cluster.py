@@ -381,7 +381,9 @@ class LocalCluster:
                 "--endpoint-reconciler-type=none",
                 "--max-requests-inflight=1600",
                 "--max-mutating-requests-inflight=800",
-                "--profiling=false",
+                # GPUSCHED_PROFILING=1 serves /debug/pprof (CPU profiles of the API server for
+                # benchmarks: `go tool pprof` on /debug/pprof/profile with the admin kubeconfig).
+                f"--profiling={'true' if os.environ.get('GPUSCHED_PROFILING') == '1' else 'false'}",
                 "--v=1",
             ],
         )
