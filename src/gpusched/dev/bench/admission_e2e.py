@@ -146,7 +146,7 @@ def _ms_table(after: Seconds, before: Seconds, per: int) -> dict[str, float]:
     return {name: round(ms, 2) for name, ms in top}
 
 
-def _job_manifest(name: str, gpus: int) -> dict[str, Any]:
+def job_manifest(name: str, gpus: int) -> dict[str, Any]:
     return {
         "apiVersion": keys.API_VERSION,
         "kind": "GpuJob",
@@ -201,7 +201,13 @@ def _cycle_p99_bound(buckets: list[tuple[float, float]], count: float) -> float 
 
 
 def run_e2e(
-    jobs: int, nodes: int, gpus_per_job: int, workers: int, steady_jobs: int = 0
+    jobs: int,
+    nodes: int,
+    gpus_per_job: int,
+    workers: int,
+    steady_jobs: int = 0,
+    *,
+    record_delay: float | None = None,
 ) -> dict[str, Any]:
     """See the module docstring."""
     from kubernetes import client
@@ -245,6 +251,7 @@ def run_e2e(
                     f"--kubeconfig={kubeconfig}",
                     f"--metrics-port={port}",
                     "--resync=5",
+                    *([f"--record-delay={record_delay}"] if record_delay is not None else []),
                 ],
             )
             # Start-up (imports, the first lists) is not part of the figures.
@@ -260,7 +267,7 @@ def run_e2e(
                     keys.VERSION,
                     namespace,
                     "gpujobs",
-                    _job_manifest(name, gpus_per_job),
+                    job_manifest(name, gpus_per_job),
                 )
 
             watcher = RunningWatcher(
@@ -298,6 +305,7 @@ def run_e2e(
             pod_requests = _diff(pods_after, pods_before)
             result: dict[str, Any] = {
                 "jobs": jobs,
+                "record_delay": record_delay,
                 "running": len(running),
                 "nodes": nodes,
                 "gpus_per_job": gpus_per_job,
@@ -452,7 +460,7 @@ def _steady_state(
 
     def create(i: int) -> None:
         custom.create_namespaced_custom_object(
-            keys.GROUP, keys.VERSION, namespace, "gpujobs", _job_manifest(f"wait-{i:05d}", 1)
+            keys.GROUP, keys.VERSION, namespace, "gpujobs", job_manifest(f"wait-{i:05d}", 1)
         )
 
     default_progress(f"[bench] steady state: creating {count} GpuJobs that wait for good")
@@ -509,12 +517,26 @@ def _steady_state(
     help="Then queue this many jobs that never fit and count the operator's LIST calls at "
     "steady state.",
 )
+@click.option(
+    "--record-delay",
+    type=float,
+    default=None,
+    help="The operator's --record-delay (default: its own; 0 writes each admission before "
+    "its pods, two status writes per job).",
+)
 def admission_e2e(
-    *, as_json: bool, jobs: int, nodes: int, gpus_per_job: int, workers: int, steady_jobs: int
+    *,
+    as_json: bool,
+    jobs: int,
+    nodes: int,
+    gpus_per_job: int,
+    workers: int,
+    steady_jobs: int,
+    record_delay: float | None,
 ) -> None:
     """GpuJobs per second from apply to Running, through the operator, the extender and a
     kube-scheduler on a fresh local control plane, beside plain pods, with API requests."""
-    result = run_e2e(jobs, nodes, gpus_per_job, workers, steady_jobs)
+    result = run_e2e(jobs, nodes, gpus_per_job, workers, steady_jobs, record_delay=record_delay)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
