@@ -210,9 +210,14 @@ def test_drift_is_annotated_and_reported(kube: Any, ns: str, setup: Setup) -> No
         "a drift event",
     )
     assert "outside its assigned" in events[0].message
+    from gpusched.kubeasync import BlockingApi
     from gpusched.node_agent.explain import pod_report, render_pod
 
-    report = pod_report(kube, ns, "drifted")
+    api = BlockingApi(kube.configuration)
+    try:
+        report = pod_report(api, ns, "drifted")
+    finally:
+        api.close()
     assert report["enforcement"] == "Drift"
     assert any("GpuAssignmentDrift" in line for line in render_pod(report))
 

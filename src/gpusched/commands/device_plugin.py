@@ -85,7 +85,7 @@ def device_plugin(  # noqa: PLR0917 - one parameter per click option
     """Serve gpusched's kubelet device plugin on this node."""
     configure_logging(log_level)
     try:
-        from gpusched.kube import api_client, load_configuration
+        from gpusched.kube import load_configuration
         from gpusched.kubeasync import AsyncApi
         from gpusched.metrics import NodeAgentMetrics
         from gpusched.node_agent.agent import NodeAgent
@@ -112,12 +112,7 @@ def device_plugin(  # noqa: PLR0917 - one parameter per click option
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, metrics_address, registry=metrics.registry)
-    agent = NodeAgent(
-        config,
-        api_client(kubeconfig),
-        AsyncApi(load_configuration(kubeconfig), connections=4),
-        metrics,
-    )
+    agent = NodeAgent(config, AsyncApi(load_configuration(kubeconfig), connections=4), metrics)
 
     async def main() -> None:
         stop = asyncio.Event()

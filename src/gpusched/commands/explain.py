@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import click
-from kubernetes.client.exceptions import ApiException
 
 
 @click.command()
@@ -28,28 +27,30 @@ def explain(
     """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits; with
     pod/NAME (or pod/NAMESPACE/NAME), whether a pod holds exactly the GPUs gpusched chose."""
     from gpusched.commands.operator import _labels
-    from gpusched.kube import api_client, load_configuration
+    from gpusched.kube import load_configuration
+    from gpusched.kubeasync import ApiError, BlockingApi
     from gpusched.node_agent.explain import job_pods, pod_report, render_pod
     from gpusched.operator.explainer import JobNotFoundError, explain_in_cluster, render
 
     kind, _, target = job.partition("/") if job.startswith("pod/") else ("", "", job)
     if "/" in target:
         namespace, target = target.split("/", 1)
-    kube = api_client(kubeconfig)
+    configuration = load_configuration(kubeconfig)
+    kube = BlockingApi(configuration)
     try:
         if kind == "pod":
             reports = [pod_report(kube, namespace, target)]
         else:
             result, status = explain_in_cluster(
-                load_configuration(kubeconfig), f"{namespace}/{target}", _labels(node_selector)
+                configuration, f"{namespace}/{target}", _labels(node_selector)
             )
             reports = [pod_report(kube, namespace, p) for p in job_pods(kube, namespace, target)]
     except JobNotFoundError as err:
         raise click.ClickException(str(err)) from None
-    except ApiException as err:
-        raise click.ClickException(f"{kind} {namespace}/{target}: {err.reason}") from None
+    except ApiError as err:
+        raise click.ClickException(f"{kind or 'gpujob'} {namespace}/{target}: {err}") from None
     finally:
-        kube.close()  # type: ignore[no-untyped-call]  # ApiClient.close is untyped upstream
+        kube.close()
     if as_json:
         payload: dict[str, object] = {"pods": reports}
         if kind != "pod":

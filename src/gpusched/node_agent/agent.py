@@ -21,14 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
 from gpusched.core.nodeagent import Drift, DriftKind, NodeState, PodGpus, Verdict, check_drift
-from gpusched.kube import body
-from gpusched.kubeasync import AsyncApi
+from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import NodeAgentMetrics
@@ -58,10 +56,9 @@ class NodeAgent:
     """One node's device plugin and drift checker."""
 
     config: AgentConfig
-    kube: client.ApiClient
-    """Synchronous client: the writes (events, annotations)."""
     api: AsyncApi
-    """Asynchronous client: the watches and the reads on the kubelet's admission path."""
+    """The one client: watches, the reads on the kubelet's admission path, the writes (events,
+    annotations)."""
     metrics: NodeAgentMetrics = field(default_factory=NodeAgentMetrics)
     last_drift: tuple[Drift, ...] = ()
     _reported: set[tuple[str, str, tuple[str, ...]]] = field(default_factory=set)
@@ -211,7 +208,7 @@ class NodeAgent:
         )
         log.error(message)
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.config.node_name}}
-        await asyncio.to_thread(self._event, node, "Warning", REASON_CONFLICT, message)
+        await self._event(node, "Warning", REASON_CONFLICT, message)
 
     # --- verdicts and drift --------------------------------------------------------------
 
@@ -223,9 +220,7 @@ class NodeAgent:
         if verdict.pod is None:
             return
         target = _pod_ref(self.pods.snapshot(), verdict.pod)
-        task = asyncio.create_task(
-            asyncio.to_thread(self._event, target, "Warning", REASON_REFUSED, verdict.message)
-        )
+        task = asyncio.create_task(self._event(target, "Warning", REASON_REFUSED, verdict.message))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -257,8 +252,7 @@ class NodeAgent:
             if mark not in self._reported:
                 self._reported.add(mark)
                 log.error("drift: %s", drift.message)
-                await asyncio.to_thread(
-                    self._event,
+                await self._event(
                     _pod_ref(state.pods, drift.pod),
                     "Warning",
                     REASON_DRIFT,
@@ -280,21 +274,23 @@ class NodeAgent:
                 annotations[keys.ANNOTATION_ALLOCATED_GPU_INDICES] = ",".join(
                     str(index[d]) for d in held
                 )
-            await asyncio.to_thread(self._patch_annotations, pod.namespace, pod.name, annotations)
+            await self._patch_annotations(pod.namespace, pod.name, annotations)
 
-    def _patch_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    async def _patch_annotations(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None:
         try:
-            client.CoreV1Api(self.kube).patch_namespaced_pod(
-                name,
-                namespace,
-                body({"metadata": {"annotations": annotations}}),
-                field_manager=keys.FIELD_MANAGER_NODE_AGENT,
-                _content_type="application/merge-patch+json",
+            await self.api.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                {"metadata": {"annotations": annotations}},
+                params={"fieldManager": keys.FIELD_MANAGER_NODE_AGENT},
+                content_type="application/merge-patch+json",
             )
-        except ApiException as err:
-            log.info("annotating pod %s/%s: %s", namespace, name, err.reason)
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as err:
+            log.info("annotating pod %s/%s: %s", namespace, name, err)
 
-    def _event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+    async def _event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """Record a Kubernetes event on ``obj`` (best effort)."""
         meta = obj["metadata"]
         namespace = meta.get("namespace") or "default"
@@ -319,9 +315,9 @@ class NodeAgent:
             "count": 1,
         }
         try:
-            client.CoreV1Api(self.kube).create_namespaced_event(namespace, body(event))
-        except ApiException as err:
-            log.info("event %s not recorded: %s", reason, err.reason)
+            await self.api.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as err:
+            log.info("event %s not recorded: %s", reason, err)
 
 
 def _pod_ref(pods: Mapping[str, PodGpus], key: str) -> dict[str, Any]:

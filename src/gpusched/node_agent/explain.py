@@ -6,25 +6,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
-
+from gpusched.api import keys
 from gpusched.core.nodeagent import enforcement, pod_gpus
+from gpusched.kubeasync import BlockingApi
 
 #: Event reasons the node agent records on pods.
 NODE_AGENT_REASONS = ("GpuAllocationRefused", "GpuAssignmentDrift")
 
 
-def pod_report(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+def pod_report(api: BlockingApi, namespace: str, name: str) -> dict[str, Any]:
     """What the node agent knows about one pod."""
-    core = client.CoreV1Api(kube)
-    raw = kube.sanitize_for_serialization(core.read_namespaced_pod(name, namespace))
+    raw = api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
     pod = pod_gpus(raw)
     check = enforcement(pod)
-    events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    events = api.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        params={"fieldSelector": f"involvedObject.name={name}"},
+    )
     notes = [
-        {"reason": e.reason, "message": e.message, "count": e.count or 1}
-        for e in events.items
-        if e.reason in NODE_AGENT_REASONS
+        {"reason": e.get("reason"), "message": e.get("message"), "count": e.get("count") or 1}
+        for e in events.get("items") or []
+        if e.get("reason") in NODE_AGENT_REASONS
     ]
     status = raw.get("status") or {}
     return {
@@ -56,11 +59,11 @@ def render_pod(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def job_pods(kube: Any, namespace: str, job: str) -> list[str]:
+def job_pods(api: BlockingApi, namespace: str, job: str) -> list[str]:
     """Names of a GpuJob's pods."""
-    from gpusched.api import keys
-
-    pods = client.CoreV1Api(kube).list_namespaced_pod(
-        namespace, label_selector=f"{keys.LABEL_JOB_NAME}={job}"
+    pods = api.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/pods",
+        params={"labelSelector": f"{keys.LABEL_JOB_NAME}={job}"},
     )
-    return sorted(str(p.metadata.name) for p in pods.items if p.metadata is not None)
+    return sorted(str(p["metadata"]["name"]) for p in pods.get("items") or [])
