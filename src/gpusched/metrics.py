@@ -424,6 +424,30 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.leading = Gauge(
+            "operator_leading",
+            "1 on the operator replica that holds the Lease and runs admission cycles, 0 on "
+            "the others (which publish no job or tenant gauges).",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+
+    def stand_by(self) -> None:
+        """This replica does not lead (any more): its job and tenant gauges would describe a
+        cycle that is no longer current, and summed with the leader's they would count every
+        job twice, so they go until it leads again."""
+        self.leading.set(0)
+        for gauge in (
+            self.jobs,
+            self.gpus_used,
+            self.gpus_guaranteed,
+            self.gpus_borrowed,
+            self.fair_share,
+            self.gpus_pending,
+            self.oldest_wait,
+            self.gpu_seconds,
+        ):
+            gauge.clear()
 
     def count_request(self, verb: str, path: str, code: int) -> None:
         """Count one request of the operator's API client."""

@@ -74,3 +74,84 @@ def test_a_replica_stops_leading_when_it_cannot_renew_in_time(
             await api.close()
 
     asyncio.run(scenario())
+
+
+def _series(gauge: Any) -> list[Any]:
+    return [s for family in gauge.collect() for s in family.samples]
+
+
+def test_a_replica_that_loses_the_lease_drops_its_job_and_tenant_gauges(
+    kube: Any, lease_namespace: str
+) -> None:
+    """Only the leader publishes what its last cycle saw: a replica that stops leading would
+    otherwise keep reporting that cycle forever, and a sum over replicas would count it twice."""
+    from gpusched.api import keys
+    from gpusched.metrics import OperatorMetrics
+    from gpusched.operator.api import OperatorApi
+    from gpusched.operator.loop import AdmissionLoop
+    from gpusched.operator.store import Store
+
+    quota = client.CustomObjectsApi(kube).create_cluster_custom_object(
+        keys.GROUP,
+        keys.VERSION,
+        "tenantquotas",
+        {
+            "apiVersion": keys.API_VERSION,
+            "kind": "TenantQuota",
+            "metadata": {"name": lease_namespace},
+            "spec": {"namespaces": [lease_namespace], "guaranteedGpus": 8},
+        },
+    )
+    now = [1000.0]
+
+    async def scenario() -> None:
+        api = AsyncApi(kube.configuration)
+        metrics = OperatorMetrics()
+        elector = LeaderElector(
+            api, lease_namespace, "replica-a", duration=15, clock=lambda: now[0]
+        )
+        store = Store()
+        for replace in (
+            store.replace_jobs,
+            store.replace_job_pods,
+            store.replace_gpu_pods,
+            store.replace_nodes,
+            store.replace_topologies,
+            store.replace_priorities,
+        ):
+            replace([])
+        store.replace_quotas([quota])
+        loop = AdmissionLoop(OperatorApi(api), store, metrics=metrics, leader=elector, resync=0.2)
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.run(stop))
+        try:
+            assert await elector.ensure()
+            elector.changed.set()
+            deadline = time.monotonic() + 30
+            while not (loop.cycles and _series(metrics.gpus_guaranteed)):
+                assert time.monotonic() < deadline, "the leader never published its gauges"
+                await asyncio.sleep(0.1)
+            assert [s.value for s in _series(metrics.leading)] == [1]
+            assert {s.labels["tenant"]: s.value for s in _series(metrics.gpus_guaranteed)} == {
+                lease_namespace: 8
+            }
+            now[0] += elector.renew_deadline + 1  # no renewal in time: leadership lapses
+            elector.changed.set()
+            deadline = time.monotonic() + 30
+            while _series(metrics.gpus_guaranteed):
+                assert time.monotonic() < deadline, "the gauges stayed after the lease was lost"
+                await asyncio.sleep(0.1)
+            assert [s.value for s in _series(metrics.leading)] == [0]
+            assert _series(metrics.jobs) == []
+            assert _series(metrics.fair_share) == []
+        finally:
+            stop.set()
+            await task
+            await api.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        client.CustomObjectsApi(kube).delete_cluster_custom_object(
+            keys.GROUP, keys.VERSION, "tenantquotas", lease_namespace
+        )

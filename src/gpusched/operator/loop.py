@@ -101,6 +101,8 @@ class AdmissionLoop:
             refresh_seconds=self.config.status_refresh,
         )
         self.cycles = 0
+        self._published = False
+        """Whether this replica's job and tenant gauges hold values (it led a cycle)."""
         self._last_seconds = 0.0
         self._wake_at: datetime | None = None
         self._quota_due: datetime | None = None
@@ -119,8 +121,16 @@ class AdmissionLoop:
             await self._wait(stop)
             if stop.is_set():
                 break
-            if not self.store.ready or not self.leading():
+            if not self.leading():
+                if self._published:
+                    self.metrics.stand_by()
+                    self._published = False
+                self.metrics.leading.set(0)
                 continue
+            self.metrics.leading.set(1)
+            if not self.store.ready:
+                continue
+            self._published = True
             try:
                 report = await self.cycle()
             except Exception:
