@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from gpusched.api.gpujob import JobPhase
 from gpusched.core.admission.explain import Explanation, explain
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.kubeasync import AsyncApi
@@ -29,7 +30,36 @@ async def read_store(api: AsyncApi) -> Store:
     lists = await asyncio.gather(*(api.list(r.path, r.params) for r in watches))
     for watch, (items, _) in zip(watches, lists, strict=True):
         watch.consumer.replace(items)
+    assume_unwritten_admissions(store)
     return store
+
+
+def assume_unwritten_admissions(store: Store) -> None:
+    """Jobs with live pods of an admission newer than their status: the operator carried the
+    admission out and writes it with the pods running (its ``--record-delay``). The store holds
+    them as the operator does, admitted on those pods, so the explanation is the operator's and
+    not that of an operator starting now (which would find them unrecorded and decide again)."""
+    for key in list(store.jobs):
+        job = store.job(key)
+        newer = [
+            p
+            for p in job.pods
+            if p.live and not p.deleting and (p.admission or 0) > job.status.admission
+        ]
+        if job.job is None or not newer:
+            continue
+        admission = max(p.admission or 0 for p in newer)
+        created = [p.created for p in newer if p.admission == admission and p.created]
+        status = job.status.model_copy(
+            update={
+                "phase": JobPhase.ADMITTED,
+                "admission": admission,
+                "admitted_at": min(created) if created else job.status.admitted_at,
+                "started_at": None,
+                "queue_position": None,
+            }
+        )
+        store.defer_status(key, status, job.resource_version)
 
 
 def explain_in_cluster(
@@ -62,7 +92,14 @@ def explain_job(
     }
     config = OperatorConfig(node_selector=dict(node_selector or {}))
     decision = decide(world, verdicts, config, NodeReader(config.node_selector))
-    return explain(decision.snapshot, key), facts.status.to_k8s()
+    explanation = explain(decision.snapshot, key)
+    if facts.unwritten is not None:
+        explanation.reason = "AdmissionNotYetWritten"
+        explanation.message = (
+            f"admitted (admission {facts.status.admission}): its pods exist; the operator "
+            "writes the status with them running, at the latest --record-delay after admission"
+        )
+    return explanation, facts.written.to_k8s()
 
 
 def render(e: Explanation, status: Mapping[str, Any]) -> list[str]:
