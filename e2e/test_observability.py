@@ -323,7 +323,12 @@ def test_every_alert_evaluates_and_the_failed_gpu_alerts(observed: Observed) -> 
     assert alert["labels"]["node"] == "obs-pcie"
     assert alert["labels"]["gpu"] == "6"
     assert states["GpuschedJobsPendingTooLong"] in ("pending", "firing")
-    for quiet in ("GpuschedExtenderDown", "GpuschedOperatorDown", "GpuschedProbeNotReporting"):
+    for quiet in (
+        "GpuschedExtenderDown",
+        "GpuschedOperatorDown",
+        "GpuschedOperatorNoLeader",
+        "GpuschedProbeNotReporting",
+    ):
         assert states[quiet] == "inactive", quiet
 
 

@@ -18,6 +18,7 @@ ALERTS = {
     "GpuschedExtenderDown",
     "GpuschedExtenderSlow",
     "GpuschedOperatorDown",
+    "GpuschedOperatorNoLeader",
     "GpuschedProbeNotReporting",
     "GpuschedNvmlUnavailable",
     "GpuschedGpuUnhealthy",
