@@ -10,6 +10,7 @@ import pytest
 
 import gpusched.operator.decide as operator_decide
 import gpusched.simulator.policies.gpusched as gpusched_policy
+from gpusched.api.tenantquota import WithinTenantPreemption
 from gpusched.core import admission
 from gpusched.core.admission import Tenant
 from gpusched.simulator import fgd
@@ -190,3 +191,24 @@ def test_pods_that_never_leave_are_placed_the_same_one_by_one_or_in_one_batch(na
     assert placed[0] == placed[1]
     assert 0 < len(placed[0]) < len(sizes)
     assert fgd.allocation_curve(runs[0], jobs) == fgd.allocation_curve(runs[1], jobs)
+
+
+@pytest.mark.parametrize("name", ["gpusched", "kueue-like"])
+def test_within_tenant_never_keeps_a_higher_priority_job_waiting_for_its_own_tenant(
+    name: str,
+) -> None:
+    # One board, one tenant: a priority-1 job arrives while a priority-0 job holds every GPU.
+    nodes = cluster((H100, "h100"))
+    never = (Tenant("t", guaranteed=8, within_tenant=WithinTenantPreemption.NEVER),)
+    lower = (Tenant("t", guaranteed=8),)
+    for tenants, expected in (
+        (lower, {"low": [(0, 10, True), (60, 160, False)], "high": [(10, 60, False)]}),
+        (never, {"low": [(0, 100, False)], "high": [(100, 150, False)]}),
+    ):
+        jobs = workload(
+            trace_job("low", 0, 8, 100, tenant="t", priority=0),
+            trace_job("high", 10, 8, 50, tenant="t", priority=1),
+            tenants=tenants,
+        )
+        result = replay(jobs, nodes, build(name, nodes.nodes, tenants, 0), speed=speed)
+        assert _times(result) == expected, tenants[0].within_tenant

@@ -10,8 +10,9 @@ admission, preemption to reclaim quota, and kube-scheduler with the device plugi
   Kueue's waitForPodsReady converges to; without it, admitted pods would pend). Pods then land
   topology-blind: the node with the most free GPUs, GPUs by the device plugin.
 * Preemption as Kueue configures it with ``reclaimWithinCohort: Any`` and
-  ``withinClusterQueue: LowerPriority``: a workload that fits within its queue's nominal quota
-  may evict workloads of queues that borrow; any workload may evict lower-priority ones of its own
+  ``withinClusterQueue`` from the tenant's ``withinTenant`` (``LowerPriority`` unless a TenantQuota
+  says ``Never``): a workload that fits within its queue's nominal quota may evict workloads of
+  queues that borrow; with ``LowerPriority`` any workload may evict lower-priority ones of its own
   queue. Candidates go lowest priority first, then most recently admitted; victims are added
   until the workload fits, then those not needed are dropped again (Kueue's minimal set).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpusched.api.tenantquota import WithinTenantPreemption
 from gpusched.core.admission import Tenant
 from gpusched.simulator.model import SimNode, TraceJob
 from gpusched.simulator.policies.base import Decisions, Placed, Start
@@ -32,7 +34,8 @@ ASSUMPTIONS = (
     "admits a whole job when quota fits and its pods fit on nodes now; pods placed "
     "topology-blind (most free GPUs; GPUs by the NVIDIA device plugin)",
     "preemption: reclaimWithinCohort Any (only for workloads within nominal quota, victims from "
-    "borrowing queues), withinClusterQueue LowerPriority; lowest priority, newest first; "
+    "borrowing queues), withinClusterQueue as the tenant's withinTenant (LowerPriority unless "
+    "Never); lowest priority, newest first; "
     "minimal set; preempted work is lost and the job queues again",
 )
 
@@ -65,6 +68,11 @@ class KueueLikePolicy:
         self.now = 0.0
 
     # --- quota ---------------------------------------------------------------------------
+
+    def _within_queue(self, tenant: str) -> bool:
+        """Whether the queue's workloads may evict lower-priority ones of the same queue."""
+        t = self.tenants.get(tenant)
+        return t is None or t.within_tenant is not WithinTenantPreemption.NEVER
 
     def _limit(self, tenant: str) -> int | None:
         t = self.tenants.get(tenant)
@@ -172,7 +180,11 @@ class KueueLikePolicy:
             for a in self.admitted.values()
             if a.at < self.now
             and (
-                (a.job.tenant == job.tenant and a.job.priority < job.priority)
+                (
+                    a.job.tenant == job.tenant
+                    and a.job.priority < job.priority
+                    and self._within_queue(job.tenant)
+                )
                 or (
                     within_nominal
                     and a.job.tenant != job.tenant
