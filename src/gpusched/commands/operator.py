@@ -68,6 +68,7 @@ def _labels(value: str) -> dict[str, str]:
 )
 @click.option(
     "--record-delay",
+    type=click.FloatRange(min=0),
     default=5.0,
     show_default=True,
     help="Longest seconds an admission whose pods are created waits to be written, so that "

@@ -209,7 +209,7 @@ def decide(
         leaving=leaving,
         busy=busy,
         refresh=refresh,
-        record_delay=config.record_delay,
+        defer=config.record_delay > 0,
     )
     t4 = time.perf_counter()
     wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]

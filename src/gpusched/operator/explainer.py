@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.api.gpujob import JobPhase
 from gpusched.core.admission.explain import Explanation, explain
 from gpusched.core.lifecycle import Verdict, needs_validation
+from gpusched.core.lifecycle.status import admitted_by_pods
 from gpusched.kubeasync import AsyncApi
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.decide import OperatorConfig, decide
@@ -41,25 +41,9 @@ def assume_unwritten_admissions(store: Store) -> None:
     not that of an operator starting now (which would find them unrecorded and decide again)."""
     for key in list(store.jobs):
         job = store.job(key)
-        newer = [
-            p
-            for p in job.pods
-            if p.live and not p.deleting and (p.admission or 0) > job.status.admission
-        ]
-        if job.job is None or not newer:
-            continue
-        admission = max(p.admission or 0 for p in newer)
-        created = [p.created for p in newer if p.admission == admission and p.created]
-        status = job.status.model_copy(
-            update={
-                "phase": JobPhase.ADMITTED,
-                "admission": admission,
-                "admitted_at": min(created) if created else job.status.admitted_at,
-                "started_at": None,
-                "queue_position": None,
-            }
-        )
-        store.defer_status(key, status, job.resource_version)
+        status = admitted_by_pods(job)
+        if status is not None:
+            store.defer_status(key, status, job.resource_version)
 
 
 def explain_in_cluster(

@@ -137,12 +137,9 @@ class Store:
             facts = self.jobs[key]
             by_name = self.job_pods.get((facts.namespace, facts.name), {})
             pods = tuple(p for p in by_name.values() if owns(facts, p))
-            status = self.assumed.get(key, facts.status)
-            unwritten = None
             pending = self.unwritten.get(key)
-            if pending is not None:
-                status = self.assumed.get(key, pending[0])
-                unwritten = Unwritten(facts.status, pending[1])
+            status = self.assumed.get(key, pending[0] if pending else facts.status)
+            unwritten = Unwritten(facts.status, pending[1]) if pending else None
             assembled = replace(facts, pods=pods, status=status, unwritten=unwritten)
             self._assembled[key] = assembled
         return assembled

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpusched.api import keys
-from gpusched.api.gpujob import GpuJobStatus
+from gpusched.api.gpujob import GpuJobStatus, TopologyScope
+from gpusched.core.admission import Admission, AdmitReason, Preemption, ReplicaPlan
 from gpusched.core.lifecycle import JobFacts, LifecycleConfig, PodFacts
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -144,6 +145,15 @@ def pod(
 
 def with_pods(facts: JobFacts, *pods: PodFacts) -> JobFacts:
     return replace(facts, pods=tuple(pods))
+
+
+def admission(key: str = "ns/train", victims: tuple[Preemption, ...] = ()) -> Admission:
+    """The admission of a two-replica gang, one replica on each of n0 and n1 (NVLink)."""
+    plans = (
+        ReplicaPlan(0, "n0", (0, 1, 2, 3), TopologyScope.NVLINK, 90.0),
+        ReplicaPlan(1, "n1", (4, 5, 6, 7), TopologyScope.NVLINK, 90.0),
+    )
+    return Admission(key, "t", AdmitReason.WITHIN_GUARANTEE, "placed", plans, victims)
 
 
 def condition(status: GpuJobStatus, type_: str) -> tuple[str, str] | None:

@@ -5,14 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpusched.api import keys
-from gpusched.api.gpujob import JobPhase, TopologyScope
+from gpusched.api.gpujob import JobPhase
 from gpusched.core.admission import (
     Admission,
-    AdmitReason,
     CycleResult,
     Preemption,
     PreemptReason,
-    ReplicaPlan,
     Waiting,
     WaitReason,
 )
@@ -33,6 +31,7 @@ from gpusched.core.lifecycle import (
 from tests.unit.core.lifecycle_testdata import (
     CONFIG,
     NOW,
+    admission,
     admitted_status,
     job,
     pod,
@@ -48,14 +47,6 @@ def _settled(*jobs: JobFacts) -> tuple[dict[str, JobFacts], dict]:  # type: igno
     return by_key, {k: settle(j, OK, NOW, CONFIG) for k, j in by_key.items()}
 
 
-def _admission(key: str, victims: tuple[Preemption, ...] = ()) -> Admission:
-    plans = (
-        ReplicaPlan(0, "n0", (0, 1, 2, 3), TopologyScope.NVLINK, 90.0),
-        ReplicaPlan(1, "n1", (4, 5, 6, 7), TopologyScope.NVLINK, 90.0),
-    )
-    return Admission(key, "t", AdmitReason.WITHIN_GUARANTEE, "placed", plans, victims)
-
-
 def _result(*admissions: Admission, waiting: tuple[Waiting, ...] = ()) -> CycleResult:
     return CycleResult(admissions=admissions, waiting=waiting, tenants=())
 
@@ -63,7 +54,7 @@ def _result(*admissions: Admission, waiting: tuple[Waiting, ...] = ()) -> CycleR
 def test_admission_writes_the_plan_conditionally_then_creates_the_gang() -> None:
     queued = job(status={"phase": "Queued", "tenant": "t"}, version=42)
     jobs, settled = _settled(queued)
-    planned = plan(jobs, settled, _result(_admission("ns/train")), NOW)
+    planned = plan(jobs, settled, _result(admission("ns/train")), NOW)
     [group] = planned.groups
     assert [s.stage for s in group.steps] == [Stage.ADMIT, Stage.CREATE_PODS, Stage.PODS]
     [write] = group.steps[0].actions
@@ -96,7 +87,7 @@ def test_preemption_marks_victims_first_then_evicts_then_admits_without_pods() -
     preemption = Preemption(
         "ns/sweep", "t", "ns/urgent", PreemptReason.HIGHER_PRIORITY, "why", 8, 100.0
     )
-    [group] = plan(jobs, settled, _result(_admission("ns/urgent", (preemption,))), NOW).groups
+    [group] = plan(jobs, settled, _result(admission("ns/urgent", (preemption,))), NOW).groups
     assert group.jobs == {"ns/urgent", "ns/sweep"}
     stages = [s.stage for s in group.steps]
     assert stages == [Stage.MARK_VICTIMS, Stage.EVICT, Stage.ADMIT, Stage.PODS]
@@ -123,7 +114,7 @@ def test_preemption_marks_victims_first_then_evicts_then_admits_without_pods() -
 def test_no_pods_while_the_victims_of_an_earlier_preemption_still_leave() -> None:
     jobs, settled = _settled(job(status={"phase": "Queued", "tenant": "t"}))
     planned = plan(
-        jobs, settled, _result(_admission("ns/train")), NOW, leaving={"ns/train": ["ns/old"]}
+        jobs, settled, _result(admission("ns/train")), NOW, leaving={"ns/train": ["ns/old"]}
     )
     [group] = planned.groups
     assert Stage.CREATE_PODS not in [s.stage for s in group.steps]
@@ -131,7 +122,7 @@ def test_no_pods_while_the_victims_of_an_earlier_preemption_still_leave() -> Non
 
 def test_nothing_is_planned_for_a_job_whose_writes_are_in_flight() -> None:
     jobs, settled = _settled(job(status={"phase": "Queued", "tenant": "t"}))
-    planned = plan(jobs, settled, _result(_admission("ns/train")), NOW, busy={"ns/train"})
+    planned = plan(jobs, settled, _result(admission("ns/train")), NOW, busy={"ns/train"})
     assert planned.groups == ()
     assert planned.admitted == ()
 

@@ -10,17 +10,17 @@ from datetime import timedelta
 from gpusched.api.gpujob import JobPhase
 from gpusched.core.admission import (
     Admission,
-    AdmitReason,
     CycleResult,
     Preemption,
     PreemptReason,
-    ReplicaPlan,
 )
 from gpusched.core.lifecycle import (
     CreatePod,
     DeletePod,
     JobContext,
     JobFacts,
+    Plan,
+    Settled,
     Stage,
     Unwritten,
     Verdict,
@@ -28,10 +28,10 @@ from gpusched.core.lifecycle import (
     plan,
     settle,
 )
-from gpusched.core.placement import TopologyScope
 from tests.unit.core.lifecycle_testdata import (
     CONFIG,
     NOW,
+    admission,
     admitted_status,
     job,
     pod,
@@ -43,22 +43,17 @@ DELAY = 5.0
 QUEUED = {"phase": "Queued", "tenant": "t"}
 
 
-def _admission(key: str = "ns/train", victims: tuple[Preemption, ...] = ()) -> Admission:
-    plans = (
-        ReplicaPlan(0, "n0", (0, 1, 2, 3), TopologyScope.NVLINK, 90.0),
-        ReplicaPlan(1, "n1", (4, 5, 6, 7), TopologyScope.NVLINK, 90.0),
-    )
-    return Admission(key, "t", AdmitReason.WITHIN_GUARANTEE, "placed", plans, victims)
-
-
-def _plan(*facts: JobFacts, admissions: tuple[Admission, ...] = (), now=NOW):  # type: ignore[no-untyped-def]
+def _plan(
+    *facts: JobFacts, admissions: tuple[Admission, ...] = ()
+) -> tuple[dict[str, Settled], Plan]:
     by_key = {f.key: f for f in facts}
-    settled = {k: settle(f, OK, now, CONFIG) for k, f in by_key.items()}
+    config = replace(CONFIG, record_delay=DELAY)
+    settled = {k: settle(f, OK, NOW, config) for k, f in by_key.items()}
     result = CycleResult(admissions=admissions, waiting=(), tenants=())
-    return settled, plan(by_key, settled, result, now, record_delay=DELAY)
+    return settled, plan(by_key, settled, result, NOW, defer=True)
 
 
-def _writes(planned) -> list[WriteStatus]:  # type: ignore[no-untyped-def]
+def _writes(planned: Plan) -> list[WriteStatus]:
     return [a for g in planned.groups for a in g.actions() if isinstance(a, WriteStatus)]
 
 
@@ -75,7 +70,7 @@ def _unwritten(seconds_ago: float, *pod_phases: str) -> JobFacts:
 
 
 def test_an_admission_without_victims_creates_its_pods_and_leaves_its_status_for_later() -> None:
-    _, planned = _plan(job(status=QUEUED, version=42), admissions=(_admission(),))
+    _, planned = _plan(job(status=QUEUED, version=42), admissions=(admission(),))
     [group] = planned.groups
     assert [s.stage for s in group.steps] == [Stage.ADMIT, Stage.CREATE_PODS, Stage.PODS]
     [record] = group.steps[0].actions
@@ -93,7 +88,7 @@ def test_an_admission_that_waits_for_victims_is_written_before_anything_else() -
     low = job("low", status=admitted_status(), version=7)
     low = with_pods(low, pod(low, 0), pod(low, 1, node="n1"))
     _, planned = _plan(
-        job(status=QUEUED, version=42), low, admissions=(_admission(victims=(victim,)),)
+        job(status=QUEUED, version=42), low, admissions=(admission(victims=(victim,)),)
     )
     [group] = planned.groups
     admit = next(s for s in group.steps if s.stage is Stage.ADMIT)
@@ -106,7 +101,7 @@ def test_an_admission_that_waits_for_victims_is_written_before_anything_else() -
 def test_without_a_delay_the_admission_is_written_before_its_pods() -> None:
     facts = job(status=QUEUED, version=42)
     settled = {facts.key: settle(facts, OK, NOW, CONFIG)}
-    result = CycleResult(admissions=(_admission(),), waiting=(), tenants=())
+    result = CycleResult(admissions=(admission(),), waiting=(), tenants=())
     [group] = plan({facts.key: facts}, settled, result, NOW).groups
     [write] = group.steps[0].actions
     assert isinstance(write, WriteStatus)
@@ -155,7 +150,7 @@ def test_pods_of_an_admission_never_written_go_and_the_next_admission_takes_a_ne
     server = job(status=QUEUED, version=42)
     orphan = pod(server, 0, admission=1, phase="Running")
     facts = with_pods(server, orphan)
-    settled, planned = _plan(facts, admissions=(_admission(),))
+    settled, planned = _plan(facts, admissions=(admission(),))
     assert DeletePod(orphan.namespace, orphan.name, orphan.uid, 0) in settled["ns/train"].actions
     [group] = planned.groups
     [record] = group.steps[0].actions

@@ -100,12 +100,12 @@ def plan(
     leaving: Mapping[str, Collection[str]] | None = None,
     busy: Collection[str] = (),
     refresh: Refresh | None = None,
-    record_delay: float = 0.0,
+    defer: bool = False,
 ) -> Plan:
     """Groups of actions for one cycle. ``busy`` jobs have writes in flight: nothing is
-    planned for them (an admission touching one waits for the next cycle). With
-    ``record_delay``, an admission that creates its pods at once is written with the job's
-    next status change, at the latest ``record_delay`` seconds later (see
+    planned for them (an admission touching one waits for the next cycle). With ``defer``, an
+    admission that creates its pods at once is written with the job's next status change, at
+    the latest when settling says so (``LifecycleConfig.record_delay``; see
     :class:`~gpusched.core.lifecycle.facts.Unwritten`)."""
     leaving = leaving or {}
     refresh = refresh or Refresh()
@@ -124,7 +124,7 @@ def plan(
                 settled,
                 now,
                 leaving=bool(leaving.get(admission.job)),
-                defer=record_delay > 0,
+                defer=defer,
             )
         )
         planned |= touched
@@ -134,26 +134,13 @@ def plan(
         if key in planned or key in busy:
             continue
         job = jobs[key]
-        if _unwritten_for_now(job, done, now, record_delay):
+        if done.write_waits:
             group = _group(job, None, list(done.actions))
         else:
             group = _settled(job, done, waiting.get(key), now, recent=refresh.recent, budget=budget)
         if group is not None:
             groups.append(group)
     return Plan(tuple(groups), tuple(admitted))
-
-
-def _unwritten_for_now(job: JobFacts, done: Settled, now: datetime, record_delay: float) -> bool:
-    """Whether the job's unwritten admission waits for a later write: nothing but the admission
-    would be written (its pods are not all running yet), and it is younger than the delay."""
-    if job.unwritten is None or done.status is not job.status:
-        return False
-    admitted_at = job.status.admitted_at
-    return (
-        job.status.phase is JobPhase.ADMITTED
-        and admitted_at is not None
-        and (now - admitted_at).total_seconds() < record_delay
-    )
 
 
 def _admission(

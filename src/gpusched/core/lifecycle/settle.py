@@ -99,6 +99,9 @@ class Settled:
     """Waits for the dry run of its pod before it is queued."""
     requeued: str | None = None
     """Reason, when the job was released and queued again in this settle."""
+    write_waits: bool = False
+    """The status is an admission not written yet, and its write waits for the job's next
+    change (its pods running), at the latest until ``wake_at``."""
 
 
 def needs_validation(job: JobFacts) -> bool:
@@ -174,6 +177,9 @@ class _Settle:
             self.state = None
 
     def result(self, *, needs_verdict: bool = False) -> Settled:
+        write_by = self._unwritten_deadline()
+        if write_by is not None:
+            self.wake_at = min(write_by, self.wake_at or write_by)
         return Settled(
             key=self.job.key,
             status=self.status,
@@ -184,7 +190,23 @@ class _Settle:
             wake_at=self.wake_at,
             needs_verdict=needs_verdict,
             requeued=self.requeued,
+            write_waits=write_by is not None,
         )
+
+    def _unwritten_deadline(self) -> datetime | None:
+        """Until when the job's unwritten admission may stay unwritten: only while settling
+        changes nothing but its pods starting, and for at most ``record_delay``."""
+        job = self.job
+        admitted_at = job.status.admitted_at
+        if (
+            job.unwritten is None
+            or self.status is not job.status
+            or job.status.phase is not JobPhase.ADMITTED
+            or admitted_at is None
+        ):
+            return None
+        write_by = admitted_at + timedelta(seconds=self.config.record_delay)
+        return write_by if self.now < write_by else None
 
     # --- the lifecycle -------------------------------------------------------------------
 
@@ -333,10 +355,6 @@ class _Settle:
         # Still holding its planned GPUs.
         self.state = JobState.ADMITTED
         self.placement = self.held(current)
-        admitted_at = self.status.admitted_at
-        if job.unwritten is not None and admitted_at is not None:
-            written_by = admitted_at + timedelta(seconds=self.config.record_delay)
-            self.wake_at = min(written_by, self.wake_at or written_by)
         started_at = self.status.started_at
         if started_at is not None and spec.min_runtime_seconds:
             protected = started_at + timedelta(seconds=spec.min_runtime_seconds)

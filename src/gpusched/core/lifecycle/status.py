@@ -21,7 +21,7 @@ from gpusched.api.gpujob import (
 )
 from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.core.admission import Admission, Preemption, WaitReason
-from gpusched.core.lifecycle.facts import PodFacts
+from gpusched.core.lifecycle.facts import JobFacts, PodFacts
 from gpusched.core.placement import SCOPES, scope_rank
 
 #: Topology classes, tightest first (as the placement engine ranks them).
@@ -191,6 +191,31 @@ def waiting(
         queue_position=position,
     )
     return t.cond(Cond.QUOTA_RESERVED, False, reason.value, message)
+
+
+def admitted_by_pods(job: JobFacts) -> GpuJobStatus | None:
+    """The admission a job's live pods carry when it is newer than the job's status: one the
+    operator carried out and has not written yet (see
+    :class:`~gpusched.core.lifecycle.facts.Unwritten`); None when there is none. For readers of
+    the cluster that do not share the operator's memory (``gpusched explain``)."""
+    newer = [
+        p
+        for p in job.pods
+        if p.live and not p.deleting and (p.admission or 0) > job.status.admission
+    ]
+    if job.job is None or not newer:
+        return None
+    admission = max(p.admission or 0 for p in newer)
+    created = [p.created for p in newer if p.admission == admission and p.created]
+    return job.status.model_copy(
+        update={
+            "phase": JobPhase.ADMITTED,
+            "admission": admission,
+            "admitted_at": min(created) if created else job.status.admitted_at,
+            "started_at": None,
+            "queue_position": None,
+        }
+    )
 
 
 def admitted(

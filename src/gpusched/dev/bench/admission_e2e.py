@@ -519,7 +519,7 @@ def _steady_state(
 )
 @click.option(
     "--record-delay",
-    type=float,
+    type=click.FloatRange(min=0),
     default=None,
     help="The operator's --record-delay (default: its own; 0 writes each admission before "
     "its pods, two status writes per job).",

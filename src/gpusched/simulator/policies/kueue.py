@@ -174,17 +174,14 @@ class KueueLikePolicy:
 
     def _preempt(self, job: TraceJob) -> tuple[list[_Admitted], tuple[Placed, ...]] | None:
         within_nominal = self.used.get(job.tenant, 0) + job.gpus <= self.nominal.get(job.tenant, 0)
+        within_queue = self._within_queue(job.tenant)
         # Workloads admitted at this instant are not running yet: Kueue's next cycles see them.
         candidates = [
             a
             for a in self.admitted.values()
             if a.at < self.now
             and (
-                (
-                    a.job.tenant == job.tenant
-                    and a.job.priority < job.priority
-                    and self._within_queue(job.tenant)
-                )
+                (a.job.tenant == job.tenant and a.job.priority < job.priority and within_queue)
                 or (
                     within_nominal
                     and a.job.tenant != job.tenant
