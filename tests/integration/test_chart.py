@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 
+from gpusched.cli import main as gpusched_cli
 from gpusched.core.labels import GFD_KEYS, gpusched_labels
 from gpusched.dev.chart import render
 from gpusched.dev.chart.files import chart_dir
@@ -52,6 +54,23 @@ def test_helm_lint_strict_passes(values: Path | None) -> None:
         ({"deviceProbe": {"gfdLabels": "sometimes"}}, "gfdLabels"),
         ({"operator": {"replicas": "two"}}, "replicas"),
         ({"scheduler": {"extender": {"port": 70000}}}, "port"),
+        ({"operator": {"replicas": 10**10}}, "replicas"),
+        ({"scheduler": {"replicas": 0}}, "replicas"),
+        ({"operator": {"image": {"repository": ""}}}, "repository"),
+        ({"deviceProbe": {"image": {"repository": "Registry Host/x"}}}, "repository"),
+        ({"deviceProbe": {"interval": "ten seconds"}}, "interval"),
+        ({"deviceProbe": {"resync": "5"}}, "resync"),
+        ({"scheduler": {"extender": {"httpTimeout": "30"}}}, "httpTimeout"),
+        ({"deviceProbe": {"nodeSelector": {"gpu": 'yes" --evil'}}}, "nodeSelector"),
+        ({"operator": {"gpuNodeSelector": {"bad key!": "x"}}}, "gpuNodeSelector"),
+        ({"deviceProbe": {"podLabels": {"a": "'quoted'"}}}, "podLabels"),
+        (
+            {"operator": {"podPolicy": {"protectedNamespaces": ["Kube System"]}}},
+            "protectedNamespaces",
+        ),
+        ({"operator": {"resources": {"limits": {"memory": "1 GB"}}}}, "memory"),
+        ({"metrics": {"serviceMonitor": {"interval": "30 s"}}}, "interval"),
+        ({"deviceProbe": {"ignoreXids": "13, 31"}}, "ignoreXids"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(values: dict[str, Any], named: str) -> None:
@@ -139,6 +158,78 @@ def test_full_values_render_the_node_agent_and_the_operators_namespace_confineme
     )
     expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
     assert "variables.namespaceLabels['gpusched.io/tenant'] == 'true'" in expressions
+
+
+def _gpusched_containers(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every container of a workload or a hook pod that runs ``gpusched``."""
+    out = []
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        pod = spec.get("template", {}).get("spec") if "template" in spec else spec
+        if obj["kind"] not in ("Deployment", "DaemonSet", "Pod") or not pod:
+            continue
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            if (container.get("command") or [""])[0] == "gpusched":
+                out.append(
+                    (f"{obj['kind']}/{obj['metadata']['name']}/{container['name']}", container)
+                )
+    return out
+
+
+def _parse_with_the_cli(argv: list[str], env: dict[str, str]) -> click.Context:
+    """Parse ``argv`` (after ``gpusched``) exactly as the command would, without running it."""
+    command: click.Command = gpusched_cli
+    name = "gpusched"
+    args = list(argv)
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        while True:
+            ctx = command.make_context(name, args)
+            if not isinstance(command, click.Group):
+                return ctx
+            sub = ctx.protected_args + ctx.args
+            name, found, args = command.resolve_command(ctx, sub)
+            assert found is not None, argv
+            assert name is not None, argv
+            command = found
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_every_rendered_gpusched_container_parses_with_the_cli(values: Path | None) -> None:
+    containers = _gpusched_containers(render.render(_values(values)))
+    assert {where.split("/")[-1] for where, _ in containers} >= {"probe", "operator", "extender"}
+    for where, container in containers:
+        env = {e["name"]: "node-a" for e in container.get("env", []) if "valueFrom" in e}
+        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+        argv = [*container["command"][1:], *container.get("args", [])]
+        try:
+            _parse_with_the_cli(argv, env)
+        except click.ClickException as err:
+            pytest.fail(f"{where}: gpusched {' '.join(argv)}: {err.format_message()}")
+
+
+def test_a_bad_flag_value_is_what_the_argument_check_catches() -> None:
+    """The check above can fail: the probe's interval written as it once was rendered
+    with a unit the flag did not read would be refused by the parser."""
+    with pytest.raises(click.BadParameter, match="--interval"):
+        _parse_with_the_cli(["probe", "--node=n", "--interval=10 seconds"], {})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"scheduler": {"extender": {"port": 9000, "metricsPort": 9000}}}, "both 9000"),
+        ({"scheduler": {"extender": {"metricsPort": 10259}}}, "10259"),
+        (
+            {"nodeAgent": {"enabled": True, "metricsPort": 9402}},
+            "deviceProbe.metricsPort and nodeAgent.metricsPort",
+        ),
+    ],
+)
+def test_ports_shared_inside_one_pod_are_refused(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(render.ChartError, match=message):
+        render.render(values)
 
 
 # --- against the real API server -----------------------------------------------------------

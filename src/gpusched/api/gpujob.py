@@ -80,6 +80,12 @@ def _immutable(what: str) -> dict[str, JsonValue]:
     }
 
 
+#: CEL: container ``c`` asks for GPUs (limits or requests).
+_ASKS_GPUS: Final = (
+    f"has(c.resources) && ((has(c.resources.limits) && '{keys.GPU_RESOURCE}' in c.resources.limits)"
+    f" || (has(c.resources.requests) && '{keys.GPU_RESOURCE}' in c.resources.requests))"
+)
+
 _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
     "x-kubernetes-validations": [
         {
@@ -99,6 +105,40 @@ _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
             "|| self.spec.schedulerName == 'gpusched'",
             "message": "schedulerName is set to gpusched by the operator; leave it empty",
             "fieldPath": ".spec.schedulerName",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.spec) || (!has(self.spec.priorityClassName) "
+            "&& !has(self.spec.priority))",
+            "message": "the pods' priority comes from the GpuJob's spec.priorityClassName; leave "
+            "priorityClassName and priority out of the template",
+            "fieldPath": ".spec.priorityClassName",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.spec) || !has(self.spec.initContainers) || "
+            f"!self.spec.initContainers.exists(c, {_ASKS_GPUS})",
+            "message": f"init containers may not request {keys.GPU_RESOURCE}: the job's GPUs are "
+            "gpusPerReplica, given to the first container",
+            "fieldPath": ".spec.initContainers",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.spec) || !has(self.spec.containers) || "
+            "!self.spec.containers.exists(c, c.name != self.spec.containers[0].name "
+            f"&& {_ASKS_GPUS})",
+            "message": f"only the first container gets GPUs (gpusPerReplica, set by the "
+            f"operator); the others may not request {keys.GPU_RESOURCE}",
+            "fieldPath": ".spec.containers",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.metadata) || !has(self.metadata.annotations) || "
+            f"![{', '.join(repr(k) for k in keys.OWNERSHIP_ANNOTATIONS)}]"
+            ".exists(k, k in self.metadata.annotations)",
+            "message": "the annotations that say which GPUs a pod holds are written by gpusched "
+            f"alone; remove {', '.join(keys.OWNERSHIP_ANNOTATIONS)} from the template",
+            "fieldPath": ".metadata.annotations",
             "reason": "FieldValueForbidden",
         },
     ]
@@ -124,16 +164,37 @@ class GpuJobSpec(ApiModel):
         default_factory=TopologyPolicy, json_schema_extra=_immutable("topology")
     )
     """Topology constraints for each replica's GPU set and for the gang as a whole."""
-    priority_class_name: str | None = Field(None, min_length=1, max_length=253)
+    priority_class_name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.startsWith('system-')",
+                    "message": "Kubernetes' system- priority classes are for cluster components, "
+                    "not GpuJobs",
+                    "reason": "FieldValueForbidden",
+                }
+            ]
+        },
+    )
     """A PriorityClass whose value orders this job against others of its tenant and decides who
-    may preempt whom. Unset: the cluster's global default PriorityClass, else 0."""
+    may preempt whom; the job's pods run with it. Kubernetes' own ``system-`` classes are
+    refused, and a tenant may list the classes its jobs may use (TenantQuota
+    ``allowedPriorityClasses``). Unset: the cluster's global default PriorityClass, else 0."""
     preemptible: bool = True
     """Whether higher-priority jobs of the tenant, or a tenant reclaiming its guarantee, may
     evict this job. ``false`` jobs are never victims (and may not run on borrowed capacity)."""
     min_runtime_seconds: int = Field(0, ge=0, le=7 * 24 * 3600)
-    """The job cannot be preempted until it has run this long since it last started."""
+    """The job cannot be preempted until it has run this long since it last started; at most
+    the tenant's ``preemption.maxMinRuntimeSeconds``, and on borrowed GPUs at most its
+    ``preemption.borrowedProtectionSeconds`` against a tenant reclaiming its guarantee."""
     checkpoint_grace_period_seconds: int = Field(30, ge=0, le=24 * 3600)
-    """Seconds between the preemption notice (SIGTERM) and the kill, for the job to checkpoint."""
+    """Seconds between the preemption notice (SIGTERM) and the kill, for the job to checkpoint;
+    at most the tenant's ``preemption.maxCheckpointGracePeriodSeconds``, and at most its
+    ``preemption.borrowedProtectionSeconds`` when a guarantee is reclaimed."""
     suspend: bool = False
     """A suspended job is not admitted; suspending a running job releases its pods and GPUs."""
     template: dict[str, Any] = Field(
@@ -147,11 +208,46 @@ class GpuJobSpec(ApiModel):
         spec = self.template.get("spec")
         if not isinstance(spec, dict) or not spec.get("containers"):
             raise ValueError("spec.template.spec.containers: at least one container is required")
+        if (self.priority_class_name or "").startswith("system-"):
+            raise ValueError(
+                "spec.priorityClassName: Kubernetes' system- priority classes are for cluster "
+                "components, not GpuJobs"
+            )
         if spec.get("nodeName"):
             raise ValueError("spec.template.spec.nodeName is chosen by gpusched; leave it empty")
         if spec.get("schedulerName") not in (None, keys.SCHEDULER_NAME):
             raise ValueError("spec.template.spec.schedulerName is set by the operator")
+        if "priorityClassName" in spec or "priority" in spec:
+            raise ValueError(
+                "spec.template.spec.priorityClassName: the pods' priority comes from the "
+                "GpuJob's spec.priorityClassName"
+            )
+        for kind in ("initContainers", "containers"):
+            for i, container in enumerate(spec.get(kind) or []):
+                if (kind, i) != ("containers", 0) and _asks_gpus(container):
+                    raise ValueError(
+                        f"spec.template.spec.{kind}[{i}]: only the first container gets GPUs "
+                        f"(gpusPerReplica); the others may not request {keys.GPU_RESOURCE}"
+                    )
+        annotations = (self.template.get("metadata") or {}).get("annotations") or {}
+        owned = sorted(k for k in keys.OWNERSHIP_ANNOTATIONS if k in annotations)
+        if owned:
+            raise ValueError(
+                f"spec.template.metadata.annotations: {', '.join(owned)} are written by gpusched "
+                "alone"
+            )
         return self
+
+
+def _asks_gpus(container: Any) -> bool:
+    """Whether a template container requests the GPU resource (limits or requests)."""
+    resources = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(resources, dict):
+        return False
+    return any(
+        isinstance(resources.get(kind), dict) and keys.GPU_RESOURCE in resources[kind]
+        for kind in ("limits", "requests")
+    )
 
 
 class JobPhase(StrEnum):
@@ -243,7 +339,11 @@ class GpuJobStatus(ApiModel):
     """While queued after its pods were not all running in time: not admitted again before this
     time (exponential backoff)."""
     requeue_count: int = Field(0, ge=0)
-    """How many times the gang was released because its pods were not all running in time."""
+    """How many times the gang was released and queued again with backoff (pods not all
+    running in time, pods refused by the API server or by a node)."""
+    node_rejections: int = Field(0, ge=0)
+    """Times in a row a node's kubelet refused to admit a pod of the job (no container ran);
+    reset when the job runs. At the operator's ``--max-node-rejections`` the job fails."""
     observed_generation: int | None = None
     """The spec generation this status was computed from."""
 

@@ -86,6 +86,19 @@ ANNOTATION_GANG_SIZE: Final = f"{PREFIX}gang-size"
 #: Why a pod was evicted by the operator (preemption), human readable.
 ANNOTATION_PREEMPTED_BY: Final = f"{PREFIX}preempted-by"
 
+#: Annotations that say which GPUs a pod holds or will hold: only gpusched's identities write
+#: them (the chart's pod-gpu-ownership admission policy; gpusched.core.podgpus believes them
+#: only where gpusched could have written them). A GpuJob's template may not carry them.
+OWNERSHIP_ANNOTATIONS: Final = (
+    ANNOTATION_GPUS,
+    ANNOTATION_GPU_INDICES,
+    ANNOTATION_TOPOLOGY_CLASS,
+    ANNOTATION_ALLOCATED_GPUS,
+    ANNOTATION_ALLOCATED_GPU_INDICES,
+    ANNOTATION_PLANNED_NODE,
+    ANNOTATION_PLANNED_GPU_INDICES,
+)
+
 LABEL_JOB_NAME: Final = f"{PREFIX}job-name"
 LABEL_JOB_UID: Final = f"{PREFIX}job-uid"
 LABEL_TENANT: Final = f"{PREFIX}tenant"

@@ -43,12 +43,24 @@ class PreemptionPolicy(ApiModel):
     """Preemption among the tenant's own jobs."""
     reclaim_borrowed: ReclaimPolicy = ReclaimPolicy.ANY
     """Reclaiming guaranteed GPUs lent to other tenants."""
+    max_min_runtime_seconds: int = Field(3600, ge=0, le=7 * 24 * 3600)
+    """The most of a job's ``minRuntimeSeconds`` this tenant's jobs get: a job asking more is
+    protected this long."""
+    max_checkpoint_grace_period_seconds: int = Field(600, ge=0, le=24 * 3600)
+    """The most of a job's ``checkpointGracePeriodSeconds`` this tenant's jobs get."""
+    borrowed_protection_seconds: int = Field(300, ge=0, le=24 * 3600)
+    """On borrowed GPUs, the longest a job's minimum runtime protects it, and the longest its
+    grace period lasts, when another tenant takes back its guarantee: lent GPUs come back
+    within this (plus one admission cycle), whatever the job asked."""
 
 
 DnsLabel = Annotated[
     str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ]
 GpuCount = Annotated[int, Field(ge=0, le=1_000_000)]
+PriorityClassName = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]
 
 
 class TenantQuotaSpec(ApiModel):
@@ -98,7 +110,13 @@ class TenantQuotaSpec(ApiModel):
     weight: float = Field(1.0, gt=0, le=1000)
     """Fair-share weight: idle GPUs are lent to tenants in proportion to their weights."""
     preemption: PreemptionPolicy = Field(default_factory=PreemptionPolicy)
-    """How the tenant's blocked jobs may make room."""
+    """How the tenant's blocked jobs may make room, and how long its jobs are protected."""
+    allowed_priority_classes: list[PriorityClassName] | None = Field(
+        None, max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """PriorityClasses the tenant's GpuJobs may name (refused at apply time otherwise; a job
+    naming none gets the cluster's default class). Unset: any class but Kubernetes' own
+    ``system-`` ones."""
 
     @model_validator(mode="after")
     def _limits_are_consistent(self) -> TenantQuotaSpec:

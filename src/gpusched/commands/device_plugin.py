@@ -18,6 +18,7 @@ import click
 
 from gpusched.api import keys
 from gpusched.commands.logs import configure_logging
+from gpusched.commands.params import POSITIVE_DURATION
 from gpusched.node_agent.config import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
 
 DEFAULT_METRICS_PORT = 9403
@@ -61,7 +62,13 @@ DEFAULT_METRICS_PORT = 9403
     show_default=True,
     help="Comma-separated globs of other plugins' sockets; while one is live, no registration.",
 )
-@click.option("--drift-interval", default=30.0, show_default=True, help="Seconds between checks.")
+@click.option(
+    "--drift-interval",
+    type=POSITIVE_DURATION,
+    default="30s",
+    show_default=True,
+    help="Time between checks (30s, 1m, or seconds).",
+)
 @click.option(
     "--metrics-port", default=DEFAULT_METRICS_PORT, show_default=True, help="0: no metrics."
 )

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from gpusched.commands.logs import configure_logging
+from gpusched.commands.params import DURATION, POSITIVE_DURATION
 
 
 def _labels(value: str) -> dict[str, str]:
@@ -29,25 +30,32 @@ def _labels(value: str) -> dict[str, str]:
 )
 @click.option(
     "--resync",
-    default=30.0,
+    type=POSITIVE_DURATION,
+    default="30s",
     show_default=True,
-    help="Most seconds between cycles when nothing changes (changes and deadlines start one "
-    "at once).",
+    help="Most time between cycles when nothing changes (changes and deadlines start one at once).",
 )
 @click.option(
     "--pods-ready-timeout",
-    default=300.0,
+    type=POSITIVE_DURATION,
+    default="300s",
     show_default=True,
-    help="Seconds an admitted gang may take until all its pods run; then it is released and "
-    "requeued.",
+    help="Time an admitted gang may take until all its pods run; then it is released and requeued.",
 )
 @click.option(
     "--backoff-base",
-    default=10.0,
+    type=POSITIVE_DURATION,
+    default="10s",
     show_default=True,
     help="First requeue delay after a gang timeout (doubles each time).",
 )
-@click.option("--backoff-max", default=600.0, show_default=True, help="Longest requeue delay.")
+@click.option(
+    "--backoff-max",
+    type=POSITIVE_DURATION,
+    default="600s",
+    show_default=True,
+    help="Longest requeue delay.",
+)
 @click.option("--node-selector", default="", help="Only use nodes with these labels (k=v,k2=v2).")
 @click.option(
     "--max-preemption-searches", default=32, show_default=True, help="Victim searches per cycle."
@@ -61,18 +69,27 @@ def _labels(value: str) -> dict[str, str]:
 @click.option("--lease-namespace", default="gpusched-system", show_default=True)
 @click.option(
     "--status-refresh",
-    default=60.0,
+    type=DURATION,
+    default="60s",
     show_default=True,
-    help="Least seconds between writes that only reword a waiting job's status (its reason "
+    help="Least time between writes that only reword a waiting job's status (its reason "
     "is written at once).",
 )
 @click.option(
     "--record-delay",
-    type=click.FloatRange(min=0),
-    default=5.0,
+    type=DURATION,
+    default="5s",
     show_default=True,
-    help="Longest seconds an admission whose pods are created waits to be written, so that "
+    help="Longest time an admission whose pods are created waits to be written, so that "
     "its status is written once, with its pods running (0: before the pods are created).",
+)
+@click.option(
+    "--max-node-rejections",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Times in a row a node's kubelet may refuse to admit a job's pod (no container ran) "
+    "before the job fails; each refusal requeues the gang with backoff (0: never fails).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def operator(
@@ -89,6 +106,7 @@ def operator(
     lease_namespace: str,
     status_refresh: float,
     record_delay: float,
+    max_node_rejections: int,
     verbose: bool,
 ) -> None:
     """Run the GpuJob / TenantQuota operator until interrupted."""
@@ -110,6 +128,7 @@ def operator(
                 max_preemption_searches=max_preemption_searches,
                 status_refresh=status_refresh,
                 record_delay=record_delay,
+                max_node_rejections=max_node_rejections,
             ),
             metrics_port=metrics_port,
             resync=resync,

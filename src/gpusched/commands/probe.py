@@ -24,6 +24,7 @@ import yaml
 
 from gpusched.api import keys
 from gpusched.commands.logs import configure_logging
+from gpusched.commands.params import DURATION, POSITIVE_DURATION
 from gpusched.core.health import APPLICATION_XIDS, HealthPolicy
 
 DEFAULT_METRICS_PORT = 9402
@@ -98,13 +99,26 @@ def _dry_run_document(result: Any, node: str) -> str:
     "With --dry-run defaults to the host name.",
 )
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Default: in-cluster.")
-@click.option("--interval", default=10.0, show_default=True, help="Seconds between readings.")
-@click.option("--resync", default=300.0, show_default=True, help="Seconds between full re-reads.")
+@click.option(
+    "--interval",
+    type=POSITIVE_DURATION,
+    default="10s",
+    show_default=True,
+    help="Time between readings (10s, 1m, or seconds).",
+)
+@click.option(
+    "--resync",
+    type=POSITIVE_DURATION,
+    default="300s",
+    show_default=True,
+    help="Time between full re-reads.",
+)
 @click.option(
     "--telemetry-refresh",
-    default=600.0,
+    type=DURATION,
+    default="600s",
     show_default=True,
-    help="Least seconds between status writes due only to temperature or power.",
+    help="Least time between status writes due only to temperature or power.",
 )
 @click.option(
     "--metrics-port",
@@ -143,9 +157,10 @@ def _dry_run_document(result: Any, node: str) -> str:
 )
 @click.option(
     "--throttle-sustain",
-    default=30.0,
+    type=DURATION,
+    default="30s",
     show_default=True,
-    help="Seconds of hardware slowdown before a GPU is Degraded.",
+    help="Time of hardware slowdown before a GPU is Degraded.",
 )
 @click.option(
     "--temperature-limit",

@@ -47,7 +47,11 @@ class RefusalReason(StrEnum):
     RESERVED = "ReservedByGpusched"
     """A pod gpusched did not place asks for GPUs the extender reserved for another pod."""
     MALFORMED = "MalformedAssignment"
-    """The pod's ``gpusched.io/gpus`` cannot be read."""
+    """The pod's ``gpusched.io/gpus`` cannot be read, or names another number of GPUs than the
+    pod requests (not a set the extender wrote)."""
+    CONFLICT = "AssignmentConflict"
+    """Another live pod on the node was bound to some of the same GPUs first: two pods never
+    share a GPU, and the older binding holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,10 @@ class PodGpus:
     """creationTimestamp (RFC 3339 sorts as text): the kubelet admits older pods first."""
     allocated: tuple[str, ...] | None = None
     """``gpusched.io/allocated-gpus`` as last written by the node agent."""
+    ignored: str | None = None
+    """Why a ``gpusched.io/gpus`` on the pod is not believed (it is not for the gpusched
+    scheduler, so the extender did not write it): the pod is treated as not placed by
+    gpusched."""
 
     @property
     def key(self) -> str:
@@ -205,12 +213,27 @@ def pod_gpus(pod: Mapping[str, Any], resource: str = keys.GPU_RESOURCE) -> PodGp
     ]
     containers += [_container_gpus(c, resource, init=False) for c in spec.get("containers") or []]
     raw = annotations.get(keys.ANNOTATION_GPUS)
+    ignored = None
+    if raw is not None and spec.get("schedulerName") != keys.SCHEDULER_NAME:
+        # Only the extender writes this key, and only on pods for the gpusched scheduler.
+        ignored = (
+            f"annotation {keys.ANNOTATION_GPUS} on a pod gpusched did not schedule (schedulerName "
+            f"{spec.get('schedulerName') or 'default-scheduler'}) is not believed"
+        )
+        raw = None
     assigned = parse_uuids(raw)
     error = None
+    requested = _effective_request(containers, spec.get("initContainers") or [])
     if raw is not None and assigned is None:
         error = f"annotation {keys.ANNOTATION_GPUS}={raw!r} is not a list of GPU UUIDs"
     elif assigned is not None and len(set(assigned)) != len(assigned):
         error = f"annotation {keys.ANNOTATION_GPUS}={raw!r} names a GPU twice"
+        assigned = None
+    elif assigned is not None and len(assigned) != requested:
+        error = (
+            f"annotation {keys.ANNOTATION_GPUS} names {len(assigned)} GPU(s) but the pod requests "
+            f"{requested}: not a set the extender wrote"
+        )
         assigned = None
     phase = (pod.get("status") or {}).get("phase")
     return PodGpus(
@@ -224,7 +247,25 @@ def pod_gpus(pod: Mapping[str, Any], resource: str = keys.GPU_RESOURCE) -> PodGp
         deleting=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp") or ""),
         allocated=parse_uuids(annotations.get(keys.ANNOTATION_ALLOCATED_GPUS)),
+        ignored=ignored,
     )
+
+
+def _effective_request(containers: Sequence[ContainerGpus], init_specs: Sequence[Any]) -> int:
+    """The pod's GPUs by Kubernetes' rule: regular containers plus sidecars, or the peak while
+    init containers run beside the sidecars started before them (``containers`` lists the init
+    containers first, in order)."""
+    inits = containers[: len(init_specs)]
+    sidecars = 0
+    peak = 0
+    for container in inits:
+        if container.init:
+            peak = max(peak, sidecars + container.gpus)
+        else:
+            sidecars += container.gpus
+            peak = max(peak, sidecars)
+    regular = sum(c.gpus for c in containers[len(init_specs) :])
+    return max(regular + sidecars, peak)
 
 
 def node_gpus(spec: NodeGpuTopologySpec, status: NodeGpuTopologyStatus | None) -> list[GpuEntry]:
@@ -356,6 +397,9 @@ def _choose_for_pod(
         return _refuse(RefusalReason.MALFORMED, f"pod {pod.key}: {pod.assignment_error}", pod.key)
     if pod.assigned is None:
         return _choose_unplaced(pod, state, available, must_include, size)
+    conflict = _conflict(pod, state)
+    if conflict is not None:
+        return conflict
     held = _held_by_siblings(pod, state)
     wanted = [g for g in pod.assigned if g not in held]
     foreign = [d for d in must_include if d not in wanted]
@@ -372,6 +416,32 @@ def _choose_for_pod(
         return _refuse(RefusalReason.NOT_AVAILABLE, _not_available(pod, missing, state), pod.key)
     chosen = list(must_include) + [g for g in usable if g not in must_include]
     return Verdict(pod=pod.key, devices=tuple(chosen[:size]))
+
+
+def _conflict(pod: PodGpus, state: NodeState) -> Verdict | None:
+    """A refusal when another live pod on the node was bound to some of ``pod``'s GPUs first.
+
+    The extender never gives two live pods one GPU, so two claims on one GPU mean one of them
+    was not the extender's (a pod created with ``nodeName`` and a copied annotation, say); the
+    older binding is the one the extender made, and it keeps the GPU."""
+    mine = set(pod.assigned or ())
+    clashes = [
+        f"{state.describe(sorted(mine & set(other.assigned)))} to pod {other.key}"
+        for other in sorted(state.pods.values(), key=lambda o: (o.created, o.key))
+        if other.key != pod.key
+        and other.live
+        and other.assigned
+        and (other.created, other.key) < (pod.created, pod.key)
+        and mine & set(other.assigned)
+    ]
+    if not clashes:
+        return None
+    return _refuse(
+        RefusalReason.CONFLICT,
+        f"pod {pod.key} claims GPUs that older pods were bound to ({'; '.join(clashes)}); two "
+        "pods never share a GPU, so it gets none",
+        pod.key,
+    )
 
 
 def _choose_unplaced(
@@ -466,6 +536,9 @@ def verify_allocation(state: NodeState, devices: Iterable[str]) -> Verdict:
         if pod.assigned is not None and requested <= set(pod.assigned):
             if requested & _held_by_siblings(pod, state):
                 continue
+            conflict = _conflict(pod, state)
+            if conflict is not None:
+                return conflict
             return Verdict(pod=pod.key, devices=tuple(sorted(requested)))
     pod = admission.pods[0]
     if len(admission.pods) == 1 and pod.assignment_error is not None:

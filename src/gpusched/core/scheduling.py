@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpusched.api import keys
-from gpusched.api.annotations import parse_indices
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.placement import (
     Placement,
@@ -22,6 +21,7 @@ from gpusched.core.placement import (
     evaluate_set,
     place,
 )
+from gpusched.core.podgpus import controlling_gpujob, planned_for
 from gpusched.core.prepared import PreparedNode
 from gpusched.core.ranking import NodeRank, WiringRank, node_rank, wiring_rank
 
@@ -71,21 +71,24 @@ def _container_gpus(container: Mapping[str, Any], where: str) -> int:
 
 
 def gpu_count(pod: Mapping[str, Any]) -> int:
-    """GPUs the pod holds while running: the sum over containers, or the largest init container
-    if that is more (init containers run one at a time, before the others)."""
+    """GPUs the pod holds while running, by Kubernetes' rule for a pod's effective request: the
+    regular containers and the sidecars (restartable init containers) together, or, if more,
+    the peak while init containers run one at a time beside the sidecars started before them."""
     spec = pod.get("spec") or {}
     running = sum(
         _container_gpus(c, f"spec.containers[{i}]")
         for i, c in enumerate(spec.get("containers") or [])
     )
-    init = max(
-        (
-            _container_gpus(c, f"spec.initContainers[{i}]")
-            for i, c in enumerate(spec.get("initContainers") or [])
-        ),
-        default=0,
-    )
-    return max(running, init)
+    sidecars = 0
+    init_peak = 0
+    for i, container in enumerate(spec.get("initContainers") or []):
+        gpus = _container_gpus(container, f"spec.initContainers[{i}]")
+        if container.get("restartPolicy") == "Always":
+            sidecars += gpus
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + gpus)
+    return max(running + sidecars, init_peak)
 
 
 def _enum(value: str, kind: type[TopologyScope] | type[TopologyMode], key: str) -> Any:
@@ -112,9 +115,11 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
     gang_size = annotations.get(keys.ANNOTATION_GANG_SIZE, "1")
     if not gang_size.isdigit():
         raise RequestError(f"annotation {keys.ANNOTATION_GANG_SIZE}={gang_size!r} is not a number")
+    # Only the operator plans, and only for its GpuJobs' pods: a plan on any other pod is
+    # ignored (gpusched.core.podgpus).
+    planned_node, planned_gpus = planned_for(pod)
     planned = annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)
-    planned_gpus = parse_indices(planned)
-    if planned and planned_gpus is None:
+    if planned and planned_gpus is None and controlling_gpujob(pod) is not None:
         raise RequestError(
             f"annotation {keys.ANNOTATION_PLANNED_GPU_INDICES}={planned!r} is not a list of "
             "GPU indices"
@@ -123,7 +128,7 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
         gpus=gpu_count(pod),
         planned_gpus=planned_gpus,
         policy=Policy(scope=scope, mode=mode, multi_node=int(gang_size) > 1),
-        planned_node=annotations.get(keys.ANNOTATION_PLANNED_NODE) or None,
+        planned_node=planned_node,
         soft_preferences=has_soft_preferences(pod),
     )
 

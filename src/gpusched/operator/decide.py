@@ -17,16 +17,21 @@ from gpusched.core.lifecycle import (
     JobFacts,
     LifecycleConfig,
     Plan,
+    Protection,
     Refresh,
     Settled,
     TenantMap,
     Verdict,
     WriteStatus,
     build_snapshot,
+    charged_pod,
+    class_not_allowed,
     core_job,
     foreign_busy,
+    foreign_pods,
     leaving_victims,
     plan,
+    protection_of,
     settle,
     tenant_map,
 )
@@ -53,10 +58,16 @@ class OperatorConfig:
     record_delay: float = 5.0
     """Longest an admission whose pods are created goes unwritten, so that its status is
     written once, with its pods running (0: written before its pods are created)."""
+    max_node_rejections: int = 5
+    """Kubelet admission refusals in a row before a job fails (0: never)."""
 
     def lifecycle(self) -> LifecycleConfig:
         return LifecycleConfig(
-            self.pods_ready_timeout, self.backoff_base, self.backoff_max, self.record_delay
+            self.pods_ready_timeout,
+            self.backoff_base,
+            self.backoff_max,
+            self.record_delay,
+            self.max_node_rejections,
         )
 
 
@@ -145,17 +156,22 @@ def job_contexts(
     """Per job: its tenant, priority, dry-run verdict, refusal, and whether it waits for
     victims to leave."""
     out: dict[str, JobContext] = {}
+    quotas = {q.metadata.name: q for q in world.quotas}
+    protections = {name: protection_of(quota) for name, quota in quotas.items()}
     for job in world.jobs:
         spec = job.job.spec if job.job is not None else None
         class_name = spec.priority_class_name if spec is not None else None
         priority = world.priorities.get(class_name, 0) if class_name else world.default_priority
+        tenant = tenants.owner.get(job.namespace)
         out[job.key] = JobContext(
-            tenant=tenants.owner.get(job.namespace),
+            tenant=tenant,
             priority=priority,
             priority_class_missing=bool(class_name) and class_name not in world.priorities,
             verdict=verdicts.get(job.key),
             refusal=world.refusals.get((job.uid, job.status.admission)),
             leaving=bool(leaving.get(job.key)),
+            protection=protections.get(tenant or "", Protection()),
+            class_not_allowed=class_not_allowed(quotas.get(tenant or ""), class_name),
         )
     return out
 
@@ -190,9 +206,17 @@ def decide(
         for key, job in by_key.items()
         if (found := memo.core_job(job, settled[key], contexts[key], now)) is not None
     ]
-    busy_gpus = foreign_busy(world.pods, world.jobs, settled)
+    foreign = foreign_pods(world.pods, world.jobs, settled)
+    charged = [
+        charged_pod(pod, tenants.owner[pod.namespace])
+        for pod in foreign
+        if pod.namespace in tenants.owner and not pod.controller_uid
+    ]
+    busy_gpus = foreign_busy(
+        p for p in foreign if p.namespace not in tenants.owner or p.controller_uid
+    )
     snapshot = build_snapshot(
-        jobs,
+        [*jobs, *charged],
         world.quotas,
         nodes.nodes(world.nodes, world.topologies, busy_gpus),
         now,
@@ -210,6 +234,7 @@ def decide(
         busy=busy,
         refresh=refresh,
         defer=config.record_delay > 0,
+        protections={key: context.protection for key, context in contexts.items()},
     )
     t4 = time.perf_counter()
     wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]

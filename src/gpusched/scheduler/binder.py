@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.api import keys
-from gpusched.api.annotations import format_indices, parse_indices
+from gpusched.api.annotations import format_indices
 from gpusched.api.extender import ExtenderBindingArgs
-from gpusched.core.scheduling import GpuRequest, RequestError, evaluate, gpu_request
+from gpusched.core.podgpus import gpu_claim
+from gpusched.core.scheduling import GpuRequest, RequestError, evaluate, gpu_count, gpu_request
 from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.cache import Assumption, ClusterCache
@@ -227,7 +228,10 @@ class Binder:
             return False
         annotations = pod["metadata"].get("annotations") or {}
         node = (pod.get("spec") or {}).get("nodeName")
-        held = parse_indices(annotations.get(keys.ANNOTATION_GPU_INDICES))
+        try:
+            held = gpu_claim(pod, gpu_count(pod)).assigned
+        except RequestError:
+            return False
         if not node or held is None:
             return False
         actual = Assumption(

@@ -10,6 +10,7 @@ after a restart.
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,10 +19,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpusched.api import keys
-from gpusched.api.annotations import parse_indices
+from gpusched.api.annotations import format_indices
 from gpusched.api.nodegputopology import NodeGpuTopology
 from gpusched.core import NodeTopology, PreparedNode, prepare
+from gpusched.core.podgpus import GpuClaim, gpu_claim
 from gpusched.core.scheduling import NodeView, RequestError, gpu_count
+
+log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 #: How long an assumption survives after its bind returned, waiting for the watch to confirm.
@@ -59,8 +63,10 @@ class PodRecord:
     uid: str
     node: str
     gpus: tuple[int, ...] | None
-    """Assigned indices, None when the pod carries no (valid) assignment."""
+    """Indices it holds (trusted assignment and allocation), None when none is known."""
     count: int
+    assigned: tuple[int, ...] | None = None
+    """The extender's set as first seen bound; kept when the annotation later changes."""
 
 
 @dataclass(slots=True)
@@ -170,12 +176,26 @@ class ClusterCache:
         if not node or phase in TERMINAL_PHASES or count == 0:
             self._drop_pod(key, meta.get("uid", ""))
             return
-        annotations = meta.get("annotations") or {}
-        gpus = parse_indices(annotations.get(keys.ANNOTATION_GPU_INDICES))
-        if gpus is None:
-            # A pod gpusched did not place: the node agent writes which GPUs it really holds.
-            gpus = parse_indices(annotations.get(keys.ANNOTATION_ALLOCATED_GPU_INDICES))
-        record = PodRecord(key=key, uid=meta.get("uid", ""), node=node, gpus=gpus, count=count)
+        uid = meta.get("uid", "")
+        claim = gpu_claim(obj, count)
+        assigned = claim.assigned
+        previous = self.pods.get(key)
+        if previous is not None and previous.uid == uid and previous.assigned is not None:
+            # gpusched never changes a bound pod's set: a later value is not the extender's.
+            if assigned != previous.assigned:
+                log.warning(
+                    "pod %s: %s changed after bind (%s -> %s); keeping the bound set",
+                    key,
+                    keys.ANNOTATION_GPU_INDICES,
+                    format_indices(previous.assigned),
+                    format_indices(assigned or ()),
+                )
+            assigned = previous.assigned
+        claim = GpuClaim(assigned, claim.allocated, claim.ignored)
+        if claim.ignored:
+            log.debug("pod %s: %s", key, "; ".join(claim.ignored))
+        gpus = claim.held
+        record = PodRecord(key=key, uid=uid, node=node, gpus=gpus, count=count, assigned=assigned)
         self._unindex(key)
         self.pods[key] = record
         self.by_node.setdefault(node, {})[key] = record

@@ -124,6 +124,15 @@ def pod(
             keys.LABEL_ADMISSION: str(admission),
         },
         "annotations": annotations or {},
+        "ownerReferences": [
+            {
+                "apiVersion": keys.API_VERSION,
+                "kind": "GpuJob",
+                "name": facts.name,
+                "uid": facts.uid,
+                "controller": True,
+            }
+        ],
     }
     if deleting:
         meta["deletionTimestamp"] = stamp(NOW)
@@ -136,6 +145,7 @@ def pod(
         "metadata": meta,
         "spec": {
             "nodeName": node,
+            "schedulerName": keys.SCHEDULER_NAME,
             "containers": [{"name": "main", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}],
         },
         "status": status,

@@ -159,6 +159,45 @@ def test_planned_gpus_are_used_while_free_and_replaced_when_taken() -> None:
     assert 1 not in taken.placement.gpus
 
 
+def _gpujob_pod(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the operator creates a GpuJob's pod: controlled by the job."""
+    body["metadata"]["labels"] = {keys.LABEL_JOB_UID: "job-uid"}
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": keys.API_VERSION, "kind": "GpuJob", "uid": "job-uid", "controller": True}
+    ]
+    return body
+
+
 def test_malformed_planned_gpus_are_refused_naming_the_annotation() -> None:
     with pytest.raises(RequestError, match=keys.ANNOTATION_PLANNED_GPU_INDICES):
-        gpu_request(pod({keys.GPU_RESOURCE: "2"}, {keys.ANNOTATION_PLANNED_GPU_INDICES: "a,b"}))
+        gpu_request(
+            _gpujob_pod(
+                pod({keys.GPU_RESOURCE: "2"}, {keys.ANNOTATION_PLANNED_GPU_INDICES: "a,b"})
+            )
+        )
+
+
+def test_a_plan_is_read_only_from_a_gpujobs_pod() -> None:
+    """planned-node and planned-gpu-indices on a plain pod choose nothing (only the operator
+    plans, and only for the pods it creates)."""
+    plan = {keys.ANNOTATION_PLANNED_NODE: "n7", keys.ANNOTATION_PLANNED_GPU_INDICES: "2,3"}
+    plain = gpu_request(pod({keys.GPU_RESOURCE: "2"}, dict(plan)))
+    assert (plain.planned_node, plain.planned_gpus) == (None, None)
+    owned = gpu_request(_gpujob_pod(pod({keys.GPU_RESOURCE: "2"}, dict(plan))))
+    assert (owned.planned_node, owned.planned_gpus) == ("n7", (2, 3))
+    forged = _gpujob_pod(pod({keys.GPU_RESOURCE: "2"}, dict(plan)))
+    forged["metadata"]["ownerReferences"][0]["uid"] = "another-job"
+    assert gpu_request(forged).planned_node is None
+
+
+def test_gpu_count_follows_the_sidecar_rule() -> None:
+    """Sidecars (restartable init containers) hold their GPUs beside the regular containers;
+    a classic init container runs beside the sidecars started before it."""
+    body = pod({keys.GPU_RESOURCE: "2"})
+    body["spec"]["initContainers"] = [
+        {"name": "s", "restartPolicy": "Always", "resources": {"limits": {keys.GPU_RESOURCE: 1}}},
+        {"name": "i", "resources": {"limits": {keys.GPU_RESOURCE: "3"}}},
+    ]
+    assert gpu_count(body) == 4  # the init container beside the sidecar: 1 + 3 > 2 + 1
+    body["spec"]["initContainers"][1]["resources"]["limits"][keys.GPU_RESOURCE] = "1"
+    assert gpu_count(body) == 3  # sidecar + regular containers

@@ -150,7 +150,10 @@ def test_a_pod_of_another_scheduler_may_use_gpus_of_finished_pods() -> None:
 def test_malformed_assignment_is_refused_with_the_field() -> None:
     raw = {
         "metadata": {"name": "a", "namespace": "ns", "annotations": {keys.ANNOTATION_GPUS: "x,,y"}},
-        "spec": {"containers": [{"name": "m", "resources": {"limits": {keys.GPU_RESOURCE: "2"}}}]},
+        "spec": {
+            "schedulerName": keys.SCHEDULER_NAME,
+            "containers": [{"name": "m", "resources": {"limits": {keys.GPU_RESOURCE: "2"}}}],
+        },
     }
     p = pod_gpus(raw)
     verdict = verify_allocation(state([p], [listed(p)]), UUIDS[:2])
@@ -166,6 +169,7 @@ def test_pod_gpus_reads_containers_init_containers_and_assignment() -> None:
             "annotations": {keys.ANNOTATION_GPUS: "GPU-01,GPU-00"},
         },
         "spec": {
+            "schedulerName": keys.SCHEDULER_NAME,
             "initContainers": [
                 {"name": "i", "resources": {"limits": {keys.GPU_RESOURCE: "1"}}},
                 {"name": "s", "restartPolicy": "Always"},

@@ -201,6 +201,7 @@ def test_running_records_the_gpus_the_extender_bound() -> None:
             keys.ANNOTATION_TOPOLOGY_CLASS: "nvlink",
         },
         gpus=2,
+        scheduler=keys.SCHEDULER_NAME,
     )
     s = st.running(st.Transition(status, NOW, 1), 1, [pod]).status
     assert s.phase is JobPhase.RUNNING
@@ -208,6 +209,31 @@ def test_running_records_the_gpus_the_extender_bound() -> None:
     assert s.placement[0].gpu_indices == [2, 3]
     assert s.placement[0].gpu_uuids == ["GPU-a", "GPU-b"]
     assert s.placement_quality == "nvlink"
+
+
+def test_running_ignores_a_gpu_set_the_extender_cannot_have_written() -> None:
+    """A set on a pod of another scheduler, or naming more GPUs than the pod requests, is not
+    recorded as bound: the plan stays."""
+    status = GpuJobStatus(
+        phase=JobPhase.ADMITTED,
+        placement=[ReplicaPlacement(replica=0, node="n0", gpu_indices=[0, 1])],
+    )
+    for scheduler, indices in (("default-scheduler", "2,3"), (keys.SCHEDULER_NAME, "0,1,2,3")):
+        pod = PodFacts(
+            name="train-1-0",
+            namespace="ns",
+            phase="Running",
+            node="n0",
+            deleting=False,
+            created=NOW,
+            labels={keys.LABEL_REPLICA_INDEX: "0"},
+            annotations={keys.ANNOTATION_GPU_INDICES: indices},
+            gpus=2,
+            scheduler=scheduler,
+        )
+        s = st.running(st.Transition(status, NOW, 1), 1, [pod]).status
+        assert s.placement[0].gpu_indices == [0, 1], scheduler
+        assert pod.claim.ignored, scheduler
 
 
 def _node(name: str, **extra: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ def pod(
     *,
     phase: str = "Running",
     uid: str | None = None,
+    scheduler: str = keys.SCHEDULER_NAME,
 ) -> dict[str, Any]:
     annotations = {keys.ANNOTATION_GPU_INDICES: indices} if indices is not None else {}
     return {
@@ -40,6 +41,7 @@ def pod(
         },
         "spec": {
             "nodeName": node,
+            "schedulerName": scheduler,
             "containers": [{"name": "c", "resources": {"limits": {keys.GPU_RESOURCE: str(gpus)}}}],
         },
         "status": {"phase": phase},

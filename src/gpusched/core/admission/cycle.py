@@ -411,7 +411,7 @@ class Cycle:
                     # Another tenant's job helps only if it frees GPUs the job may use.
                     if not any(a.node in eligible for a in victim.placement):
                         continue
-                    if may_be_victim(victim, self.now):
+                    if may_be_victim(victim, self.now, reclaim=True):
                         cross = True
                         out.append(
                             Candidate(

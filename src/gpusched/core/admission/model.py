@@ -173,6 +173,10 @@ class Job:
     priority: int = 0
     preemptible: bool = True
     min_runtime_seconds: float = 0.0
+    """Seconds after its start during which it is no victim."""
+    reclaim_min_runtime_seconds: float | None = None
+    """The same against a tenant reclaiming its guarantee (the job runs on borrowed GPUs);
+    None: ``min_runtime_seconds``."""
     submitted_at: float = 0.0
     """First submission; FIFO order and the tie-break of every ordering."""
     state: JobState = JobState.QUEUED

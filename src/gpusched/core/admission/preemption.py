@@ -61,18 +61,23 @@ def gpu_seconds_lost(job: Job, now: float) -> float:
     return max(0.0, now - since) * job.total_gpus
 
 
-def protected_until(job: Job) -> float | None:
-    """When the job's minimum runtime ends (None: not started, so not yet counting)."""
+def protected_until(job: Job, *, reclaim: bool = False) -> float | None:
+    """When the job's minimum runtime ends (None: not started, so not yet counting); against a
+    tenant reclaiming its guarantee, the job's (shorter) protection on borrowed GPUs."""
     if job.started_at is None:
         return None
-    return job.started_at + job.min_runtime_seconds
+    seconds = job.min_runtime_seconds
+    if reclaim and job.reclaim_min_runtime_seconds is not None:
+        seconds = min(seconds, job.reclaim_min_runtime_seconds)
+    return job.started_at + seconds
 
 
-def may_be_victim(job: Job, now: float) -> bool:
-    """Preemptible, running, and past its minimum runtime."""
+def may_be_victim(job: Job, now: float, *, reclaim: bool = False) -> bool:
+    """Preemptible, running, and past its minimum runtime (``reclaim``: as it protects
+    borrowed GPUs against a guarantee)."""
     if not job.preemptible or job.started_at is None:
         return False
-    until = protected_until(job)
+    until = protected_until(job, reclaim=reclaim)
     return until is not None and now >= until
 
 

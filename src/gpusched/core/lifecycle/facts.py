@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpusched.api import keys
 from gpusched.api.annotations import parse_indices
 from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase
+from gpusched.core.podgpus import GpuClaim, claim_of, controlling_gpujob
 from gpusched.core.scheduling import RequestError, gpu_count
 
 #: Pod phases after which a pod holds no GPU.
@@ -35,6 +36,23 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _refused_by_kubelet(status: Mapping[str, Any]) -> bool:
+    """Whether a Failed pod never got a container: the kubelet's admission refused it (device
+    plugin, resources, affinity, a restart that found it unadmitted). Its status then carries
+    the kubelet's reason and no container status ever left ``waiting``."""
+    if status.get("phase") != "Failed" or not status.get("reason"):
+        return False
+    for cs in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        state = cs.get("state") or {}
+        last = cs.get("lastState") or {}
+        if cs.get("containerID") or "running" in state or "terminated" in state or last:
+            return False
+    return True
 
 
 def _number(value: str | None) -> int | None:
@@ -64,14 +82,33 @@ class PodFacts:
     uid: str = ""
     version: int = 0
     """resourceVersion as a number (0: assumed by the operator, not yet read back)."""
+    scheduler: str = ""
+    """``spec.schedulerName``: the extender's GPU set is believed only on gpusched's pods."""
+    controller_uid: str = ""
+    """UID of the GpuJob controlling the pod (reference and label agree), else empty: only
+    such a pod's plan (``planned-*``) is the operator's."""
+    reason: str = ""
+    """``status.reason`` (e.g. the kubelet's ``UnexpectedAdmissionError``)."""
+    never_started: bool = False
+    """Failed before any container was created: the kubelet refused to admit it (a device
+    plugin, resources, a node restart), so the workload never ran."""
     admission: int | None = field(init=False, default=None)
     """The admission of its job that created it (label), read once."""
     replica: int | None = field(init=False, default=None)
     """Its replica index (label), read once."""
+    claim: GpuClaim = field(init=False, default=GpuClaim())
+    """The GPUs it is believed to hold (gpusched.core.podgpus), read once."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "admission", _number(self.labels.get(keys.LABEL_ADMISSION)))
         object.__setattr__(self, "replica", _number(self.labels.get(keys.LABEL_REPLICA_INDEX)))
+        object.__setattr__(
+            self,
+            "claim",
+            claim_of(
+                self.annotations, self.gpus, for_gpusched=self.scheduler == keys.SCHEDULER_NAME
+            ),
+        )
 
     @classmethod
     def from_api(cls, pod: Mapping[str, Any]) -> PodFacts:
@@ -92,6 +129,10 @@ class PodFacts:
                 )
                 break
         return cls(
+            scheduler=str(spec.get("schedulerName") or ""),
+            controller_uid=controlling_gpujob(pod) or "",
+            never_started=_refused_by_kubelet(status),
+            reason=str(status.get("reason") or ""),
             name=meta.get("name", ""),
             namespace=meta.get("namespace", ""),
             phase=status.get("phase") or "Pending",
@@ -127,15 +168,25 @@ class PodFacts:
 
     @property
     def bound_gpus(self) -> tuple[int, ...] | None:
-        """GPU indices the extender bound, else those the admission planned."""
-        return parse_indices(self.annotations.get(keys.ANNOTATION_GPU_INDICES)) or parse_indices(
-            self.annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)
-        )
+        """GPU indices it holds (the extender's set or the kubelet's allocation, where
+        believed), else those the admission planned for it."""
+        return self.claim.held or self.planned_gpus
+
+    @property
+    def planned_gpus(self) -> tuple[int, ...] | None:
+        """The GPUs admission planned, on a GpuJob's pod only."""
+        if not self.controller_uid:
+            return None
+        return parse_indices(self.annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES))
 
     @property
     def host(self) -> str | None:
-        """Node it is bound to, else the one it was planned for."""
-        return self.node or self.annotations.get(keys.ANNOTATION_PLANNED_NODE) or None
+        """Node it is bound to, else the one it was planned for (a GpuJob's pod only)."""
+        if self.node:
+            return self.node
+        if not self.controller_uid:
+            return None
+        return self.annotations.get(keys.ANNOTATION_PLANNED_NODE) or None
 
     def with_deletion(self) -> PodFacts:
         """The pod as it is once a delete was sent."""

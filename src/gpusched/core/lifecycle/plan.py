@@ -18,7 +18,14 @@ from datetime import datetime
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
-from gpusched.core.admission import Admission, CycleResult, JobState, Waiting, WaitReason
+from gpusched.core.admission import (
+    Admission,
+    CycleResult,
+    JobState,
+    PreemptReason,
+    Waiting,
+    WaitReason,
+)
 from gpusched.core.lifecycle import status as st
 from gpusched.core.lifecycle.actions import (
     Action,
@@ -35,6 +42,7 @@ from gpusched.core.lifecycle.facts import JobFacts
 from gpusched.core.lifecycle.patch import merge_patch
 from gpusched.core.lifecycle.pods import pod_manifest
 from gpusched.core.lifecycle.settle import Settled
+from gpusched.core.lifecycle.tenants import Protection
 
 #: Wait reasons worth a Warning event (the job cannot start without someone acting).
 WARNING_REASONS = frozenset({WaitReason.NO_TENANT, WaitReason.NO_FEASIBLE_NODES})
@@ -101,13 +109,16 @@ def plan(
     busy: Collection[str] = (),
     refresh: Refresh | None = None,
     defer: bool = False,
+    protections: Mapping[str, Protection] | None = None,
 ) -> Plan:
     """Groups of actions for one cycle. ``busy`` jobs have writes in flight: nothing is
     planned for them (an admission touching one waits for the next cycle). With ``defer``, an
     admission that creates its pods at once is written with the job's next status change, at
     the latest when settling says so (``LifecycleConfig.record_delay``; see
-    :class:`~gpusched.core.lifecycle.facts.Unwritten`)."""
+    :class:`~gpusched.core.lifecycle.facts.Unwritten`). ``protections``: each job's tenant's
+    bounds on grace periods (victims' pods are deleted within them)."""
     leaving = leaving or {}
+    protections = protections or {}
     refresh = refresh or Refresh()
     budget = [refresh.budget]
     groups: list[Group] = []
@@ -125,6 +136,7 @@ def plan(
                 now,
                 leaving=bool(leaving.get(admission.job)),
                 defer=defer,
+                protections=protections,
             )
         )
         planned |= touched
@@ -151,6 +163,7 @@ def _admission(
     *,
     leaving: bool,
     defer: bool,
+    protections: Mapping[str, Protection],
 ) -> Group:
     job = jobs[admission.job]
     assert job.job is not None
@@ -166,7 +179,13 @@ def _admission(
             write = write_status(victim, status, resource_version=victim.resource_version)
             if write is not None:
                 marks.append(write)
-            grace = victim.job.spec.checkpoint_grace_period_seconds if victim.job else None
+            grace = (
+                protections.get(victim.key, Protection()).grace(
+                    victim.job.spec, reclaim=preemption.reason is PreemptReason.RECLAIM_GUARANTEE
+                )
+                if victim.job
+                else None
+            )
             for pod in victim.pods_of(status.admission):
                 if pod.live and not pod.deleting:
                     evictions.append(

@@ -52,13 +52,28 @@ def pod_manifest(
         keys.LABEL_REPLICA_INDEX: str(replica),
         keys.LABEL_ADMISSION: str(admission),
     }
+    # The CRD refuses templates carrying gpusched's GPU ownership annotations; a job stored
+    # before that rule still never passes them on (the pod-gpu-ownership policy would refuse
+    # the pod).
+    inherited = {
+        k: v
+        for k, v in (tmeta.get("annotations") or {}).items()
+        if k not in keys.OWNERSHIP_ANNOTATIONS
+    }
     annotations = {
-        **(tmeta.get("annotations") or {}),
+        **inherited,
         keys.ANNOTATION_TOPOLOGY_SCOPE: spec.topology.scope.value,
         keys.ANNOTATION_TOPOLOGY_MODE: spec.topology.mode.value,
         keys.ANNOTATION_GANG_SIZE: str(spec.replicas),
     }
     pod_spec["schedulerName"] = keys.SCHEDULER_NAME
+    # The pods run at the job's priority, so the kubelet's and the scheduler's preemption, and
+    # ResourceQuotas scoped by PriorityClass, see what admission saw.
+    pod_spec.pop("priority", None)
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    else:
+        pod_spec.pop("priorityClassName", None)
     containers = pod_spec.get("containers") or []
     if containers:
         first = containers[0]

@@ -22,6 +22,7 @@ from gpusched.core.lifecycle import status as st
 from gpusched.core.lifecycle.actions import Action, CreatePod, DeletePod, Event, PatchPod
 from gpusched.core.lifecycle.facts import JobFacts, PodFacts
 from gpusched.core.lifecycle.pods import pod_manifest
+from gpusched.core.lifecycle.tenants import Protection
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,10 @@ class LifecycleConfig:
     record_delay: float = 5.0
     """Longest an admission carried out (its pods created) goes unwritten, waiting to be
     written together with its pods running (see :class:`~gpusched.core.lifecycle.Unwritten`)."""
+    max_node_rejections: int = 5
+    """Times in a row a node's kubelet may refuse to admit a pod of the job (its admission
+    failed, no container ran) before the job fails; each one releases and requeues the gang
+    with backoff. 0: never fails for it."""
 
     def backoff(self, requeues: int) -> float:
         """Seconds to wait after the job's ``requeues``-th release."""
@@ -78,6 +83,10 @@ class JobContext:
     refusal: Refusal | None = None
     leaving: bool = False
     """Victims of its preemption still hold its GPUs."""
+    protection: Protection = field(default_factory=Protection)
+    """Its tenant's bounds on minimum runtime and grace periods."""
+    class_not_allowed: str | None = None
+    """Why its tenant does not allow ``spec.priorityClassName`` (None: allowed)."""
 
 
 @dataclass(frozen=True)
@@ -115,10 +124,7 @@ def needs_validation(job: JobFacts) -> bool:
     return (
         status.phase is JobPhase.FAILED
         and status.reason in st.INVALID_REASONS
-        and (
-            status.observed_generation != job.generation
-            or status.reason == st.Reason.PRIORITY_CLASS_NOT_FOUND
-        )
+        and (status.observed_generation != job.generation or status.reason in st.RECHECKED_REASONS)
     )
 
 
@@ -244,7 +250,7 @@ class _Settle:
             return self.result()
 
         if spec.suspend:
-            self.delete(current, spec.checkpoint_grace_period_seconds)
+            self.delete(current, self.context.protection.grace(spec))
             if phase is not JobPhase.SUSPENDED:
                 self.move(st.suspended(self.transition(), gpus))
                 self.event("Suspended", "spec.suspend is true; pods released")
@@ -258,7 +264,7 @@ class _Settle:
             live = [p for p in current if p.live]
             if live:
                 # Eviction may have been cut short by a restart: finish it.
-                self.delete(live, spec.checkpoint_grace_period_seconds)
+                self.delete(live, self.context.protection.grace(spec))
                 preemptions = self.status.preemptions
                 self.terminating(current, preemptions[-1].preemptor if preemptions else None)
                 return self.result()
@@ -276,6 +282,12 @@ class _Settle:
             self.delete(current, 0)
             self.terminating(current, None)
             return self.result()
+        if self.context.class_not_allowed is not None:
+            # Its tenant stopped allowing the class while it waited: it is not admitted.
+            reason = st.Reason.PRIORITY_CLASS_NOT_ALLOWED
+            self.move(st.invalid(self.transition(), reason, self.context.class_not_allowed, gpus))
+            self.event(reason.value, self.context.class_not_allowed, warning=True)
+            return self.result()
         self.state = JobState.QUEUED
         requeue_at = self.status.requeue_at
         if requeue_at is not None and requeue_at > self.now:
@@ -291,6 +303,8 @@ class _Settle:
                 st.Reason.PRIORITY_CLASS_NOT_FOUND,
                 f"PriorityClass {spec.priority_class_name} does not exist",
             )
+        if self.context.class_not_allowed is not None:
+            return st.Reason.PRIORITY_CLASS_NOT_ALLOWED, self.context.class_not_allowed
         verdict = self.context.verdict
         if verdict is None:
             return None
@@ -326,6 +340,9 @@ class _Settle:
             return
 
         failed = [p for p in current if p.phase == "Failed"]
+        if failed and all(p.never_started for p in failed):
+            self.rejected_by_node(failed[0], current)
+            return
         if failed:
             pod = failed[0]
             text = f"pod {pod.name} failed" + (f": {pod.message}" if pod.message else "")
@@ -345,7 +362,7 @@ class _Settle:
         if started and len(present) < replicas:
             # A running gang lost a pod (deleted, node gone): release and queue it again.
             text = f"{replicas - len(present)} of {replicas} pods disappeared; gang released"
-            self.delete(current, spec.checkpoint_grace_period_seconds)
+            self.delete(current, self.context.protection.grace(spec))
             self.move(st.requeued(self.transition(), st.Reason.PODS_LOST, text, gpus))
             self.event(st.Reason.PODS_LOST.value, text, warning=True)
             self.requeued = st.Reason.PODS_LOST.value
@@ -356,8 +373,9 @@ class _Settle:
         self.state = JobState.ADMITTED
         self.placement = self.held(current)
         started_at = self.status.started_at
-        if started_at is not None and spec.min_runtime_seconds:
-            protected = started_at + timedelta(seconds=spec.min_runtime_seconds)
+        min_runtime = self.context.protection.min_runtime(spec)
+        if started_at is not None and min_runtime:
+            protected = started_at + timedelta(seconds=min_runtime)
             if protected > self.now:
                 self.wake_at = min(protected, self.wake_at or protected)  # preemptible then
         if self.context.leaving:
@@ -432,6 +450,41 @@ class _Settle:
         )
         self.event(st.Reason.PODS_REFUSED.value, text, warning=True)
         self.requeued = st.Reason.PODS_REFUSED.value
+        self.terminating(current, None)
+
+    def rejected_by_node(self, pod: PodFacts, current: list[PodFacts]) -> None:
+        """A node's kubelet refused to admit a pod of the gang: the workload never ran, so it
+        has not failed. Release the gang and queue it again with backoff; only after
+        ``max_node_rejections`` such refusals in a row does the job fail."""
+        gpus = self.job.gpus
+        count = self.status.node_rejections + 1
+        limit = self.config.max_node_rejections
+        why = (
+            f"the kubelet on {pod.node or 'its node'} refused to admit pod {pod.name}"
+            + (f" ({pod.reason})" if pod.reason else "")
+            + (f": {pod.message}" if pod.message and pod.message != pod.reason else "")
+        )
+        self.delete(current, 0)
+        if limit and count >= limit:
+            text = f"{why}; {count} refusals in a row, giving up"
+            self.move(st.finished(self.transition(), False, text, gpus).set(node_rejections=count))
+            self.event(st.Reason.PODS_REJECTED_BY_NODE.value, text, warning=True)
+            self.terminating(current, None)
+            return
+        delay = self.config.backoff(self.status.requeue_count)
+        bound = f" of at most {limit}" if limit else ""
+        text = f"{why}; gang released (refusal {count}{bound}), next attempt in {delay:.0f}s"
+        self.move(
+            st.requeued(
+                self.transition(),
+                st.Reason.PODS_REJECTED_BY_NODE,
+                text,
+                gpus,
+                requeue_at=self.now + timedelta(seconds=delay),
+            ).set(node_rejections=count)
+        )
+        self.event(st.Reason.PODS_REJECTED_BY_NODE.value, text, warning=True)
+        self.requeued = st.Reason.PODS_REJECTED_BY_NODE.value
         self.terminating(current, None)
 
     def release_unready(self, current: list[PodFacts]) -> None:

@@ -11,6 +11,7 @@ from gpusched.api.tenantquota import TenantQuota
 from gpusched.core import Policy
 from gpusched.core.admission import (
     AcrossReplicas,
+    Assignment,
     CycleConfig,
     Job,
     JobState,
@@ -20,15 +21,17 @@ from gpusched.core.admission import (
 )
 from gpusched.core.lifecycle.facts import JobFacts, PodFacts
 from gpusched.core.lifecycle.settle import JobContext, Settled
-from gpusched.core.lifecycle.tenants import core_tenant
+from gpusched.core.lifecycle.tenants import Protection, core_tenant
 
 #: Per node: GPU indices held by pods no accounted job explains, and the count of such GPUs
 #: whose indices are unknown.
 Busy = dict[str, tuple[set[int], int]]
 
 
-def job_shape(job: GpuJob) -> dict[str, Any]:
-    """The spec-derived fields of a core Job (what the job asks for)."""
+def job_shape(job: GpuJob, protection: Protection | None = None) -> dict[str, Any]:
+    """The spec-derived fields of a core Job (what the job asks for, within its tenant's
+    protection bounds)."""
+    protection = protection or Protection()
     spec = job.spec
     template_spec = spec.template.get("spec") or {}
     across = spec.topology.across_replicas
@@ -56,7 +59,8 @@ def job_shape(job: GpuJob) -> dict[str, Any]:
         "node_selector": tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         "tolerations": tolerations,
         "preemptible": spec.preemptible,
-        "min_runtime_seconds": float(spec.min_runtime_seconds),
+        "min_runtime_seconds": float(protection.min_runtime(spec)),
+        "reclaim_min_runtime_seconds": float(protection.reclaim_min_runtime(spec)),
     }
 
 
@@ -83,16 +87,17 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
         last_checkpoint_at=_ts(checkpoint),
         not_before=_ts(status.requeue_at),
         reserved_for=done.reserved_for,
-        **job_shape(job.job),
+        **job_shape(job.job, context.protection),
     )
 
 
-def foreign_busy(
+def foreign_pods(
     pods: Iterable[PodFacts],
     jobs: Iterable[JobFacts],
     settled: Mapping[str, Settled],
-) -> Busy:
-    """GPUs held by pods no accounted job explains (other workloads, leftovers)."""
+) -> list[PodFacts]:
+    """Live bound GPU pods that no accounted job explains (other workloads, leftovers of a
+    job's earlier admission)."""
     accounted: set[tuple[str, str, int]] = set()
     accounted_names: set[tuple[str, str, int]] = set()
     for job in jobs:
@@ -102,7 +107,7 @@ def foreign_busy(
         current = done.status.admission
         accounted.add((job.namespace, job.uid, current))
         accounted_names.add((job.namespace, job.name, current))
-    busy: Busy = {}
+    out = []
     for pod in pods:
         if not pod.live or not pod.node or pod.gpus <= 0:
             continue
@@ -112,6 +117,15 @@ def foreign_busy(
                 continue
             if not pod.job_uid and (pod.namespace, pod.job, admission) in accounted_names:
                 continue
+        out.append(pod)
+    return out
+
+
+def foreign_busy(pods: Iterable[PodFacts]) -> Busy:
+    """Per node, the GPUs ``pods`` hold: indices where believed, else a count."""
+    busy: Busy = {}
+    for pod in pods:
+        assert pod.node is not None
         indices, unknown = busy.setdefault(pod.node, (set(), 0))
         gpus = pod.bound_gpus
         if gpus:
@@ -119,6 +133,35 @@ def foreign_busy(
         else:
             busy[pod.node] = (indices, unknown + pod.gpus)
     return busy
+
+
+def charged_pod_key(pod: PodFacts) -> str:
+    """The key a charged pod has in the admission snapshot (never a GpuJob's: those have no
+    ``/`` in their name)."""
+    return f"{pod.namespace}/pod/{pod.name}"
+
+
+def charged_pod(pod: PodFacts, tenant: str) -> Job:
+    """A GPU pod in a tenant's namespace that is not a GpuJob's, as the admission core sees it:
+    running on what it holds, charged to the tenant (usage, borrowing limit, guarantee), never
+    a victim (the operator cannot requeue a pod it did not create). The chart's admission
+    policy refuses such pods; this accounts for any made before it or without it."""
+    assert pod.node is not None
+    gpus = pod.bound_gpus
+    started = pod.created.timestamp() if pod.created is not None else 0.0
+    return Job(
+        key=charged_pod_key(pod),
+        tenant=tenant,
+        replicas=1,
+        gpus_per_replica=pod.gpus,
+        preemptible=False,
+        submitted_at=started,
+        state=JobState.ADMITTED,
+        placement=(
+            Assignment(pod.node, tuple(gpus)) if gpus else Assignment(pod.node, (), pod.gpus),
+        ),
+        started_at=started,
+    )
 
 
 def build_snapshot(

@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Any
 
 from gpusched.api import keys
-from gpusched.api.annotations import parse_indices
 from gpusched.api.gpujob import (
     GpuJobStatus,
     JobPhase,
@@ -43,6 +42,7 @@ class Reason(StrEnum):
 
     INVALID_POD_TEMPLATE = "InvalidPodTemplate"
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+    PRIORITY_CLASS_NOT_ALLOWED = "PriorityClassNotAllowed"
     QUEUED = "Queued"
     WAITING_FOR_PREEMPTION = "WaitingForPreemption"
     PLACED = "Placed"
@@ -51,6 +51,7 @@ class Reason(StrEnum):
     PODS_READY_TIMEOUT = "PodsReadyTimeout"
     PODS_REFUSED = "PodsRefused"
     PODS_LOST = "PodsLost"
+    PODS_REJECTED_BY_NODE = "PodsRejectedByNode"
     PREEMPTED_BY = "PreemptedBy"
     REQUEUED = "Requeued"
     SUCCEEDED = "Succeeded"
@@ -59,7 +60,16 @@ class Reason(StrEnum):
 
 
 #: Reasons of a job that was never queued because its spec cannot run.
-INVALID_REASONS = frozenset({Reason.INVALID_POD_TEMPLATE, Reason.PRIORITY_CLASS_NOT_FOUND})
+INVALID_REASONS = frozenset(
+    {
+        Reason.INVALID_POD_TEMPLATE,
+        Reason.PRIORITY_CLASS_NOT_FOUND,
+        Reason.PRIORITY_CLASS_NOT_ALLOWED,
+    }
+)
+#: Invalid reasons that something besides the job's spec can remove (a PriorityClass created,
+#: a TenantQuota allowing the class): checked again every cycle.
+RECHECKED_REASONS = frozenset({Reason.PRIORITY_CLASS_NOT_FOUND, Reason.PRIORITY_CLASS_NOT_ALLOWED})
 
 
 def _condition(
@@ -311,16 +321,16 @@ def running(t: Transition, replicas: int, bound: Sequence[PodFacts] = ()) -> Tra
         if pod is not None:
             if pod.node:
                 update["node"] = pod.node
-            indices = pod.annotations.get(keys.ANNOTATION_GPU_INDICES)
-            uuids = pod.annotations.get(keys.ANNOTATION_GPUS)
-            achieved = pod.annotations.get(keys.ANNOTATION_TOPOLOGY_CLASS)
-            parsed = parse_indices(indices)
+            # Only the extender's own set (gpusched.core.podgpus) is recorded as bound.
+            parsed = pod.claim.assigned
             if parsed is not None:
                 update["gpu_indices"] = list(parsed)
-            if uuids:
-                update["gpu_uuids"] = [u for u in uuids.split(",") if u]
-            if achieved:
-                update["topology_class"] = achieved
+                uuids = [u for u in pod.annotations.get(keys.ANNOTATION_GPUS, "").split(",") if u]
+                if len(uuids) == len(parsed):
+                    update["gpu_uuids"] = uuids
+                achieved = pod.annotations.get(keys.ANNOTATION_TOPOLOGY_CLASS)
+                if achieved in SCOPE_ORDER:
+                    update["topology_class"] = achieved
         placement.append(plan.model_copy(update=update))
     worst = max(
         (p.topology_class for p in placement if p.topology_class in SCOPE_ORDER),
@@ -335,6 +345,7 @@ def running(t: Transition, replicas: int, bound: Sequence[PodFacts] = ()) -> Tra
     return t.set(
         phase=JobPhase.RUNNING,
         started_at=t.now,
+        node_rejections=0,
         reason=reason or Reason.RUNNING.value,
         message=text + where,
     ).cond(Cond.PODS_READY, True, Reason.RUNNING, text)

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.api.gpujob import GpuJobSpec, GpuJobStatus, JobPhase
 from gpusched.api.meta import Condition, ConditionStatus
-from gpusched.api.tenantquota import TenantQuota, TenantQuotaStatus
+from gpusched.api.tenantquota import PreemptionPolicy, TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import Tenant, TenantUsage
 
 
@@ -39,6 +39,64 @@ def tenant_map(quotas: Iterable[TenantQuota]) -> TenantMap:
             else:
                 owner.setdefault(namespace, name)
     return TenantMap(owner, conflicts)
+
+
+_DEFAULT_POLICY = PreemptionPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """How long a tenant's jobs are protected from preemption, from its TenantQuota's
+    ``preemption`` bounds: what a job asks (``minRuntimeSeconds``,
+    ``checkpointGracePeriodSeconds``) is capped by its tenant, and on borrowed GPUs a tenant
+    taking back its guarantee waits at most ``borrowedProtectionSeconds`` for either."""
+
+    max_min_runtime: int = _DEFAULT_POLICY.max_min_runtime_seconds
+    max_grace: int = _DEFAULT_POLICY.max_checkpoint_grace_period_seconds
+    borrowed: int = _DEFAULT_POLICY.borrowed_protection_seconds
+
+    def min_runtime(self, spec: GpuJobSpec) -> int:
+        """Seconds after its start during which the job is no victim."""
+        return min(spec.min_runtime_seconds, self.max_min_runtime)
+
+    def reclaim_min_runtime(self, spec: GpuJobSpec) -> int:
+        """The same against a tenant reclaiming its guarantee (the job runs on borrowed GPUs)."""
+        return min(self.min_runtime(spec), self.borrowed)
+
+    def grace(self, spec: GpuJobSpec, *, reclaim: bool = False) -> int:
+        """Seconds between the notice and the kill when the job's pods are deleted."""
+        grace = min(spec.checkpoint_grace_period_seconds, self.max_grace)
+        return min(grace, self.borrowed) if reclaim else grace
+
+
+def protection_of(quota: TenantQuota | None) -> Protection:
+    """The protection bounds of a tenant (the API's defaults without a TenantQuota)."""
+    if quota is None:
+        return Protection()
+    policy = quota.spec.preemption
+    return Protection(
+        policy.max_min_runtime_seconds,
+        policy.max_checkpoint_grace_period_seconds,
+        policy.borrowed_protection_seconds,
+    )
+
+
+def class_not_allowed(quota: TenantQuota | None, class_name: str | None) -> str | None:
+    """Why the tenant's jobs may not name ``class_name`` (None: they may).
+
+    The chart's admission policy refuses such a job when it is created; this catches one
+    created before its tenant narrowed ``allowedPriorityClasses`` (or without the policy)."""
+    if not class_name:
+        return None
+    if class_name.startswith("system-"):
+        return f"PriorityClass {class_name} is one of Kubernetes' own, not for GpuJobs"
+    if quota is None or quota.spec.allowed_priority_classes is None:
+        return None
+    allowed = quota.spec.allowed_priority_classes
+    if class_name in allowed:
+        return None
+    listed = ", ".join(allowed) if allowed else "none (only the cluster's default class)"
+    return f"tenant {quota.metadata.name} allows the PriorityClasses {listed}, not {class_name}"
 
 
 def core_tenant(quota: TenantQuota) -> Tenant:

@@ -9,7 +9,7 @@ objects passed through verbatim (affinity, security contexts) stay open, like in
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,23 +20,79 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
-Quantity = str | int | float
+#: A resource quantity (``100m``, ``512Mi``, ``2``).
+Quantity = (
+    Annotated[
+        str, Field(pattern=r"^[+]?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+|[munkMGTPE]|[KMGTPE]i)?$")
+    ]
+    | Annotated[int, Field(ge=0)]
+    | Annotated[float, Field(ge=0)]
+)
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+
+#: A Go duration as the components' flags and Kubernetes read it (``10s``, ``5m``, ``1h30m``).
+GoDuration = Annotated[
+    str,
+    Field(
+        pattern=r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$",
+        examples=["10s", "5m", "1h30m"],
+    ),
+]
+#: A Prometheus duration (``30s``, ``1m``, ``1h``, ``1d``).
+PromDuration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h|d|w|y))+$")]
+#: A label key: an optional DNS-subdomain prefix and a name of at most 63 characters.
+LabelKey = Annotated[
+    str,
+    Field(
+        pattern=(
+            r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+            r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+        ),
+        max_length=317,
+    ),
+]
+#: A label value: empty, or up to 63 letters, digits, ``-``, ``_`` and ``.``, alphanumeric at
+#: both ends (no quotes, spaces or other characters Kubernetes refuses).
+LabelValue = Annotated[
+    str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)
+]
+#: A DNS label (namespace names and the like).
+DnsLabel = Annotated[
+    str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length=1, max_length=63)
+]
+#: A DNS subdomain (object names: PriorityClasses, Leases).
+DnsSubdomain = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        min_length=1,
+        max_length=253,
+    ),
+]
+#: An image repository (registry and path), never empty.
+ImageRepository = Annotated[
+    str, Field(pattern=r"^[a-z0-9]+([._\-/:][a-z0-9]+)*$", min_length=1, max_length=255)
+]
+#: An image tag; empty: the chart's appVersion.
+ImageTag = Annotated[str, Field(pattern=r"^([A-Za-z0-9_][A-Za-z0-9_.\-]{0,127})?$")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+#: Replicas of a control-plane Deployment: more than a handful only adds watch load.
+Replicas = Annotated[int, Field(ge=1, le=10)]
 
 
 class Image(Closed):
-    repository: str
+    repository: ImageRepository
     """Image repository (registry and path)."""
-    tag: str = ""
+    tag: ImageTag = ""
     """Image tag; empty: the chart's appVersion."""
     pullPolicy: PullPolicy = "IfNotPresent"
     """When the kubelet pulls the image."""
 
 
 class KubeSchedulerImage(Closed):
-    repository: str = "registry.k8s.io/kube-scheduler"
+    repository: ImageRepository = "registry.k8s.io/kube-scheduler"
     """The stock kube-scheduler image."""
-    tag: str = ""
+    tag: ImageTag = ""
     """Image tag; empty: the cluster's own version (kube-scheduler must match the control
     plane's minor version)."""
     pullPolicy: PullPolicy = "IfNotPresent"
@@ -51,20 +107,20 @@ class Resources(Closed):
 
 
 class Toleration(Closed):
-    key: str = ""
+    key: Annotated[str, Field(pattern=r"^([A-Za-z0-9][-A-Za-z0-9_./]*)?[A-Za-z0-9]?$")] = ""
     """Taint key the toleration applies to (empty with `operator: Exists`: every taint)."""
     operator: Literal["Exists", "Equal"] = "Equal"
     """`Exists` or `Equal`."""
-    value: str = ""
+    value: LabelValue = ""
     """Taint value for `Equal`."""
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
     """Taint effect; empty: every effect."""
-    tolerationSeconds: int | None = None
+    tolerationSeconds: int | None = Field(None, ge=0)
     """For `NoExecute`: how long the pod stays bound after the taint appears."""
 
 
 class Placement(Closed):
-    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    nodeSelector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Node labels the pods require."""
     tolerations: list[Toleration] = Field(default_factory=list)
     """Taints the pods tolerate."""
@@ -72,14 +128,14 @@ class Placement(Closed):
     """A Kubernetes `affinity` object, passed through."""
     podAnnotations: dict[str, str] = Field(default_factory=dict)
     """Extra annotations on the pods."""
-    podLabels: dict[str, str] = Field(default_factory=dict)
+    podLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Extra labels on the pods."""
 
 
 class DisruptionBudget(Closed):
     enabled: bool = True
     """Create a PodDisruptionBudget, so node drains keep one replica serving."""
-    minAvailable: int = Field(1, ge=0)
+    minAvailable: int = Field(1, ge=0, le=10)
     """Replicas a voluntary disruption must leave running."""
 
 
@@ -100,10 +156,12 @@ class DeviceProbe(Placement):
     """Run the device probe DaemonSet on GPU nodes."""
     image: Image = Field(default_factory=_probe_image)
     """Image built from `device-probe/Dockerfile`."""
-    runtimeClassName: str = "nvidia"
+    runtimeClassName: Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$")] = (
+        "nvidia"
+    )
     """RuntimeClass that injects NVML and the GPU device nodes (the NVIDIA container toolkit's);
     empty: the node's default runtime (when it is the NVIDIA one, or with CDI)."""
-    nodeSelector: dict[str, str] = Field(
+    nodeSelector: dict[LabelKey, LabelValue] = Field(
         default_factory=lambda: {"feature.node.kubernetes.io/pci-10de.present": "true"}
     )
     """GPU nodes. The default is Node Feature Discovery's label for an NVIDIA PCI device; with
@@ -115,11 +173,11 @@ class DeviceProbe(Placement):
         ]
     )
     """Taints of GPU nodes the probe tolerates, including its own no-healthy-GPU taint."""
-    interval: str = "10s"
+    interval: GoDuration = "10s"
     """Time between health readings (XID events are published at once)."""
-    resync: str = "300s"
+    resync: GoDuration = "300s"
     """Full re-read of the inventory and of what the API server holds."""
-    telemetryRefresh: str = "600s"
+    telemetryRefresh: GoDuration = "600s"
     """Least time between writes caused by temperature or power alone."""
     taintUnhealthy: bool = False
     """Taint a node none of whose GPUs is usable with
@@ -127,14 +185,14 @@ class DeviceProbe(Placement):
     gfdLabels: Literal["auto", "never"] = "auto"
     """`auto`: write GPU Feature Discovery's `nvidia.com/` labels only where GFD does not;
     `never`: none."""
-    ignoreXids: str = ""
+    ignoreXids: Annotated[str, Field(pattern=r"^([0-9]+(,[0-9]+)*)?$")] = ""
     """XIDs that never change health, comma separated; empty: the probe's default list
     (the NVIDIA device plugin's)."""
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
     """Log level."""
     extraArgs: list[str] = Field(default_factory=list)
     """More `gpusched probe` flags."""
-    metricsPort: int = Field(9402, ge=1, le=65535)
+    metricsPort: Port = 9402
     """Port of the probe's Prometheus endpoint."""
     resources: Resources = Field(
         default_factory=lambda: Resources(
@@ -142,7 +200,9 @@ class DeviceProbe(Placement):
         )
     )
     """The probe's resources (about 90 MiB RSS on an 8-GPU node)."""
-    maxUnavailable: str | int = "10%"
+    maxUnavailable: (
+        Annotated[str, Field(pattern=r"^[0-9]{1,3}%$")] | Annotated[int, Field(ge=1)]
+    ) = "10%"
     """Probe pods replaced at once during a rolling update."""
 
 
@@ -151,9 +211,9 @@ class NodeAgent(Closed):
     """Add gpusched's device plugin as a second container of the probe DaemonSet, so each
     container gets exactly the GPUs the extender chose. It replaces NVIDIA's device plugin on
     those nodes (see docs/install.md)."""
-    metricsPort: int = Field(9403, ge=1, le=65535)
+    metricsPort: Port = 9403
     """Port of the node agent's Prometheus endpoint."""
-    kubeletDir: str = "/var/lib/kubelet"
+    kubeletDir: Annotated[str, Field(pattern=r"^/[^\s\"']*[^/\s\"']$")] = "/var/lib/kubelet"
     """The kubelet's root directory on the host (device-plugins/ and pod-resources/ below it)."""
     extraArgs: list[str] = Field(default_factory=list)
     """More `gpusched device-plugin` flags."""
@@ -168,9 +228,9 @@ class NodeAgent(Closed):
 class KubeScheduler(Closed):
     image: KubeSchedulerImage = Field(default_factory=KubeSchedulerImage)
     """The kube-scheduler serving the `gpusched` profile."""
-    qps: int = Field(200, ge=1)
+    qps: int = Field(200, ge=1, le=10000)
     """Queries per second to the API server."""
-    burst: int = Field(400, ge=1)
+    burst: int = Field(400, ge=1, le=20000)
     """Burst above `qps`."""
     verbosity: int = Field(1, ge=0, le=10)
     """`-v` log verbosity."""
@@ -185,15 +245,15 @@ class KubeScheduler(Closed):
 class Extender(Closed):
     image: Image = Field(default_factory=_scheduler_image)
     """Image built from `scheduler/Dockerfile`."""
-    port: int = Field(8888, ge=1, le=65535)
+    port: Port = 8888
     """Loopback port kube-scheduler calls the extender on (never reachable from outside the pod)."""
-    metricsPort: int = Field(8889, ge=1, le=65535)
+    metricsPort: Port = 8889
     """Port serving only `/metrics`, `/healthz` and `/readyz` on the pod's address."""
-    httpTimeout: str = "30s"
+    httpTimeout: GoDuration = "30s"
     """How long kube-scheduler waits for one extender call."""
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
     """Log level (`debug` logs every refused node)."""
-    maxNodes: int = Field(5000, ge=1)
+    maxNodes: int = Field(5000, ge=1, le=100000)
     """Most node names one request may carry (the largest cluster served); the request body is
     bounded to what kube-scheduler sends for that many nodes."""
     resources: Resources = Field(
@@ -208,16 +268,16 @@ class FlowSchema(Closed):
     enabled: bool = True
     """Give the scheduler's and the extender's API requests kube-scheduler's own priority level,
     so binds do not queue behind other workloads (API Priority and Fairness)."""
-    priorityLevel: str = "workload-high"
+    priorityLevel: DnsSubdomain = "workload-high"
     """PriorityLevelConfiguration the requests go to."""
     matchingPrecedence: int = Field(800, ge=1, le=10000)
     """Precedence among FlowSchemas (lower wins; the built-in `service-accounts` is 9000)."""
 
 
 class LeaderElection(Closed):
-    leaseName: str = "gpusched-scheduler"
+    leaseName: DnsSubdomain = "gpusched-scheduler"
     """Lease the kube-scheduler replicas elect a leader with."""
-    leaseNamespace: str = "kube-system"
+    leaseNamespace: DnsLabel = "kube-system"
     """Namespace of that Lease."""
 
 
@@ -225,7 +285,7 @@ class Scheduler(Placement):
     enabled: bool = True
     """Run the scheduler Deployment: a stock kube-scheduler serving the `gpusched` profile with
     the extender beside it in one pod."""
-    replicas: int = Field(2, ge=1)
+    replicas: Replicas = 2
     """Replicas; one leads (Lease), the others keep their caches warm."""
     kubeScheduler: KubeScheduler = Field(default_factory=KubeScheduler)
     """The kube-scheduler container."""
@@ -240,12 +300,12 @@ class Scheduler(Placement):
 
 
 class PodPolicy(Closed):
-    protectedNamespaces: list[str] = Field(
+    protectedNamespaces: list[DnsLabel] = Field(
         default_factory=lambda: ["kube-system", "kube-public", "kube-node-lease"]
     )
     """Namespaces the operator may never create, change or delete pods in (the release's own
     namespace is always added)."""
-    namespaceLabels: dict[str, str] = Field(default_factory=dict)
+    namespaceLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels a namespace must carry for the operator to write pods in it; empty: any namespace
     not protected. Label your tenants' namespaces (say `gpusched.io/tenant: "true"`) and set
     this to confine the operator to them."""
@@ -256,24 +316,28 @@ class Operator(Placement):
     """Run the GpuJob / TenantQuota operator."""
     image: Image = Field(default_factory=_operator_image)
     """Image built from `operator/Dockerfile`."""
-    replicas: int = Field(2, ge=1)
+    replicas: Replicas = 2
     """Replicas; one runs admission cycles (Lease `gpusched-operator`), the others take over."""
-    resync: float = Field(5.0, gt=0)
+    resync: float = Field(5.0, gt=0, le=3600)
     """Seconds between admission cycles when nothing changes."""
-    podsReadyTimeout: float = Field(300.0, gt=0)
+    podsReadyTimeout: float = Field(300.0, gt=0, le=86400)
     """Seconds an admitted gang may take until all its pods run; then it is requeued."""
-    backoffBase: float = Field(10.0, gt=0)
+    backoffBase: float = Field(10.0, gt=0, le=3600)
     """First requeue delay after a gang timeout (doubles each time)."""
-    backoffMax: float = Field(600.0, gt=0)
+    backoffMax: float = Field(600.0, gt=0, le=86400)
     """Longest requeue delay."""
-    gpuNodeSelector: dict[str, str] = Field(default_factory=dict)
+    gpuNodeSelector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Only place GpuJobs on nodes with these labels; empty: every node with a NodeGpuTopology."""
-    maxPreemptionSearches: int = Field(32, ge=0)
+    maxPreemptionSearches: int = Field(32, ge=0, le=10000)
     """Victim searches per admission cycle."""
-    recordDelay: float = Field(5.0, ge=0)
+    recordDelay: float = Field(5.0, ge=0, le=300)
     """Longest seconds an admission whose pods are created goes unwritten, so that the job's
     status is written once, with its pods running (0: written before the pods are created)."""
-    metricsPort: int = Field(8080, ge=1, le=65535)
+    maxNodeRejections: int = Field(5, ge=0, le=1000)
+    """Times in a row a node's kubelet may refuse to admit a job's pod (no container ran, e.g.
+    after a kubelet restart) before the job fails; each refusal requeues the gang with backoff
+    (0: never fails)."""
+    metricsPort: Port = 8080
     """Port of the operator's Prometheus endpoint."""
     verbose: bool = False
     """Debug logging."""
@@ -293,37 +357,47 @@ class Operator(Placement):
 class PriorityClass(Closed):
     create: bool = True
     """Create a PriorityClass for gpusched's own pods, so they are not preempted by workloads."""
-    name: str = ""
+    name: Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$", max_length=253)] = ""
     """Its name; empty: `<release>-system`. With `create: false`, an existing class to use
     (e.g. `system-cluster-critical`), or empty for none."""
     value: int = Field(1000000000, ge=0, le=1000000000)
     """Its value: above any workload, below Kubernetes' own system classes."""
 
 
+class AdmissionPolicies(Closed):
+    enabled: bool = True
+    """Admission policies on everyone's writes (ValidatingAdmissionPolicies, Kubernetes 1.30+):
+    only gpusched writes the annotations that say which GPUs a pod holds; a namespace a
+    TenantQuota owns gets GPUs through GpuJobs only (a pod asking `nvidia.com/gpu` directly is
+    refused there); a GpuJob names only a PriorityClass its tenant allows. Off, each component
+    still refuses to trust what it did not write, but a user can block GPUs and escape quota
+    (docs/install.md)."""
+
+
 class ServiceMonitor(Closed):
     enabled: bool = False
     """Create ServiceMonitors for the Prometheus Operator (CRD `monitoring.coreos.com/v1`)."""
-    interval: str = "30s"
+    interval: PromDuration = "30s"
     """Scrape interval."""
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Extra labels, e.g. the `release` label your Prometheus selects ServiceMonitors by."""
 
 
 class AlertThresholds(Closed):
-    extenderLatencySeconds: float = Field(1.0, gt=0)
+    extenderLatencySeconds: float = Field(1.0, gt=0, le=3600)
     """p99 extender filter or bind latency that counts as slow."""
-    probeStaleSeconds: int = Field(300, gt=0)
+    probeStaleSeconds: int = Field(300, gt=0, le=86400)
     """A probe that has not completed a reading for this long is not reporting."""
-    jobPendingSeconds: int = Field(3600, gt=0)
+    jobPendingSeconds: int = Field(3600, gt=0, le=31536000)
     """A tenant whose oldest queued GpuJob has waited longer alerts."""
-    preemptionsPerHour: float = Field(20.0, gt=0)
+    preemptionsPerHour: float = Field(20.0, gt=0, le=1000000)
     """Preemptions per hour across the cluster above which preemption is churning."""
 
 
 class PrometheusRule(Closed):
     enabled: bool = False
     """Create a PrometheusRule with gpusched's alerts (Prometheus Operator)."""
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Extra labels, e.g. the `release` label your Prometheus selects rules by."""
     thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
     """Alert thresholds."""
@@ -332,13 +406,15 @@ class PrometheusRule(Closed):
 class GrafanaDashboards(Closed):
     enabled: bool = False
     """Create one ConfigMap per dashboard for the Grafana sidecar."""
-    label: str = "grafana_dashboard"
+    label: LabelKey = "grafana_dashboard"
     """Label the sidecar looks for (kube-prometheus-stack's default)."""
-    labelValue: str = "1"
+    labelValue: LabelValue = "1"
     """Value of that label."""
-    namespace: str = ""
+    namespace: Annotated[
+        str, Field(pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length=63)
+    ] = ""
     """Namespace of the ConfigMaps; empty: the release's. Must be one the sidecar watches."""
-    folder: str = "gpusched"
+    folder: Annotated[str, Field(pattern=r"^[^\"'\\\n]*$", max_length=253)] = "gpusched"
     """Grafana folder (the sidecar's `k8s-sidecar-target-directory` annotation); empty: none."""
 
 
@@ -352,14 +428,18 @@ class Metrics(Closed):
 
 
 class ChartTests(Closed):
-    timeoutSeconds: int = Field(10, ge=1)
+    timeoutSeconds: int = Field(10, ge=1, le=600)
     """How long each `helm test` check waits for a component to answer."""
 
 
 class Values(Closed):
-    nameOverride: str = ""
+    nameOverride: Annotated[
+        str, Field(pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length=40)
+    ] = ""
     """Replaces the chart name in resource names."""
-    fullnameOverride: str = ""
+    fullnameOverride: Annotated[
+        str, Field(pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length=40)
+    ] = ""
     """Replaces `<release>-<chart>` in resource names."""
     imagePullSecrets: list[dict[str, str]] = Field(default_factory=list)
     """Secrets for pulling gpusched's images, e.g. `[{name: regcred}]`."""
@@ -373,6 +453,8 @@ class Values(Closed):
     """kube-scheduler with the gpusched extender."""
     operator: Operator = Field(default_factory=Operator)
     """The GpuJob / TenantQuota operator."""
+    admissionPolicies: AdmissionPolicies = Field(default_factory=AdmissionPolicies)
+    """What users may write: GPU ownership, GPU pods in tenants' namespaces, priority classes."""
     metrics: Metrics = Field(default_factory=Metrics)
     """Prometheus and Grafana integration."""
     tests: ChartTests = Field(default_factory=ChartTests)
