@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final, cast
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import aiohttp
 from kubernetes import client
@@ -55,6 +55,21 @@ async def _decode(raw: bytes) -> dict[str, Any]:
     if len(raw) > LARGE_BODY_BYTES:
         return cast(dict[str, Any], await asyncio.to_thread(json.loads, raw))
     return cast(dict[str, Any], json.loads(raw))
+
+
+def _check_path(path: str) -> None:
+    """Refuse an API path a name from outside could have bent: a ``.`` or ``..`` segment (also
+    percent-encoded), an empty segment, a fragment or whitespace. Object names never contain
+    them, so no legitimate request is refused."""
+    route = path.split("?", 1)[0]
+    segments = route.split("/")
+    if (
+        not route.startswith("/")
+        or any(unquote(seg) in (".", "..") for seg in segments)
+        or "" in segments[1:]
+        or any(c in route for c in "#\\ \t\r\n")
+    ):
+        raise ValueError(f"refusing to send a request to the API path {path!r}")
 
 
 class AsyncApi:
@@ -121,6 +136,7 @@ class AsyncApi:
         return self._session
 
     def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
+        _check_path(path)
         query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
         return self._host + path + ("?" + urlencode(query) if query else "")
 

@@ -43,6 +43,9 @@ def tenantquota(name: str = "tenant", **spec: Any) -> dict[str, Any]:
     return _manifest("TenantQuota", name, {"namespaces": ["team"], "guaranteedGpus": 8}, spec)
 
 
+_GPU = "nvidia.com/gpu"
+
+
 def _template(**pod_spec: Any) -> dict[str, Any]:
     return {"spec": pod_spec}
 
@@ -127,6 +130,75 @@ INVALID: tuple[Invalid, ...] = (
         ),
         "spec.template.spec.containers[0].ports[0].containerPort",
         upstream=True,
+    ),
+    # Hostile templates: GPUs beyond gpusPerReplica, forged ownership, a priority of their own.
+    Invalid(
+        "gpujob-gpus-in-a-second-container",
+        gpujob(
+            template=_template(
+                containers=[
+                    {"name": "main", "image": "i"},
+                    {"name": "side", "image": "i", "resources": {"limits": {_GPU: "8"}}},
+                ]
+            )
+        ),
+        "spec.template.spec.containers",
+    ),
+    Invalid(
+        "gpujob-gpus-in-an-init-container",
+        gpujob(
+            template=_template(
+                initContainers=[
+                    {"name": "warm", "image": "i", "resources": {"requests": {_GPU: 8}}}
+                ],
+                containers=[{"name": "main", "image": "i"}],
+            )
+        ),
+        "spec.template.spec.initContainers",
+    ),
+    Invalid(
+        "gpujob-template-claims-gpus",
+        gpujob(
+            template={
+                "metadata": {"annotations": {"gpusched.io/gpu-indices": "0,1,2,3"}},
+                "spec": {"containers": [{"name": "main", "image": "i"}]},
+            }
+        ),
+        "spec.template.metadata.annotations",
+    ),
+    Invalid(
+        "gpujob-template-plans-its-node",
+        gpujob(
+            template={
+                "metadata": {"annotations": {"gpusched.io/planned-node": "n1"}},
+                "spec": {"containers": [{"name": "main", "image": "i"}]},
+            }
+        ),
+        "spec.template.metadata.annotations",
+    ),
+    Invalid(
+        "gpujob-template-priority-class",
+        gpujob(
+            template=_template(
+                priorityClassName="high", containers=[{"name": "main", "image": "i"}]
+            )
+        ),
+        "spec.template.spec.priorityClassName",
+    ),
+    Invalid(
+        "gpujob-system-priority-class",
+        gpujob(priorityClassName="system-node-critical"),
+        "spec.priorityClassName",
+    ),
+    Invalid(
+        "tenantquota-min-runtime-cap-too-long",
+        tenantquota(preemption={"maxMinRuntimeSeconds": 8 * 86400}),
+        "spec.preemption.maxMinRuntimeSeconds",
+    ),
+    Invalid(
+        "tenantquota-bad-priority-class",
+        tenantquota(allowedPriorityClasses=["High Priority"]),
+        "spec.allowedPriorityClasses[0]",
     ),
     Invalid(
         "tenantquota-borrowing-below-guarantee",

@@ -82,6 +82,28 @@ def test_wrong_inner_shapes_answer_400_naming_the_field(
     assert json.loads(text)["Error"].startswith(f"malformed request: {field}:")
 
 
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind"])
+def test_deeply_nested_json_answers_400_not_500(extender_only: ExtenderProcess, verb: str) -> None:
+    status, text = post(f"{extender_only.url}/{verb}", b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400, text
+    assert "nested too deeply" in json.loads(text)["Error"]
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace"),
+    [("../../../nodes/n1", "default"), ("p", "../kube-system"), ("p?dryRun=All", "default")],
+)
+def test_bind_refuses_names_that_are_no_kubernetes_names(
+    extender_only: ExtenderProcess, name: str, namespace: str
+) -> None:
+    """Names go into API paths: anything Kubernetes would not accept as a name is refused
+    before a request is built."""
+    body = {"PodName": name, "PodNamespace": namespace, "PodUID": "u", "Node": "n1"}
+    status, text = post_json(f"{extender_only.url}/bind", body)
+    assert status == 400, text
+    assert "Pod" in json.loads(text)["Error"]
+
+
 def test_more_node_names_than_the_largest_cluster_answer_400(
     extender_only: ExtenderProcess,
 ) -> None:

@@ -278,7 +278,8 @@ def test_the_node_agent_annotates_only_pods_of_its_own_node_and_only_its_two_key
     message = refused(lambda: patch(other, {"annotations": allocated}))
     assert "bound to the node it runs on" in message
     message = refused(lambda: patch(own, {"annotations": {keys.ANNOTATION_GPUS: "GPU-b"}}))
-    assert "only the annotations" in message
+    # Its own policy and the pod-gpu-ownership one both refuse it; either may answer first.
+    assert "only the annotations" in message or "only gpusched writes" in message
     message = refused(lambda: patch(own, {"labels": {"app": "other"}}))
     assert "spec, labels" in message
     stored = client.CoreV1Api(kube).read_namespaced_pod(own, namespace).metadata
@@ -389,3 +390,89 @@ def test_the_operator_creates_no_pod_in_the_system_namespaces_and_deletes_no_for
         )
     finally:
         admin.delete_namespace("someone-else", grace_period_seconds=0)
+
+
+def test_the_operator_cannot_make_a_pod_a_gpujobs_by_relabelling_it_and_then_delete_it(
+    local_cluster: LocalCluster, kube: Any, as_identity: Any
+) -> None:
+    """Its policy checks the pod before a change too: a bystander labelled as a GpuJob's gang
+    member (by the operator, or by the pod's owner) is no pod the operator may change or
+    delete; only pods a GpuJob controls are."""
+    operator = OperatorProcess(local_cluster)
+    core = client.CoreV1Api(as_identity(operator.kubeconfig))
+    admin = client.CoreV1Api(kube)
+    admin.create_namespace({"metadata": {"name": "relabelled"}})
+    try:
+        admin.create_namespaced_pod("relabelled", _foreign_pod("bystander"))
+        job_labels = {keys.LABEL_JOB_NAME: "train", keys.LABEL_JOB_UID: "uid-of-a-job"}
+        message = refused(
+            lambda: core.patch_namespaced_pod(
+                "bystander", "relabelled", {"metadata": {"labels": job_labels}}
+            )
+        )
+        assert "before and after" in message
+        # Labelled by someone else (its owner may write its labels): still not the operator's.
+        admin.patch_namespaced_pod("bystander", "relabelled", {"metadata": {"labels": job_labels}})
+        message = refused(lambda: core.delete_namespaced_pod("bystander", "relabelled"))
+        assert "controller" in message
+        assert (
+            admin.read_namespaced_pod("bystander", "relabelled").metadata.deletion_timestamp is None
+        )
+    finally:
+        admin.delete_namespace("relabelled", grace_period_seconds=0)
+
+
+def test_the_scheduler_identity_deletes_no_pod(
+    local_cluster: LocalCluster, kube: Any, as_identity: Any
+) -> None:
+    """kube-scheduler's built-in role may delete pods (its own preemption, off in the gpusched
+    profile): the chart's policy refuses it."""
+    api = as_identity(identities.kubeconfig(local_cluster, identities.KUBE_SCHEDULER))
+    admin = client.CoreV1Api(kube)
+    admin.create_namespace({"metadata": {"name": "sched-victim"}})
+    try:
+        admin.create_namespaced_pod("sched-victim", _foreign_pod("victim"))
+        message = refused(
+            lambda: client.CoreV1Api(api).delete_namespaced_pod("victim", "sched-victim")
+        )
+        assert "does not preempt" in message
+    finally:
+        admin.delete_namespace("sched-victim", grace_period_seconds=0)
+
+
+def test_the_node_agent_records_only_its_own_kinds_of_event_from_its_node(
+    local_cluster: LocalCluster, node_agent_pods: tuple[str, str, str], as_identity: Any
+) -> None:
+    namespace, own, other = node_agent_pods
+    agent = client.CoreV1Api(as_identity(probe_kubeconfig(local_cluster, own)))
+
+    def event(
+        reason: str = "GpuAssignmentDrift",
+        *,
+        host: str = own,
+        kind: str = "Pod",
+        name: str = own,
+        into: str | None = None,
+    ) -> Any:
+        return agent.create_namespaced_event(
+            into or namespace,
+            {
+                "metadata": {"generateName": "e-"},
+                "involvedObject": {
+                    "kind": kind,
+                    "name": name,
+                    "namespace": namespace if kind == "Pod" else None,
+                },
+                "reason": reason,
+                "message": "m",
+                "type": "Warning",
+                "source": {"component": "gpusched-node-agent", "host": host},
+                "reportingComponent": "gpusched-node-agent",
+                "reportingInstance": host,
+            },
+        )
+
+    event()  # what it records: about a pod, from its node
+    assert "reported from the node" in refused(lambda: event(host=other))
+    assert "records only" in refused(lambda: event("Pwned"))
+    assert "about pods" in refused(lambda: event(kind="Node", name=other, into="default"))

@@ -77,6 +77,12 @@ def ns(kube: Any, setup: Setup) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     yield name
     setup.kubelet.pods.clear()
+    # The next test's pods may be bound to the same GPUs (as the extender would once these
+    # are gone): these are gone first, not left to the namespace controller.
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    deadline = time.monotonic() + 60
+    while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+        time.sleep(0.2)
     core.delete_namespace(name, grace_period_seconds=0)
 
 

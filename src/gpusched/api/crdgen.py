@@ -67,6 +67,21 @@ _UPSTREAM_SPECIAL: Final[dict[str, dict[str, Any]]] = {
         },
     },
 }
+#: Bounds added to upstream properties (type -> property -> schema keywords): a pod has at most
+#: this many containers, resources per container and so on. Kubernetes bounds them in its own
+#: validation; the CRD says so in its schema, which keeps the CEL rules on the template within
+#: the API server's cost budget (it prices a rule by the largest list it may walk).
+_UPSTREAM_BOUNDS: Final[dict[str, dict[str, dict[str, Any]]]] = {
+    "io.k8s.api.core.v1.PodSpec": {
+        "containers": {"maxItems": 64},
+        "initContainers": {"maxItems": 64},
+    },
+    "io.k8s.api.core.v1.ResourceRequirements": {
+        "limits": {"maxProperties": 64},
+        "requests": {"maxProperties": 64},
+    },
+    "io.k8s.api.core.v1.Container": {"name": {"maxLength": 63}},
+}
 #: How deep (in objects below the template root) upstream descriptions are kept. Deeper ones are
 #: dropped to keep the CRD well under the API server's object size limits.
 _UPSTREAM_DESCRIPTION_DEPTH: Final = 2
@@ -287,7 +302,10 @@ def _embed_upstream(root: str) -> dict[str, Any]:
     def convert(name: str, depth: int) -> dict[str, Any]:
         if name in _UPSTREAM_SPECIAL:
             return copy.deepcopy(_UPSTREAM_SPECIAL[name])
-        return walk(schemas[name], depth)
+        out = walk(schemas[name], depth)
+        for prop, bounds in _UPSTREAM_BOUNDS.get(name, {}).items():
+            out["properties"][prop].update(bounds)
+        return out
 
     def walk(node: dict[str, Any], depth: int) -> dict[str, Any]:
         if "allOf" in node and len(node["allOf"]) == 1:

@@ -163,6 +163,10 @@ class HostPriority(_Wire):
     score: int = Field(alias="Score", ge=MIN_PRIORITY, le=MAX_PRIORITY)
 
 
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
 class ExtenderBindingArgs(_Wire):
     """Arguments of ``bind``."""
 
@@ -174,10 +178,11 @@ class ExtenderBindingArgs(_Wire):
         except ValidationError as err:
             raise WireError(_first_error(err)) from None
 
-    pod_name: str = Field(alias="PodName", min_length=1)
-    pod_namespace: str = Field(alias="PodNamespace", min_length=1)
-    pod_uid: str = Field(alias="PodUID", min_length=1)
-    node: str = Field(alias="Node", min_length=1)
+    # Names go into API paths: only what Kubernetes allows for them (DNS subdomains and labels).
+    pod_name: str = Field(alias="PodName", min_length=1, max_length=253, pattern=_SUBDOMAIN)
+    pod_namespace: str = Field(alias="PodNamespace", min_length=1, max_length=63, pattern=_LABEL)
+    pod_uid: str = Field(alias="PodUID", min_length=1, max_length=128)
+    node: str = Field(alias="Node", min_length=1, max_length=253, pattern=_SUBDOMAIN)
 
 
 class ExtenderBindingResult(_Wire):

@@ -125,8 +125,9 @@ _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
         },
         {
             "rule": "!has(self.spec) || !has(self.spec.containers) || "
-            "!self.spec.containers.exists(c, c.name != self.spec.containers[0].name "
-            f"&& {_ASKS_GPUS})",
+            f"self.spec.containers.filter(c, {_ASKS_GPUS}).size() == 0 || "
+            f"(self.spec.containers.filter(c, {_ASKS_GPUS}).size() == 1 && "
+            f"[self.spec.containers[0]].exists(c, {_ASKS_GPUS}))",
             "message": f"only the first container gets GPUs (gpusPerReplica, set by the "
             f"operator); the others may not request {keys.GPU_RESOURCE}",
             "fieldPath": ".spec.containers",

@@ -41,12 +41,40 @@ from gpusched.core.topology import indices_to_text
 SHOW_SIZES = (2, 4, 8)
 
 
-def load_topology(path: Path, gpu_model: str | None = None) -> NodeTopology:
-    """Read FILE as a NodeGpuTopology YAML object or, failing that, as a ``topo -m`` matrix."""
+#: Largest FILE read: a ``topo -m`` matrix is a few KiB, a NodeGpuTopology of a big node some
+#: hundred KiB.
+MAX_TOPOLOGY_BYTES = 4 * 1024 * 1024
+
+
+def read_text_file(path: Path, limit: int = MAX_TOPOLOGY_BYTES) -> str:
+    """A small UTF-8 text file, or a ClickException naming the file and what is wrong with it
+    (missing, too big, binary, not UTF-8 with the line and column of the first bad byte)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise click.ClickException(f"{path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise click.ClickException(
+            f"{path}: larger than {limit // (1024 * 1024)} MiB; not a topology"
+        )
+    if b"\0" in data:
+        raise click.ClickException(
+            f"{path}: a binary file, not a topology (topo -m output or YAML)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise click.ClickException(
+            f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[exc.start]:02x})"
+        ) from None
+
+
+def load_topology(path: Path, gpu_model: str | None = None) -> NodeTopology:
+    """Read FILE as a NodeGpuTopology YAML object or, failing that, as a ``topo -m`` matrix."""
+    text = read_text_file(path)
     document: Any = None
     try:
         document = yaml.safe_load(text)

@@ -84,6 +84,9 @@ class PodGpus:
     """creationTimestamp (RFC 3339 sorts as text): the kubelet admits older pods first."""
     allocated: tuple[str, ...] | None = None
     """``gpusched.io/allocated-gpus`` as last written by the node agent."""
+    allocated_by: str | None = None
+    """The field manager that last wrote ``gpusched.io/allocated-gpus`` (managed fields), when
+    known: anyone but the node agent did not read it from the kubelet."""
     ignored: str | None = None
     """Why a ``gpusched.io/gpus`` on the pod is not believed (it is not for the gpusched
     scheduler, so the extender did not write it): the pod is treated as not placed by
@@ -247,8 +250,18 @@ def pod_gpus(pod: Mapping[str, Any], resource: str = keys.GPU_RESOURCE) -> PodGp
         deleting=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp") or ""),
         allocated=parse_uuids(annotations.get(keys.ANNOTATION_ALLOCATED_GPUS)),
+        allocated_by=_manager_of(meta, keys.ANNOTATION_ALLOCATED_GPUS),
         ignored=ignored,
     )
+
+
+def _manager_of(meta: Mapping[str, Any], annotation: str) -> str | None:
+    """The field manager whose entry in ``managedFields`` owns ``annotation``, if any."""
+    for entry in meta.get("managedFields") or []:
+        fields = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations")
+        if isinstance(fields, Mapping) and f"f:{annotation}" in fields:
+            return str(entry.get("manager") or "")
+    return None
 
 
 def _effective_request(containers: Sequence[ContainerGpus], init_specs: Sequence[Any]) -> int:
@@ -430,6 +443,7 @@ def _conflict(pod: PodGpus, state: NodeState) -> Verdict | None:
         for other in sorted(state.pods.values(), key=lambda o: (o.created, o.key))
         if other.key != pod.key
         and other.live
+        and not other.deleting  # leaving: the kubelet's own holdings speak for it
         and other.assigned
         and (other.created, other.key) < (pod.created, pod.key)
         and mine & set(other.assigned)
@@ -700,6 +714,12 @@ def enforcement(pod: PodGpus) -> EnforcementCheck:
         return EnforcementCheck(
             Enforcement.NOT_PLACED,
             f"not placed by gpusched; the kubelet gave it {held}",
+        )
+    if pod.allocated is not None and pod.allocated_by not in (None, keys.FIELD_MANAGER_NODE_AGENT):
+        return EnforcementCheck(
+            Enforcement.UNCONFIRMED,
+            f"{keys.ANNOTATION_ALLOCATED_GPUS} was written by {pod.allocated_by!r}, not by "
+            "gpusched's node agent, so it says nothing about what the kubelet allocated",
         )
     if pod.allocated is None:
         return EnforcementCheck(

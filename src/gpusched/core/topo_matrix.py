@@ -17,7 +17,7 @@ from typing import Final
 
 from gpusched.api.nodegputopology import LinkType
 from gpusched.core.bandwidth import find_model_in_text
-from gpusched.core.topology import Gpu, Link, Nic, NicLink, NodeTopology
+from gpusched.core.topology import MAX_NVLINKS_PER_PAIR, Gpu, Link, Nic, NicLink, NodeTopology
 
 _GPU_NAME: Final = re.compile(r"GPU(\d+)")
 _NIC_NAME: Final = re.compile(r"NIC(\d+)")
@@ -83,6 +83,10 @@ def _parse_cell(token: str, line: int) -> _Cell:
         count = int(nv.group(1))
         if count <= 0:
             raise TopologyParseError("an NVLink bond needs at least one link", line, token)
+        if count > MAX_NVLINKS_PER_PAIR:
+            raise TopologyParseError(
+                f"no GPU has more than {MAX_NVLINKS_PER_PAIR} NVLinks", line, token
+            )
         return _Cell(LinkType.NV, count)
     if token in _PCIE_CODES:
         return _Cell(_PCIE_CODES[token], 0)
@@ -129,9 +133,16 @@ def _is_preamble(stripped: str) -> bool:
     )
 
 
-def _numa_value(token: str | None) -> int | None:
-    if token is None or not token.isdigit():
+_NUMA_RANGE = re.compile(r"\d+(?:[-,]\d+)+")
+
+
+def _numa_value(token: str | None, line: int) -> int | None:
+    if token is None or token == _UNKNOWN_CELL or _NUMA_RANGE.fullmatch(token):
         return None  # N/A, or a range of nodes: no single NUMA node to attach to
+    if not token.isdigit():
+        raise TopologyParseError(
+            "NUMA affinity is a node number (0, 1, ...), a range or N/A", line, token
+        )
     return int(token)
 
 
@@ -280,7 +291,7 @@ def parse_topo_matrix(
             Gpu(
                 index=idx,
                 model=gpu_model,
-                numa_node=_numa_value(values.get("NUMA Affinity")),
+                numa_node=_numa_value(values.get("NUMA Affinity"), row.line),
                 cpu_affinity=None if cpu in (None, _UNKNOWN_CELL) else cpu,
                 compute_capability=compute_capability,
                 nvlink_count=min(nvlinks, 36),

@@ -31,6 +31,11 @@ def placeholder_uuid(index: int) -> str:
     return f"unknown-gpu-{index}"
 
 
+#: Most NVLinks a GPU has (Blackwell: 18; the NodeGpuTopology schema allows 36 for what comes
+#: next): a pair bonded by more is a typo, not a machine.
+MAX_NVLINKS_PER_PAIR: Final = 36
+
+
 class TopologyError(ValueError):
     """The topology is inconsistent (duplicate GPU, link to a GPU that does not exist, ...)."""
 
@@ -132,6 +137,18 @@ class NodeTopology:
             by_index[gpu.index] = gpu
         if list(by_index) != sorted(by_index):
             raise TopologyError("GPUs must be listed by increasing index")
+        uuids: dict[str, int] = {}
+        for gpu in self.gpus:
+            if gpu.index < 0:
+                raise TopologyError(f"GPU index {gpu.index} is negative")
+            if gpu.numa_node is not None and gpu.numa_node < 0:
+                raise TopologyError(f"GPU {gpu.index}: NUMA node {gpu.numa_node} is negative")
+            if gpu.uuid is not None:
+                if gpu.uuid in uuids:
+                    raise TopologyError(
+                        f"GPUs {uuids[gpu.uuid]} and {gpu.index} have the same UUID {gpu.uuid}"
+                    )
+                uuids[gpu.uuid] = gpu.index
         by_pair: dict[tuple[int, int], Link] = {}
         for link in self.links:
             if link.a >= link.b:
@@ -144,6 +161,11 @@ class NodeTopology:
             if (link.type is LinkType.NV) != (link.nvlinks > 0):
                 raise TopologyError(
                     f"link {link.a}-{link.b}: NV links need a count > 0, other links none"
+                )
+            if link.nvlinks > MAX_NVLINKS_PER_PAIR:
+                raise TopologyError(
+                    f"link {link.a}-{link.b}: {link.nvlinks} NVLinks between two GPUs; no GPU "
+                    f"has more than {MAX_NVLINKS_PER_PAIR}"
                 )
             if link.pcie is LinkType.NV:
                 raise TopologyError(f"link {link.a}-{link.b}: pcie level cannot be NV")

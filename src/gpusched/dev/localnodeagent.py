@@ -102,9 +102,10 @@ def start_device_plugin(
 
 
 def bind_like_extender(kube: Any, namespace: str, name: str, node: str, gpus: list[str]) -> None:
-    """Create a pod asking for ``len(gpus)`` GPUs and bind it as the extender does: the node and
-    ``gpusched.io/gpus`` in one Binding. No scheduler touches it before (``schedulerName:
-    nobody``); with no GPUs it is a plain pod on the node."""
+    """Create a pod asking for ``len(gpus)`` GPUs and bind it as the extender does: a pod for the
+    gpusched scheduler, the node and ``gpusched.io/gpus`` in one Binding (callers run no
+    gpusched kube-scheduler, so nothing else binds it); with no GPUs it is a plain pod for no
+    scheduler, on the node."""
     from kubernetes import client
 
     core = client.CoreV1Api(kube)
@@ -115,7 +116,7 @@ def bind_like_extender(kube: Any, namespace: str, name: str, node: str, gpus: li
             {
                 "metadata": {"name": name},
                 "spec": {
-                    "schedulerName": "nobody",
+                    "schedulerName": keys.SCHEDULER_NAME if gpus else "nobody",
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "main", "image": "busybox", "resources": resources}],
                 },

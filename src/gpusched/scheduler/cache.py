@@ -163,8 +163,9 @@ class ClusterCache:
             self.apply_topology(obj)
         self.synced.add("topologies")
 
-    def apply_pod(self, obj: Mapping[str, Any]) -> None:
-        """Add, update or drop a pod according to its node, phase and annotations."""
+    def apply_pod(self, obj: Mapping[str, Any], previous: PodRecord | None = None) -> None:
+        """Add, update or drop a pod according to its node, phase and annotations
+        (``previous``: its record before a relist, whose bound set it keeps)."""
         meta = obj["metadata"]
         key = pod_key(meta["namespace"], meta["name"])
         node = (obj.get("spec") or {}).get("nodeName")
@@ -179,7 +180,7 @@ class ClusterCache:
         uid = meta.get("uid", "")
         claim = gpu_claim(obj, count)
         assigned = claim.assigned
-        previous = self.pods.get(key)
+        previous = self.pods.get(key) or previous
         if previous is not None and previous.uid == uid and previous.assigned is not None:
             # gpusched never changes a bound pod's set: a later value is not the extender's.
             if assigned != previous.assigned:
@@ -213,10 +214,12 @@ class ClusterCache:
     def replace_pods(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Initial list or re-list: exactly these pods exist."""
         self._views.clear()
-        self.pods.clear()
+        before = self.pods
+        self.pods = {}
         self.by_node.clear()
         for obj in objects:
-            self.apply_pod(obj)
+            meta = obj["metadata"]
+            self.apply_pod(obj, before.get(pod_key(meta["namespace"], meta["name"])))
         self.synced.add("pods")
 
     def _unindex(self, key: str) -> PodRecord | None:

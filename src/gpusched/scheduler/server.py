@@ -9,6 +9,7 @@ an unexpected error 500 with its message; neither takes the process down.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -69,6 +70,16 @@ def export_inventory(cache: ClusterCache, metrics: SchedulerMetrics) -> None:
     for model, count in free_by_model(rows).items():
         metrics.free_gpus.labels(model).set(count)
     metrics.node_inventory.publish(rows)
+
+
+async def _json_body(request: web.Request) -> object:
+    """The request's JSON body; ValueError (400) when it is not JSON or nested deeper than any
+    extender request is (the decoder would otherwise fail with a RecursionError: a 500)."""
+    text = await request.text()
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("request body nested too deeply") from None
 
 
 class Extender:
@@ -200,7 +211,7 @@ class Extender:
     async def _args(self, request: web.Request) -> ExtenderArgs:
         """The validated arguments of filter or prioritize; WireError (400) names what is
         wrong, including more nodes than the largest supported cluster has."""
-        args = ExtenderArgs.from_wire(await request.json())
+        args = ExtenderArgs.from_wire(await _json_body(request))
         count = len(args.candidate_names())
         if count > self.max_nodes:
             raise WireError(
@@ -282,7 +293,7 @@ class Extender:
     async def bind(self, request: web.Request) -> web.Response:
         """Choose the GPUs, write them on the pod, bind it."""
         self._require_ready()
-        args = ExtenderBindingArgs.from_wire(await request.json())
+        args = ExtenderBindingArgs.from_wire(await _json_body(request))
         error = await self.binder.bind(args)
         return web.json_response(ExtenderBindingResult(error=error).to_wire())
 

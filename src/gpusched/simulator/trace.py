@@ -43,8 +43,8 @@ class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1)
-    submit: float = Field(ge=0)
-    duration: float = Field(gt=0)
+    submit: float = Field(ge=0, allow_inf_nan=False)
+    duration: float = Field(gt=0, allow_inf_nan=False)
     replicas: int = Field(ge=1)
     gpus_per_replica: int = Field(ge=1)
     tenant: str = Field(min_length=1)
@@ -75,24 +75,70 @@ class _Row(BaseModel):
         )
 
 
+#: Longest line a trace may have: a job is a few hundred bytes, so a longer line is not a job
+#: (and reading it whole would take memory in proportion).
+MAX_LINE_BYTES = 64 * 1024
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's lines, numbered from 1, each read with a bounded buffer and decoded as UTF-8;
+    a line too long or not UTF-8 is refused with its file, line (and column)."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror or exc}") from None
+    with handle:
+        number = 0
+        while True:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise TraceError(
+                    f"{path}:{number}: line longer than {MAX_LINE_BYTES} bytes; not a job"
+                )
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError(
+                    f"{path}:{number}:{exc.start + 1}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+                ) from None
+
+
+def _no_constants(token: str) -> Any:
+    raise ValueError(f"{token} is not a number a trace may hold")
+
+
 def _rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
     if path.suffix == ".jsonl":
-        with path.open() as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TraceError(f"{path}:{number}: not JSON ({exc.msg})") from None
-                if not isinstance(value, dict):
-                    raise TraceError(f"{path}:{number}: expected an object, got {value!r}")
-                yield number, value
+        for number, line in _lines(path):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line, parse_constant=_no_constants)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            except ValueError as exc:
+                raise TraceError(f"{path}:{number}: {exc}") from None
+            if not isinstance(value, dict):
+                raise TraceError(f"{path}:{number}: expected an object, got {value!r}")
+            yield number, value
     elif path.suffix == ".csv":
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f)
-            for number, row in enumerate(reader, 2):
-                yield number, {k: v for k, v in row.items() if v not in (None, "")}
+        numbered = _lines(path)
+        current = [0]
+
+        def text() -> Iterator[str]:
+            for number, line in numbered:
+                current[0] = number
+                yield line
+
+        reader = csv.DictReader(text())
+        try:
+            for row in reader:
+                yield current[0], {k: v for k, v in row.items() if v not in (None, "")}
+        except csv.Error as exc:
+            raise TraceError(f"{path}:{current[0]}: not CSV ({exc})") from None
     else:
         raise TraceError(f"{path}: unknown trace format {path.suffix!r}; use .jsonl or .csv")
 

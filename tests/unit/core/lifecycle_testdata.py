@@ -108,8 +108,10 @@ def pod(
     annotations: dict[str, str] | None = None,
     tenant: str = "t",
     exit_code: int | None = None,
+    rejected: str | None = None,
 ) -> PodFacts:
-    """A pod of the job's gang."""
+    """A pod of the job's gang (``rejected``: the kubelet's reason for refusing to admit it,
+    which fails the pod before any container is created)."""
     meta: dict[str, Any] = {
         "name": f"{facts.name}-{admission}-{replica}",
         "namespace": facts.namespace,
@@ -137,6 +139,12 @@ def pod(
     if deleting:
         meta["deletionTimestamp"] = stamp(NOW)
     status: dict[str, Any] = {"phase": phase}
+    if rejected is not None:
+        status.update(
+            phase="Failed",
+            reason=rejected,
+            message="Pod was rejected: Allocate failed due to no healthy devices present",
+        )
     if exit_code is not None:
         status["containerStatuses"] = [
             {"name": "main", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}

@@ -266,6 +266,32 @@ def test_min_runtime_protects_a_victim_until_it_has_run_long_enough() -> None:
     assert later.admission_of("a/high") is not None
 
 
+def test_a_borrowed_jobs_minimum_runtime_protects_it_from_reclaim_only_briefly() -> None:
+    """On borrowed GPUs a long ``minRuntimeSeconds`` holds back the owner of the guarantee only
+    for the borrower's ``borrowedProtectionSeconds`` (``reclaim_min_runtime_seconds``)."""
+    tenants = [Tenant("owner", guaranteed=8), Tenant("borrower", guaranteed=0)]
+    borrowed = job(
+        "borrower/long",
+        "borrower",
+        8,
+        running_on=[("n0", tuple(range(8)))],
+        started=NOW - 400,
+        min_runtime_seconds=7 * 86400,
+        reclaim_min_runtime_seconds=300,
+    )
+    owner = job("owner/train", "owner", 8, submitted=1)
+    admission = run_cycle(snap(tenants, [borrowed, owner], [node("n0")])).admission_of(
+        "owner/train"
+    )
+    assert admission is not None
+    assert [v.victim for v in admission.victims] == ["borrower/long"]
+    # Inside the protection, or against a same-tenant priority preemption, it still holds.
+    young = replace(borrowed, started_at=NOW - 100)
+    assert not run_cycle(snap(tenants, [young, owner], [node("n0")])).admissions
+    high = job("borrower/high", "borrower", 8, priority=10, submitted=1)
+    assert not run_cycle(snap(tenants, [borrowed, high], [node("n0")])).admissions
+
+
 def test_victim_with_recent_checkpoint_is_cheaper() -> None:
     tenants = [Tenant("a", guaranteed=16)]
     jobs = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from gpusched.api import keys
@@ -13,6 +14,7 @@ from gpusched.core.lifecycle import (
     Event,
     JobContext,
     PatchPod,
+    Protection,
     Refusal,
     Verdict,
     settle,
@@ -322,3 +324,83 @@ def test_finished_job_deletes_pods_left_running() -> None:
     assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-0"]
     assert done.state is JobState.TERMINATING
     assert settle(job(status={"phase": "Succeeded"}), OK, NOW, CONFIG).state is None
+
+
+# --- a node's kubelet refusing a pod ------------------------------------------------------------
+
+
+def test_a_pod_the_kubelet_refused_requeues_the_gang_instead_of_failing_it() -> None:
+    """An admission refusal by the kubelet (a restart found the pod unadmitted, a device plugin
+    refused) is not the workload failing: release, requeue with backoff, say why."""
+    facts = job(status=admitted_status())
+    facts = with_pods(facts, pod(facts, 0, rejected="UnexpectedAdmissionError"), pod(facts, 1))
+    done = settle(facts, OK, NOW, CONFIG)
+    s = done.status
+    assert (s.phase, s.reason, s.node_rejections) == (JobPhase.QUEUED, "PodsRejectedByNode", 1)
+    assert s.requeue_at == NOW + timedelta(seconds=10)
+    assert "UnexpectedAdmissionError" in (s.message or "")
+    assert "train-1-0" in (s.message or "")
+    assert done.requeued == "PodsRejectedByNode"
+    assert {d.name for d in _of(done.actions, DeletePod)} == {"train-1-1"}  # the other is done
+
+
+def test_a_pod_whose_container_ran_and_failed_still_fails_the_job() -> None:
+    facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW)))
+    facts = with_pods(facts, pod(facts, 0, phase="Failed", exit_code=1), pod(facts, 1))
+    assert settle(facts, OK, NOW, CONFIG).status.phase is JobPhase.FAILED
+
+
+def test_kubelet_refusals_in_a_row_fail_the_job_at_the_bound() -> None:
+    facts = job(status=admitted_status(nodeRejections=CONFIG.max_node_rejections - 1))
+    facts = with_pods(facts, pod(facts, 0, rejected="OutOfnvidia.com/gpu"), pod(facts, 1))
+    done = settle(facts, OK, NOW, CONFIG)
+    s = done.status
+    assert (s.phase, s.reason) == (JobPhase.FAILED, "PodFailed")
+    assert s.node_rejections == CONFIG.max_node_rejections
+    assert "refusals in a row" in (s.message or "")
+
+
+def test_a_gang_that_runs_forgets_earlier_kubelet_refusals() -> None:
+    facts = job(status=admitted_status(nodeRejections=3))
+    facts = with_pods(facts, pod(facts, 0), pod(facts, 1))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.status.phase, done.status.node_rejections) == (JobPhase.RUNNING, 0)
+
+
+# --- what the tenant allows -------------------------------------------------------------------
+
+
+def test_a_priority_class_the_tenant_does_not_allow_keeps_the_job_out() -> None:
+    refused = JobContext(
+        tenant="t", verdict=Verdict(), class_not_allowed="tenant t allows low, not high"
+    )
+    new = settle(job(priorityClassName="high"), refused, NOW, CONFIG)
+    assert (new.status.phase, new.status.reason) == (JobPhase.FAILED, "PriorityClassNotAllowed")
+    assert new.state is None
+    waiting = settle(job(status={"phase": "Queued", "admission": 0}), refused, NOW, CONFIG)
+    assert (waiting.status.reason, waiting.state) == ("PriorityClassNotAllowed", None)
+    # Allowed again (the TenantQuota changed): checked again and queued.
+    again = settle(job(status=new.status.to_k8s()), OK, NOW, CONFIG)
+    assert again.needs_verdict or again.state is JobState.QUEUED
+
+
+def test_the_tenant_caps_grace_periods_and_minimum_runtimes() -> None:
+    capped = JobContext(tenant="t", verdict=Verdict(), protection=Protection(600, 60, 30))
+    running = admitted_status(phase="Running", startedAt=stamp(NOW - timedelta(seconds=10)))
+    facts = job(
+        status=running,
+        suspend=True,
+        checkpointGracePeriodSeconds=86400,
+        minRuntimeSeconds=7 * 86400,
+    )
+    facts = with_pods(facts, pod(facts, 0), pod(facts, 1))
+    done = settle(facts, capped, NOW, CONFIG)
+    assert {d.grace_seconds for d in _of(done.actions, DeletePod)} == {60}
+    resumed = replace(
+        facts,
+        job=facts.job.model_copy(
+            update={"spec": facts.job.spec.model_copy(update={"suspend": False})}
+        ),
+    )  # type: ignore[union-attr]
+    protected = settle(resumed, capped, NOW, CONFIG)
+    assert protected.wake_at == NOW - timedelta(seconds=10) + timedelta(seconds=600)

@@ -171,9 +171,7 @@ def _gpujob_pod(body: dict[str, Any]) -> dict[str, Any]:
 def test_malformed_planned_gpus_are_refused_naming_the_annotation() -> None:
     with pytest.raises(RequestError, match=keys.ANNOTATION_PLANNED_GPU_INDICES):
         gpu_request(
-            _gpujob_pod(
-                pod({keys.GPU_RESOURCE: "2"}, {keys.ANNOTATION_PLANNED_GPU_INDICES: "a,b"})
-            )
+            _gpujob_pod(pod({keys.GPU_RESOURCE: "2"}, {keys.ANNOTATION_PLANNED_GPU_INDICES: "a,b"}))
         )
 
 

@@ -319,3 +319,111 @@ def test_node_agent_metrics_are_exactly_the_documented_ones() -> None:
         n.removesuffix("_bucket") for n in exported if n.endswith("_bucket")
     }
     assert names == documented
+
+
+# --- GPU ownership a user could forge (the node agent believes only what gpusched wrote) -------
+
+
+def _raw(
+    name: str, *, scheduler: str | None, gpus: str, request: int, created: str
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"limits": {keys.GPU_RESOURCE: request}}}]
+    }
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "creationTimestamp": created,
+            "annotations": {keys.ANNOTATION_GPUS: gpus},
+        },
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_gpu_annotation_on_another_schedulers_pod_is_not_believed() -> None:
+    """A pod created with ``nodeName`` (no scheduler) and the owner's UUIDs copied into
+    ``gpusched.io/gpus`` is a pod gpusched did not place: it gets only unreserved GPUs."""
+    owner = pod("owner", 2, [0, 1], created="2026-01-01T00:00:00Z")
+    intruder = pod_gpus(
+        _raw(
+            "intruder",
+            scheduler=None,
+            gpus="GPU-00,GPU-01",
+            request=2,
+            created="2026-01-02T00:00:00Z",
+        )
+    )
+    assert intruder.assigned is None
+    assert intruder.ignored is not None
+    snapshot = state([owner, intruder], [listed(intruder)])
+    verdict = verify_allocation(snapshot, UUIDS[:2])
+    assert verdict.reason is RefusalReason.RESERVED
+    preferred = preferred_allocation(snapshot, UUIDS, [], 2)
+    assert preferred.ok
+    assert not set(preferred.devices) & {UUIDS[0], UUIDS[1]}
+
+
+def test_a_younger_pod_claiming_an_older_pods_gpus_is_refused() -> None:
+    """Two live pods never share a GPU: a ``schedulerName: gpusched`` pod created with
+    ``nodeName`` and copied UUIDs is younger than the pod the extender bound, and gets none."""
+    owner = pod("owner", 2, [0, 1], created="2026-01-01T00:00:00Z")
+    copy = pod_gpus(
+        _raw(
+            "copy",
+            scheduler=keys.SCHEDULER_NAME,
+            gpus="GPU-01,GPU-00",
+            request=2,
+            created="2026-01-02T00:00:00Z",
+        )
+    )
+    snapshot = state([owner, copy], [listed(copy)])
+    for verdict in (
+        verify_allocation(snapshot, UUIDS[:2]),
+        preferred_allocation(snapshot, UUIDS, [], 2),
+    ):
+        assert verdict.reason is RefusalReason.CONFLICT
+        assert "ns/owner" in verdict.message
+    # The owner, admitted after a kubelet restart, still gets its GPUs.
+    again = state([owner, copy], [listed(owner)])
+    assert verify_allocation(again, UUIDS[:2]).ok
+
+
+def test_an_assignment_naming_more_gpus_than_the_pod_requests_is_refused() -> None:
+    greedy = pod_gpus(
+        _raw(
+            "greedy",
+            scheduler=keys.SCHEDULER_NAME,
+            gpus=",".join(UUIDS),
+            request=1,
+            created="2026-01-01T00:00:00Z",
+        )
+    )
+    assert greedy.assigned is None
+    verdict = verify_allocation(state([greedy], [listed(greedy)]), UUIDS[:1])
+    assert verdict.reason is RefusalReason.MALFORMED
+    assert "requests 1" in verdict.message
+
+
+def test_explain_reports_no_drift_from_an_allocation_the_node_agent_did_not_write() -> None:
+    from gpusched.core.nodeagent import Enforcement, enforcement
+
+    raw = _raw("a", scheduler=keys.SCHEDULER_NAME, gpus="GPU-00,GPU-01", request=2, created="t")
+    raw["metadata"]["annotations"][keys.ANNOTATION_ALLOCATED_GPUS] = "GPU-00,GPU-05"
+    raw["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl-annotate",
+            "operation": "Update",
+            "fieldsV1": {
+                "f:metadata": {"f:annotations": {f"f:{keys.ANNOTATION_ALLOCATED_GPUS}": {}}}
+            },
+        }
+    ]
+    check = enforcement(pod_gpus(raw))
+    assert check.state is Enforcement.UNCONFIRMED
+    assert "kubectl-annotate" in check.message
+    raw["metadata"]["managedFields"][0]["manager"] = keys.FIELD_MANAGER_NODE_AGENT
+    assert enforcement(pod_gpus(raw)).state is Enforcement.DRIFT

@@ -16,7 +16,7 @@ from gpusched.core.admission import (
     PreemptReason,
     ReplicaPlan,
 )
-from gpusched.core.lifecycle import PodFacts, merge_patch, tenant_map
+from gpusched.core.lifecycle import JobFacts, PodFacts, merge_patch, tenant_map
 from gpusched.core.lifecycle import status as st
 from gpusched.core.lifecycle.pods import pod_manifest, pod_name
 from gpusched.core.placement import TopologyScope
@@ -317,3 +317,92 @@ def test_operator_metrics_have_the_documented_names() -> None:
     histogram_parts = {"_bucket", "_count", "_sum"}
     for name in documented:
         assert name in exported or {name + p for p in histogram_parts} <= exported, name
+
+
+def test_pods_run_at_the_jobs_priority_class() -> None:
+    pod = pod_manifest(
+        gpujob(priorityClassName="team-high"), tenant="t", admission=1, replica=0, placement=None
+    )
+    assert pod["spec"]["priorityClassName"] == "team-high"
+    plain = pod_manifest(gpujob(), tenant="t", admission=1, replica=0, placement=None)
+    assert "priorityClassName" not in plain["spec"]
+
+
+def test_a_template_never_passes_gpu_ownership_annotations_to_its_pods() -> None:
+    """A job stored before the CRD refused them: the pods still carry none of them (only the
+    operator's own plan)."""
+    job = gpujob()
+    job.spec.template["metadata"]["annotations"].update(
+        {keys.ANNOTATION_GPU_INDICES: "0,1,2,3", keys.ANNOTATION_PLANNED_NODE: "elsewhere"}
+    )
+    plan = ReplicaPlacement(replica=0, node="node-a", gpu_indices=[0, 1, 2, 3])
+    pod = pod_manifest(job, tenant="t", admission=1, replica=0, placement=plan)
+    annotations = pod["metadata"]["annotations"]
+    assert keys.ANNOTATION_GPU_INDICES not in annotations
+    assert annotations[keys.ANNOTATION_PLANNED_NODE] == "node-a"
+    assert annotations["a"] == "b"
+
+
+def test_a_gpu_pod_outside_gpujobs_is_charged_to_the_tenant_of_its_namespace() -> None:
+    """A pod asking nvidia.com/gpu directly in a tenant's namespace (made before the chart's
+    admission policy, or without it) counts against the tenant: its usage and its borrowing
+    limit; elsewhere it only keeps its GPUs out of placement."""
+    from gpusched.api.tenantquota import TenantQuota
+    from gpusched.operator.decide import OperatorConfig, decide
+    from gpusched.operator.store import World
+
+    spec, status = fixture_objects("hgx-h100-sxm-8gpu-8nic", "wired")
+    topology = {"metadata": {"name": "wired", "resourceVersion": "1"}, "spec": spec.to_k8s()}
+    topology["status"] = status.to_k8s()
+    quota = TenantQuota.model_validate(
+        {
+            "metadata": {"name": "team", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"namespaces": ["team"], "guaranteedGpus": 4, "borrowingLimit": 6},
+        }
+    )
+
+    def plain_pod(namespace: str, name: str, gpus: int) -> PodFacts:
+        return PodFacts.from_api(
+            {
+                "metadata": {"name": name, "namespace": namespace, "uid": f"u-{name}"},
+                "spec": {
+                    "nodeName": "wired",
+                    "containers": [
+                        {"name": "c", "resources": {"limits": {keys.GPU_RESOURCE: gpus}}}
+                    ],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
+
+    queued = JobFacts.from_api(
+        {
+            "apiVersion": keys.API_VERSION,
+            "kind": "GpuJob",
+            "metadata": {"name": "train", "namespace": "team", "uid": "j", "generation": 1},
+            "spec": {
+                "gpusPerReplica": 4,
+                "template": {"spec": {"containers": [{"name": "m", "image": "i"}]}},
+            },
+            "status": {"phase": "Queued", "tenant": "team"},
+        }
+    )
+    world = World(
+        now=NOW,
+        jobs=(queued,),
+        quotas=(quota,),
+        nodes=(_node("wired"),),
+        topologies={"wired": topology},
+        priorities={},
+        default_priority=0,
+        pods=(plain_pod("team", "sneaky", 3), plain_pod("other", "elsewhere", 1)),
+    )
+    decision = decide(world, {}, OperatorConfig(), NodeReader())
+    (usage,) = decision.result.tenants
+    assert usage.used == 3
+    waiting = decision.result.waiting_of("team/train")
+    assert waiting is not None
+    assert waiting.reason.value == "QuotaExceeded"  # 3 + 4 > 6
+    # The pod in a namespace no tenant owns is held, not charged.
+    (node,) = decision.snapshot.nodes
+    assert node.busy_count == 1

@@ -215,3 +215,43 @@ def test_reservation_no_longer_holds_once_another_pod_has_one_of_its_gpus(
     assert cache.holds(reservation)
     cache.apply_pod(pod("other", "n1", 1, "1"))
     assert not cache.holds(reservation)
+
+
+# --- annotations a user could forge --------------------------------------------------------
+
+
+def test_a_one_gpu_pod_claiming_every_gpu_holds_one_unknown_gpu(cache: ClusterCache) -> None:
+    """A set naming more GPUs than the pod requests is no set the extender wrote: the node is
+    not made to look full, only the pod's own request counts."""
+    cache.apply_pod(pod("greedy", "n1", 1, "0,1,2,3,4,5,6,7"))
+    view = cache.view("n1")
+    assert view.busy == frozenset()
+    assert view.unaccounted == 1
+
+
+def test_gpu_indices_on_another_schedulers_pod_are_not_believed(cache: ClusterCache) -> None:
+    cache.apply_pod(pod("nodename", "n1", 2, "4,5", scheduler="default-scheduler"))
+    view = cache.view("n1")
+    assert view.busy == frozenset()
+    assert view.unaccounted == 2
+
+
+def test_a_bound_pods_set_changed_later_keeps_the_bound_set(cache: ClusterCache) -> None:
+    """gpusched never rewrites a bound pod's GPUs: a pod whose annotation is changed to another
+    pod's GPUs keeps the ones it was bound to, and the extender never hands those out."""
+    cache.replace_pods([pod("mine", "n1", 2, "0,1"), pod("theirs", "n1", 2, "2,3")])
+    cache.apply_pod(pod("mine", "n1", 2, "2,3"))
+    assert cache.view("n1").busy == {0, 1, 2, 3}
+    assert cache.pods["ns/mine"].gpus == (0, 1)
+    # A relist (after a watch expired) remembers the bound set too.
+    cache.replace_pods([pod("mine", "n1", 2, "2,3"), pod("theirs", "n1", 2, "2,3")])
+    assert cache.view("n1").busy == {0, 1, 2, 3}
+
+
+def test_the_kubelets_allocation_is_held_beside_the_assignment(cache: ClusterCache) -> None:
+    """When a pod really holds other GPUs than its assignment (drift the node agent reported),
+    both sets stay out of other pods' reach."""
+    body = pod("drifted", "n1", 2, "0,1")
+    body["metadata"]["annotations"][keys.ANNOTATION_ALLOCATED_GPU_INDICES] = "0,6"
+    cache.apply_pod(body)
+    assert cache.view("n1").busy == {0, 1, 6}

@@ -58,6 +58,49 @@ def test_a_bad_row_is_refused_naming_its_line_and_field(tmp_path: Path) -> None:
         read_trace(path)
 
 
+_GOOD = (
+    '{"id": "a", "submit": 0, "duration": 60, "replicas": 1, "gpus_per_replica": 1, "tenant": "t"}'
+)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "content", "where", "says"),
+    [
+        (".jsonl", _GOOD.replace('"duration": 60', '"duration": Infinity'), ":1:", "Infinity"),
+        (".jsonl", _GOOD.replace('"duration": 60', '"duration": NaN'), ":1:", "NaN"),
+        (
+            ".csv",
+            "id,submit,duration,replicas,gpus_per_replica,tenant\na,0,inf,1,1,t\n",
+            ":2:",
+            "duration",
+        ),
+        (".jsonl", _GOOD + "\n" + _GOOD.replace('"t"', '"t\xe9"'), ":2:", "not UTF-8"),
+    ],
+)
+def test_impossible_numbers_and_bad_bytes_are_refused_with_file_and_line(
+    tmp_path: Path, suffix: str, content: str, where: str, says: str
+) -> None:
+    path = tmp_path / f"trace{suffix}"
+    data = content.encode("utf-8")
+    if says == "not UTF-8":
+        data = data.replace("\xe9".encode(), b"\xe9")
+    path.write_bytes(data)
+    with pytest.raises(TraceError) as refused:
+        read_trace(path)
+    assert f"{path}{where}" in str(refused.value)
+    assert says in str(refused.value)
+
+
+def test_a_line_longer_than_any_job_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    """Memory stays bounded: the reader stops at the limit instead of holding the line."""
+    path = tmp_path / "huge.jsonl"
+    with path.open("wb") as handle:
+        handle.write(_GOOD.encode() + b"\n")
+        handle.write(b"[" + b"1," * (4 * 1024 * 1024) + b"1]\n")
+    with pytest.raises(TraceError, match=r"huge.jsonl:2: line longer than"):
+        read_trace(path)
+
+
 def test_an_unknown_field_and_a_reused_id_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "jobs.jsonl"
     path.write_text(

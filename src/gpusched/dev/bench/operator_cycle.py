@@ -125,9 +125,19 @@ def _pods(job: Job, index: int) -> list[dict[str, Any]]:
                     "annotations": {
                         keys.ANNOTATION_GPU_INDICES: ",".join(map(str, assignment.gpus))
                     },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": keys.API_VERSION,
+                            "kind": "GpuJob",
+                            "name": name,
+                            "uid": f"uid-{index}",
+                            "controller": True,
+                        }
+                    ],
                 },
                 "spec": {
                     "nodeName": assignment.node,
+                    "schedulerName": keys.SCHEDULER_NAME,
                     "containers": [
                         {
                             "name": "main",

@@ -81,13 +81,22 @@ def values_yaml() -> str:
 
 
 def _tidy(node: Any) -> Any:
-    """Drop pydantic's generated titles; descriptions on one line."""
+    """Drop pydantic's generated titles; descriptions on one line; maps whose keys have a
+    pattern (pydantic's ``patternProperties``, which lets other keys through) refuse every key
+    that does not match (``propertyNames``)."""
     if isinstance(node, dict):
-        return {
+        out = {
             key: " ".join(value.split()) if key == "description" else _tidy(value)
             for key, value in node.items()
             if not (key == "title" and isinstance(value, str))
         }
+        patterns = out.get("patternProperties")
+        if isinstance(patterns, dict) and len(patterns) == 1 and "additionalProperties" not in out:
+            ((pattern, values),) = patterns.items()
+            del out["patternProperties"]
+            out["propertyNames"] = {**out.get("propertyNames", {}), "pattern": pattern}
+            out["additionalProperties"] = values
+        return out
     if isinstance(node, list):
         return [_tidy(item) for item in node]
     return node

@@ -35,8 +35,17 @@ COMPONENT: Final = {
 
 #: Chart values a component's identity is rendered with (default: the chart's defaults).
 _VALUES: Final[dict[str, dict[str, Any]]] = {NODE_AGENT: {"nodeAgent": {"enabled": True}}}
-#: Identities that add to another one, installed after it (the node agent runs as the probe).
-_EXTENDS: Final = {NODE_AGENT: COMPONENT[PROBE]}
+#: What users may do and write, as the chart says: the roles that let namespace editors and
+#: viewers use GpuJobs, and the admission policies on everyone's writes (GPU ownership
+#: annotations, GPU pods in tenants' namespaces, priority classes). Installed with the first
+#: component, as the chart installs them with every release.
+ACCESS: Final = "access"
+#: Identities that add to another one, installed after it (the node agent runs as the probe;
+#: every component comes with the admission policies).
+_EXTENDS: Final = {
+    NODE_AGENT: COMPONENT[PROBE],
+    **dict.fromkeys(set(COMPONENT.values()), ACCESS),
+}
 
 _installed: set[tuple[Path, str]] = set()
 _lock = threading.Lock()
@@ -90,6 +99,31 @@ def kubeconfig(cluster: LocalCluster, account: str, *, node: str | None = None) 
     return _token_kubeconfig(cluster, account, f"-{node}", bound=bound)
 
 
+def namespace_editor(cluster: LocalCluster, namespace: str, name: str = "editor") -> Path:
+    """A kubeconfig of an ordinary user of ``namespace``: a ServiceAccount there bound to the
+    built-in ``edit`` ClusterRole in that namespace only (what a team member usually gets)."""
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    cluster.kubectl("create", "serviceaccount", name, "-n", namespace, check=False)
+    cluster.kubectl(
+        "create",
+        "rolebinding",
+        f"{name}-edit",
+        "--clusterrole=edit",
+        f"--serviceaccount={namespace}:{name}",
+        "-n",
+        namespace,
+        check=False,
+    )
+    token = cluster.kubectl("create", "token", name, "-n", namespace, "--duration=2h")
+    return pki.write_kubeconfig(
+        cluster.state_dir / f"user-{namespace}-{name}.kubeconfig",
+        cluster.server,
+        cluster.ca_cert,
+        user(name, namespace),
+        token=token.stdout.strip(),
+    )
+
+
 def _node_uid(cluster: LocalCluster, node: str, timeout: float = 120.0) -> str:
     """The Node's UID, once it exists: a kubelet that just became healthy registers its Node a
     moment later."""
@@ -130,8 +164,16 @@ def _token_kubeconfig(
 
 
 #: A write each component's policy refuses, sent as a server-side dry run (admission runs, nothing
-#: is stored): (account, kubectl arguments).
-_CANARIES: Final = {
+#: is stored): (account, kubectl arguments; account None: the cluster admin).
+_CANARIES: Final[dict[str, tuple[str | None, list[str], str | None]]] = {
+    # Nobody but the extender writes which GPUs a pod holds.
+    ACCESS: (
+        None,
+        ["create", "-f", "-", "--dry-run=server", "-n", NAMESPACE],
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: gpusched-policy-check\n"
+        "  annotations: {gpusched.io/gpus: GPU-x}\n"
+        "spec: {containers: [{name: c, image: x}]}\n",
+    ),
     # A token without a node claim may write no NodeGpuTopology.
     "device-probe": (
         PROBE,
@@ -145,6 +187,12 @@ _CANARIES: Final = {
         ["annotate", "pod", "gpusched-policy-check", "-n", NAMESPACE, "x=y", "--dry-run=server"],
         None,
     ),
+    # kube-scheduler deletes no pod (its preemption is off).
+    "scheduler": (
+        KUBE_SCHEDULER,
+        ["delete", "pod", "gpusched-policy-check", "-n", NAMESPACE, "--dry-run=server"],
+        None,
+    ),
     # No pod in kube-system.
     "operator": (
         OPERATOR,
@@ -155,15 +203,17 @@ _CANARIES: Final = {
 
 
 #: What a canary needs to exist first, created as the cluster admin: a pod bound to no node.
+_CANARY_POD: Final = (
+    "run",
+    "gpusched-policy-check",
+    "-n",
+    NAMESPACE,
+    "--image=x",
+    '--overrides={"spec": {"schedulerName": "gpusched-policy-check"}}',
+)
 _CANARY_SETUP: Final = {
-    NODE_AGENT: (
-        "run",
-        "gpusched-policy-check",
-        "-n",
-        NAMESPACE,
-        "--image=x",
-        '--overrides={"spec": {"schedulerName": "gpusched-policy-check"}}',
-    ),
+    "scheduler": _CANARY_POD,
+    NODE_AGENT: _CANARY_POD,
 }
 
 
@@ -175,7 +225,7 @@ def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float 
     setup = _CANARY_SETUP.get(component)
     if setup is not None:
         cluster.kubectl(*setup, check=False)
-    config = _token_kubeconfig(cluster, account, "-canary")
+    config = _token_kubeconfig(cluster, account, "-canary") if account else cluster.kubeconfig
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = subprocess.run(

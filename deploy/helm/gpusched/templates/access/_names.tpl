@@ -4,7 +4,7 @@ list body. A unit test keeps it equal to gpusched.api.keys.OWNERSHIP_ANNOTATIONS
 'gpusched.io/gpus', 'gpusched.io/gpu-indices', 'gpusched.io/topology-class', 'gpusched.io/allocated-gpus', 'gpusched.io/allocated-gpu-indices', 'gpusched.io/planned-node', 'gpusched.io/planned-gpu-indices'
 {{- end -}}
 
-{{/* A CEL expression: the pod in `variables.pod` asks for GPUs in any container. */}}
+{{/* A CEL expression: the pod `object` asks for GPUs in any container. */}}
 {{- define "gpusched.celRequestsGpus" -}}
-[has(variables.pod.spec.initContainers) ? variables.pod.spec.initContainers : [], variables.pod.spec.containers].exists(cs, cs.exists(c, has(c.resources) && ((has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits) || (has(c.resources.requests) && 'nvidia.com/gpu' in c.resources.requests))))
+[has(object.spec.initContainers) ? object.spec.initContainers : [], object.spec.containers].exists(cs, cs.exists(c, has(c.resources) && ((has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits) || (has(c.resources.requests) && 'nvidia.com/gpu' in c.resources.requests))))
 {{- end -}}

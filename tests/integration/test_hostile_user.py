@@ -1,0 +1,248 @@
+"""What an ordinary user (the built-in ``edit`` role in one namespace) may not do to GPU
+ownership, quotas and priorities, asked of the real API server under the chart's admission
+policies: every attempt is refused when it is made, with a sentence naming what was refused.
+The end-to-end version, with the components running and pods on real kubelets, is
+``e2e/test_hostile_user.py``."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpusched.api import keys
+from gpusched.dev.localcluster import LocalCluster, identities
+from gpusched.kube import api_client
+from tests.cases.manifests import gpujob, tenantquota
+
+G, V = keys.GROUP, keys.VERSION
+_names = itertools.count()
+
+
+def refused(call: Callable[[], Any]) -> str:
+    """Run a request that must be refused; the server's message."""
+    with pytest.raises(ApiException) as caught:
+        call()
+    assert caught.value.status in (403, 422), caught.value
+    return str(caught.value.body)
+
+
+def gpu_pod(name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
+    annotations = spec.pop("annotations", {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "trainer:1",
+                    "resources": {"limits": {keys.GPU_RESOURCE: str(gpus)}} if gpus else {},
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+class User:
+    """Clients of one namespace's editor."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.namespace = namespace
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def create_pod(self, body: dict[str, Any]) -> Any:
+        return self.core.create_namespaced_pod(self.namespace, body)
+
+    def create_job(self, body: dict[str, Any]) -> Any:
+        return self.custom.create_namespaced_custom_object(G, V, self.namespace, "gpujobs", body)
+
+
+@pytest.fixture
+def tenant(local_cluster: LocalCluster, kube: Any) -> Iterator[tuple[User, str]]:
+    """A namespace a TenantQuota owns, its editor, and the chart's admission policies."""
+    identities.install(local_cluster, identities.ACCESS)
+    n = next(_names)
+    namespace, quota = f"hostile-{n}", f"hostile-tenant-{n}"
+    config = identities.namespace_editor(local_cluster, namespace)
+    custom = client.CustomObjectsApi(kube)
+    body = tenantquota(quota, namespaces=[namespace], allowedPriorityClasses=["team-low"])
+    custom.create_cluster_custom_object(G, V, "tenantquotas", body)
+    api = api_client(config)
+    _wait_for_params(User(api, namespace))
+    yield User(api, namespace), quota
+    api.close()
+    custom.delete_cluster_custom_object(G, V, "tenantquotas", quota)
+    client.CoreV1Api(kube).delete_namespace(namespace, grace_period_seconds=0)
+
+
+def _wait_for_params(user: User, timeout: float = 30.0) -> None:
+    """The policies read TenantQuotas from an informer: wait until the new one is seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            user.core.create_namespaced_pod(user.namespace, gpu_pod("probe-params"), dry_run="All")
+        except ApiException as err:
+            if err.status == 403:
+                return
+            raise
+        if time.monotonic() > deadline:
+            raise AssertionError("the tenant-gpu-pods policy never saw the TenantQuota")
+        time.sleep(0.3)
+
+
+# --- 1. GPU ownership ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", keys.OWNERSHIP_ANNOTATIONS)
+def test_a_user_cannot_create_a_pod_claiming_gpus(tenant: tuple[User, str], key: str) -> None:
+    user, _ = tenant
+    body = gpu_pod("claims", gpus=0, annotations={key: "0,1,2,3,4,5,6,7"}, nodeName="gpu-node")
+    message = refused(lambda: user.create_pod(body))
+    assert f"only gpusched writes {key}" in message
+
+
+def test_a_user_cannot_rewrite_or_remove_the_gpus_of_a_running_pod(
+    local_cluster: LocalCluster, kube: Any, tenant: tuple[User, str]
+) -> None:
+    """The extender wrote the pod's GPUs in its Binding; its owner may edit the pod (labels,
+    other annotations) but not those."""
+    user, _ = tenant
+    admin = client.CoreV1Api(kube)
+    admin.create_namespaced_pod(
+        user.namespace, gpu_pod("mine", gpus=0, schedulerName="nobody")
+    )  # an admin may create it: it asks no GPU, the tenant policy leaves it alone
+    admin.create_namespaced_pod_binding(
+        "mine",
+        user.namespace,
+        {
+            "metadata": {"name": "mine", "annotations": {keys.ANNOTATION_GPU_INDICES: "0,1"}},
+            "target": {"kind": "Node", "name": "some-node"},
+        },
+        _preload_content=False,
+    )
+    for change in ({keys.ANNOTATION_GPU_INDICES: "2,3"}, {keys.ANNOTATION_GPU_INDICES: None}):
+        message = refused(
+            lambda change=change: user.core.patch_namespaced_pod(
+                "mine", user.namespace, {"metadata": {"annotations": change}}
+            )
+        )
+        assert keys.ANNOTATION_GPU_INDICES in message
+    user.core.patch_namespaced_pod(
+        "mine", user.namespace, {"metadata": {"annotations": {"team.example/note": "ok"}}}
+    )
+    stored = admin.read_namespaced_pod("mine", user.namespace).metadata.annotations
+    assert stored[keys.ANNOTATION_GPU_INDICES] == "0,1"
+
+
+def test_even_a_cluster_admin_writes_no_gpu_ownership_on_a_pod(
+    kube: Any, tenant: tuple[User, str]
+) -> None:
+    """Only gpusched's identities: an admin's hand-edit would be the same forgery."""
+    user, _ = tenant
+    body = gpu_pod("admin-claims", gpus=0, annotations={keys.ANNOTATION_PLANNED_NODE: "n1"})
+    refused(lambda: client.CoreV1Api(kube).create_namespaced_pod(user.namespace, body))
+
+
+# --- 2. quota escapes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheduler", [keys.SCHEDULER_NAME, "default-scheduler"])
+def test_a_gpu_pod_in_a_tenants_namespace_is_refused_whatever_its_scheduler(
+    tenant: tuple[User, str], scheduler: str
+) -> None:
+    user, quota = tenant
+    message = refused(lambda: user.create_pod(gpu_pod("bare", schedulerName=scheduler)))
+    assert f"belongs to tenant {quota}" in message
+    assert "GpuJob" in message
+    init = gpu_pod("init-only", gpus=0)
+    init["spec"]["initContainers"] = [
+        {"name": "warm", "image": "i", "resources": {"requests": {keys.GPU_RESOURCE: "8"}}}
+    ]
+    refused(lambda: user.create_pod(init))
+    user.create_pod(gpu_pod("cpu-only", gpus=0))  # pods without GPUs are the tenant's business
+
+
+def test_a_deployment_of_gpu_pods_in_a_tenants_namespace_creates_none(
+    tenant: tuple[User, str],
+) -> None:
+    """The ReplicaSet controller's creations are refused too; the reason is on the ReplicaSet."""
+    user, quota = tenant
+    template = {"metadata": {"labels": {"app": "sneaky"}}, "spec": gpu_pod("x")["spec"]}
+    user.apps.create_namespaced_deployment(
+        user.namespace,
+        {
+            "metadata": {"name": "sneaky"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "sneaky"}},
+                "template": template,
+            },
+        },
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        sets = user.apps.list_namespaced_replica_set(user.namespace).items
+        failure = [
+            c.message
+            for rs in sets
+            for c in (rs.status.conditions or [])
+            if c.type == "ReplicaFailure"
+        ]
+        if failure:
+            break
+        assert time.monotonic() < deadline, "the ReplicaSet never reported its refused pods"
+        time.sleep(0.5)
+    assert f"belongs to tenant {quota}" in failure[0]
+    assert not user.core.list_namespaced_pod(user.namespace, label_selector="app=sneaky").items
+
+
+def test_a_gpu_pod_where_no_tenant_owns_the_namespace_is_allowed(
+    local_cluster: LocalCluster, tenant: tuple[User, str]
+) -> None:
+    """Namespaces no TenantQuota names keep plain GPU pods (the extender alone places them)."""
+    config = identities.namespace_editor(local_cluster, "no-tenant-here")
+    api = api_client(config)
+    try:
+        client.CoreV1Api(api).create_namespaced_pod(
+            "no-tenant-here", gpu_pod("plain", schedulerName=keys.SCHEDULER_NAME), dry_run="All"
+        )
+    finally:
+        api.close()
+
+
+# --- 5. priority classes ------------------------------------------------------------------
+
+
+def test_a_gpujob_may_not_name_a_system_priority_class(tenant: tuple[User, str]) -> None:
+    user, _ = tenant
+    message = refused(
+        lambda: user.create_job(gpujob("greedy", priorityClassName="system-node-critical"))
+    )
+    assert "spec.priorityClassName" in message
+
+
+def test_a_gpujob_may_name_only_the_classes_its_tenant_allows(
+    kube: Any, tenant: tuple[User, str]
+) -> None:
+    user, quota = tenant
+    scheduling = client.SchedulingV1Api(kube)
+    for name, value in (("team-low", 10), ("team-high", 1000)):
+        try:
+            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    message = refused(lambda: user.create_job(gpujob("jumpy", priorityClassName="team-high")))
+    assert f"tenant {quota} allows team-low, not team-high" in message
+    user.create_job(gpujob("polite", priorityClassName="team-low"))
+    user.create_job(gpujob("unnamed"))
