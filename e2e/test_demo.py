@@ -36,10 +36,13 @@ def test_demo_runs_the_examples_and_cleans_up() -> None:
     # The failed GPU was reported and avoided.
     assert "GPU 5: Unhealthy (Xid79" in out
     assert "pod/rest: node a100-0, GPUs 4,6,7" in out
-    # A real kubelet gave the container exactly its annotated GPUs, and refused a stolen set.
+    # A real kubelet gave the container exactly its annotated GPUs; a stolen set was refused by
+    # the API server, and a pod bound by hand got none of the reserved GPUs.
     assert "the container holds 4 GPUs, the same set" in out
     assert "NVIDIA_VISIBLE_DEVICES=GPU-" in out
+    assert "pod-gpu-ownership" in out
     assert "UnexpectedAdmissionError" in out
+    assert "ReservedByGpusched" in out
     # The operator admitted, placed and preempted.
     assert "PreemptedBy" in out
     assert "WithinGuarantee" in out

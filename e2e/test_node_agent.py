@@ -21,10 +21,11 @@ from kubernetes import client
 
 from e2e.helpers import extender_knows, gpu_pod, wait_for
 from gpusched.api import keys
-from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster import LocalCluster, identities
 from gpusched.dev.localcluster.binaries import repo_root
 from gpusched.dev.localcluster.components import SchedulerProcesses, gpusched_command
 from gpusched.dev.localcluster.kubelet import KubeletNode, start_kubelet_node
+from gpusched.dev.localcluster.processes import is_running
 from gpusched.dev.localnodeagent import DevicePluginProcess, start_device_plugin
 from gpusched.dev.localprobes import FakeProbe, start_fake_probe
 from gpusched.node_agent.kubelet import PodResourcesClient
@@ -173,37 +174,60 @@ def test_real_kubelet_gives_each_container_exactly_its_annotated_gpus(
         client.CoreV1Api(kube).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
 
-def test_a_pod_bound_to_gpus_another_pod_holds_fails_admission_with_the_reason(
+def test_a_pod_claiming_gpus_another_pod_holds_never_gets_them(
     local_cluster: LocalCluster, kube: Any, namespace: str, real_nodes: dict[str, RealNode]
 ) -> None:
+    """The chart's policy refuses a pod carrying another pod's GPUs in its annotation. Without
+    the policy (say it is switched off), the node agent alone still never hands them out: the
+    annotation on a pod no gpusched scheduler bound is not believed, and a gpusched-scheduler
+    pod claiming GPUs an older pod was bound to is refused."""
     create(kube, namespace, gpu_pod("holder", 2, node="kubelet-h100"))
     wait_for(lambda: running(kube, namespace, ["holder"]), timeout=120, what="holder Running")
     stolen = read_pod(kube, namespace, "holder").metadata.annotations[keys.ANNOTATION_GPUS]
-    intruder = gpu_pod("intruder", 2)
-    intruder["metadata"]["annotations"][keys.ANNOTATION_GPUS] = stolen
-    intruder["spec"].pop("schedulerName")
-    intruder["spec"]["nodeName"] = "kubelet-h100"  # bound without the extender
-    create(kube, namespace, intruder)
-    pod = wait_for(
-        lambda: (p := read_pod(kube, namespace, "intruder")).status.phase == "Failed" and p,
-        timeout=120,
-        what="the intruder to fail admission",
-    )
-    assert pod.status.reason == "UnexpectedAdmissionError"
-    assert "gpusched device plugin" in pod.status.message
-    assert f"held by pod {namespace}/holder" in pod.status.message
+
+    def claiming(name: str, scheduler: str | None) -> dict[str, Any]:
+        pod = gpu_pod(name, 2)
+        pod["metadata"]["annotations"][keys.ANNOTATION_GPUS] = stolen
+        pod["spec"].pop("schedulerName")
+        if scheduler is not None:
+            pod["spec"]["schedulerName"] = scheduler
+        pod["spec"]["nodeName"] = "kubelet-h100"  # bound without the extender
+        return pod
+
+    with pytest.raises(client.ApiException) as refused:
+        create(kube, namespace, claiming("intruder", None))
+    assert "only gpusched writes gpusched.io/gpus" in str(refused.value.body)
+
+    identities.uninstall(local_cluster, identities.ACCESS)
+    try:
+        create(kube, namespace, claiming("intruder", None))
+        create(kube, namespace, claiming("copy", keys.SCHEDULER_NAME))
+        copy = wait_for(
+            lambda: (p := read_pod(kube, namespace, "copy")).status.phase == "Failed" and p,
+            timeout=120,
+            what="the copy to fail admission",
+        )
+    finally:
+        identities.install(local_cluster, identities.ACCESS)
+    assert copy.status.reason == "UnexpectedAdmissionError"
+    assert "AssignmentConflict" in copy.status.message
+    assert f"to pod {namespace}/holder" in copy.status.message
+    wait_for(lambda: running(kube, namespace, ["intruder"]), timeout=120, what="intruder Running")
+    holdings = real_nodes["kubelet-h100"].holdings()
+    assert holdings[f"{namespace}/holder"] == frozenset(stolen.split(","))
+    assert not holdings[f"{namespace}/intruder"] & frozenset(stolen.split(","))
     wait_for(
         lambda: any(
             e.reason == "GpuAllocationRefused"
             for e in client.CoreV1Api(kube)
-            .list_namespaced_event(namespace, field_selector="involvedObject.name=intruder")
+            .list_namespaced_event(namespace, field_selector="involvedObject.name=copy")
             .items
         ),
         timeout=60,
-        what="the refusal event on the intruder",
+        what="the refusal event on the copy",
     )
     explained = subprocess.run(
-        [*gpusched_command(), "explain", f"pod/{namespace}/intruder"],
+        [*gpusched_command(), "explain", f"pod/{namespace}/copy"],
         env={**os.environ, "KUBECONFIG": str(local_cluster.kubeconfig)},
         capture_output=True,
         text=True,
@@ -211,10 +235,8 @@ def test_a_pod_bound_to_gpus_another_pod_holds_fails_admission_with_the_reason(
     ).stdout
     assert "admission refused: " in explained
     assert "GpuAllocationRefused" in explained
-    assert real_nodes["kubelet-h100"].holdings()[f"{namespace}/holder"] == frozenset(
-        stolen.split(",")
-    )
-    client.CoreV1Api(kube).delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+    for name in ("holder", "intruder", "copy"):
+        client.CoreV1Api(kube).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
 
 def test_a_pod_of_another_scheduler_takes_only_gpus_gpusched_did_not_reserve(
@@ -287,3 +309,94 @@ def test_plugin_and_kubelet_restarts_lose_no_allocation(
     names = ["before", "after-plugin", "after-kubelet"]
     wait_for(lambda: running(kube, namespace, names), timeout=180, what="all Running")
     assert_exact(kube, namespace, node, names)
+
+
+def test_a_pod_a_restarted_kubelet_refuses_requeues_its_gpujob_instead_of_failing_it(
+    local_cluster: LocalCluster, kube: Any, namespace: str, real_nodes: dict[str, RealNode]
+) -> None:
+    """A pod bound while its node's kubelet was down is refused admission when the kubelet comes
+    back before gpusched's device plugin has registered again (no healthy device yet): the
+    workload never ran, so the GpuJob is requeued with the reason, and runs once the plugin is
+    back, instead of ending Failed for good."""
+    from tests.integration.operator_harness import POOL, POOL_LABEL, OperatorProcess
+
+    node = real_nodes["kubelet-pcie"]
+    core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
+    core.patch_node(node.name, {"metadata": {"labels": {POOL_LABEL: POOL}}})
+    quota = f"restart-{namespace}"
+    custom.create_cluster_custom_object(
+        keys.GROUP,
+        keys.VERSION,
+        "tenantquotas",
+        {
+            "apiVersion": keys.API_VERSION,
+            "kind": "TenantQuota",
+            "metadata": {"name": quota},
+            "spec": {"namespaces": [namespace], "guaranteedGpus": 8},
+        },
+    )
+    operator = OperatorProcess(local_cluster)
+    operator.start(pods_ready_timeout=300, backoff_base=1)
+    try:
+        node.plugin.stop()
+        node.kubelet.stop_kubelet(kill=True)
+        template = {
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "main", "image": "busybox"}],
+            }
+        }
+        custom.create_namespaced_custom_object(
+            keys.GROUP,
+            keys.VERSION,
+            namespace,
+            "gpujobs",
+            {
+                "apiVersion": keys.API_VERSION,
+                "kind": "GpuJob",
+                "metadata": {"name": "survivor"},
+                "spec": {"gpusPerReplica": 2, "template": template},
+            },
+        )
+        wait_for(
+            lambda: any(
+                p.spec.node_name == node.name
+                for p in core.list_namespaced_pod(
+                    namespace, label_selector=f"{keys.LABEL_JOB_NAME}=survivor"
+                ).items
+            ),
+            timeout=120,
+            what="the job's pod to be bound while the kubelet is down",
+        )
+        node.kubelet.start_kubelet()
+
+        def job() -> dict[str, Any]:
+            return dict(
+                custom.get_namespaced_custom_object(
+                    keys.GROUP, keys.VERSION, namespace, "gpujobs", "survivor"
+                )
+            )
+
+        rejected = wait_for(
+            lambda: (j := job())["status"].get("nodeRejections", 0) >= 1 and j,
+            timeout=180,
+            what="the job to be requeued after the kubelet refused its pod",
+        )
+        assert rejected["status"]["phase"] != "Failed"
+        node.plugin.start()
+        done = wait_for(
+            lambda: (j := job())["status"].get("phase") == "Running" and j,
+            timeout=240,
+            what="the job to run once the device plugin is back",
+        )
+        assert done["status"]["nodeRejections"] == 0
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=survivor"
+        ).items
+        assert any(e.reason == "PodsRejectedByNode" for e in events)
+    finally:
+        operator.kill()
+        if not is_running(node.plugin.record):
+            node.plugin.start()
+        custom.delete_cluster_custom_object(keys.GROUP, keys.VERSION, "tenantquotas", quota)

@@ -17,7 +17,7 @@ from gpusched.dev.localcluster import identities
 from gpusched.dev.localcluster.cluster import LocalCluster
 from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.kubelet import KubeletNode
-from gpusched.dev.localcluster.processes import ProcessRecord, free_port
+from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
 from gpusched.dev.localprobes import probe_kubeconfig
 from gpusched.kube import body
 
@@ -57,9 +57,17 @@ class DevicePluginProcess:
 
     def restart(self, *, kill: bool = True) -> None:
         """Stop it (SIGKILL by default, like a crash) and start it again."""
-        if kill:
+        self.stop(kill=kill)
+        self.start()
+
+    def stop(self, *, kill: bool = True) -> None:
+        """Stop it (SIGKILL by default, like a crash)."""
+        if kill and is_running(self.record):
             os.killpg(self.record.pid, signal.SIGKILL)
         self.cluster.stop_process(self.record)
+
+    def start(self) -> None:
+        """Start it again after :meth:`stop`."""
         self.record = _spawn(self.cluster, self.node, self.kubeconfig, self.metrics_port, self.args)
 
 

@@ -1,5 +1,6 @@
 """The demo's node-side part: a real kubelet runs a pod, and its container receives exactly the
-GPUs the extender wrote on it; a pod bound to GPUs another pod holds is refused at admission."""
+GPUs the extender wrote on it; a pod claiming another pod's GPUs is refused by the API server,
+and one bound by hand is refused GPUs reserved for gpusched's pods at admission."""
 
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def run_node_agent_demo(cluster: LocalCluster, echo: Callable[[str], None]) -> N
         echo(f"  CDI device {device}")
 
     stolen = ",".join(assigned[:2])
-    cluster.kubectl(
+    refused = cluster.kubectl(
         "apply",
         "-f",
         "-",
@@ -113,8 +114,21 @@ def run_node_agent_demo(cluster: LocalCluster, echo: Callable[[str], None]) -> N
             annotations={keys.ANNOTATION_GPUS: stolen},
             spec={"schedulerName": "default-scheduler", "nodeName": NODE},
         ),
+        check=False,
     )
-    _wait(lambda: _pod(cluster, "intruder")["status"].get("phase") == "Failed")
-    status = _pod(cluster, "intruder")["status"]
-    echo("pod/intruder, bound by hand to two of trainer's GPUs, is refused by the kubelet:")
+    echo("pod/intruder, claiming two of trainer's GPUs in its annotation, is refused by the API")
+    echo(f"server (the chart's pod-gpu-ownership policy): {refused.stderr.strip()[:300]}")
+    # Bound by hand (nodeName, no scheduler) it asks for 6 GPUs: only 4 are not trainer's.
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=_manifest(
+            "squatter", 6, spec={"schedulerName": "default-scheduler", "nodeName": NODE}
+        ),
+    )
+    _wait(lambda: _pod(cluster, "squatter")["status"].get("phase") == "Failed")
+    status = _pod(cluster, "squatter")["status"]
+    echo("pod/squatter, bound by hand asking 6 GPUs while trainer holds 4, is refused by the")
+    echo("kubelet (the node agent hands out no GPU reserved by gpusched):")
     echo(f"  {status.get('reason')}: {status.get('message')}")

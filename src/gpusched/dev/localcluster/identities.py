@@ -84,9 +84,11 @@ def uninstall(cluster: LocalCluster, component: str) -> None:
     """Delete what :func:`install` applied for ``component`` (a test that needs an identity
     exactly as the chart's defaults render it removes the node agent's additions first)."""
     with _lock:
-        _, manifest = _manifest(cluster, component)
+        objects, manifest = _manifest(cluster, component)
         cluster.kubectl("delete", "--ignore-not-found", "--wait", "-f", str(manifest))
         _installed.discard((cluster.state_dir, component))
+        if any(obj["kind"] == "ValidatingAdmissionPolicy" for obj in objects):
+            _wait_policy_in_force(cluster, component, in_force=False)
 
 
 def kubeconfig(cluster: LocalCluster, account: str, *, node: str | None = None) -> Path:
@@ -217,7 +219,11 @@ _CANARY_SETUP: Final = {
 }
 
 
-def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float = 60.0) -> None:
+def _wait_policy_in_force(
+    cluster: LocalCluster, component: str, timeout: float = 60.0, *, in_force: bool = True
+) -> None:
+    """Wait until the API server enforces ``component``'s policy (or, ``in_force=False``, no
+    longer does: its canary write is accepted)."""
     canary = _CANARIES.get(component)
     if canary is None:
         return
@@ -236,10 +242,12 @@ def _wait_policy_in_force(cluster: LocalCluster, component: str, timeout: float 
             timeout=60,
             check=False,
         )
-        if result.returncode != 0 and "ValidatingAdmissionPolicy" in result.stderr:
+        refused = result.returncode != 0 and "ValidatingAdmissionPolicy" in result.stderr
+        if refused == in_force:
             return
         time.sleep(0.2)
+    state = "in force" if in_force else "still in force"
     raise ClusterError(
-        f"the chart's admission policy for {component} is not in force after {timeout:.0f}s "
-        f"(kubeconfig {config})"
+        f"the chart's admission policy for {component} is {'not ' if in_force else ''}"
+        f"{'in force' if in_force else state} after {timeout:.0f}s (kubeconfig {config})"
     )

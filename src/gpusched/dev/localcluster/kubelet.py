@@ -127,9 +127,17 @@ class KubeletNode:
     def restart_kubelet(self, *, kill: bool = False) -> None:
         """Stop the kubelet (SIGTERM, or SIGKILL like a crash) and start it again; the fake
         runtime keeps its containers, as a real one would."""
-        if kill:
+        self.stop_kubelet(kill=kill)
+        self.start_kubelet()
+
+    def stop_kubelet(self, *, kill: bool = False) -> None:
+        """Stop the kubelet alone (the Node stays Ready until its lease runs out)."""
+        if kill and is_running(self.kubelet):
             os.killpg(self.kubelet.pid, signal.SIGKILL)
         self.cluster.stop_process(self.kubelet)
+
+    def start_kubelet(self) -> None:
+        """Start the kubelet again after :meth:`stop_kubelet`."""
         self.kubelet = _spawn_kubelet(self.cluster, self.name, self.directory, self.labels)
         _wait_healthy(self)
 
