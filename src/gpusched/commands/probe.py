@@ -132,11 +132,14 @@ def _dry_run_document(result: Any, node: str) -> str:
 @click.option(
     "--fake",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Simulate the node from a topo -m matrix (.txt) or NodeGpuTopology (.yaml).",
+    envvar="GPUSCHED_PROBE_FAKE",
+    help="Simulate the node from a topo -m matrix (.txt) or NodeGpuTopology (.yaml) "
+    "[env GPUSCHED_PROBE_FAKE: a simulated node's hardware, under an unchanged command line].",
 )
 @click.option(
     "--fake-faults",
     type=click.Path(dir_okay=False, path_type=Path),
+    envvar="GPUSCHED_PROBE_FAKE_FAULTS",
     help="With --fake: JSON-lines fault file, read as lines are appended.",
 )
 @click.option(

@@ -1,7 +1,8 @@
 // Command fakecri serves the container runtime interface (runtime and image services) on a
 // unix socket with the fake runtime of k8s.io/cri-client, so that a real kubelet runs pods on a
 // machine without a container runtime: sandboxes and containers exist only in this process's
-// memory, and a container is "running" once started.
+// memory, and a container is "running" once started; with --run-images, containers of matching
+// images run as processes in network namespaces of their pods (processes.go).
 //
 // Every CreateContainer request is appended as one JSON line to --record: the pod, the container
 // and the devices, CDI device names, environment and annotations the kubelet asked the runtime
@@ -15,7 +16,9 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -84,9 +87,26 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 	return resp, nil
 }
 
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
 func main() {
 	endpoint := flag.String("endpoint", "", "unix socket to serve on, e.g. unix:///tmp/cri.sock")
 	record := flag.String("record", "", "append every CreateContainer request to this file (JSON lines)")
+	runImages := flag.String("run-images", "", "run containers whose image matches this regular expression as processes (processes.go)")
+	path := flag.String("path", os.Getenv("PATH"), "PATH of the processes")
+	var env stringList
+	flag.Var(&env, "env", "KEY=VALUE added to every process (repeatable)")
+	kubeletRoot := flag.String("kubelet-root", "", "host directory the kubelet's /var/lib/kubelet is bind-mounted from")
+	kubeletPid := flag.String("kubelet-pid-file", "", "file holding the kubelet's pid (its mount namespace)")
+	bridge := flag.String("bridge", "", "bridge the pods' network namespaces join")
+	gateway := flag.String("gateway", "", "address of the bridge: the pods' default route and the API server's")
+	subnet := flag.String("subnet", "", "prefix of this node's pod addresses, e.g. 10.250.3.")
+	apiserverPort := flag.String("apiserver-port", "", "port of the API server on the gateway")
+	netnsPrefix := flag.String("netns-prefix", "gs", "prefix of this node's network namespace names")
 	flag.Parse()
 	if *endpoint == "" {
 		log.Fatal("--endpoint is required")
@@ -99,6 +119,9 @@ func main() {
 		}
 		runtime.record = file
 	}
+	// "Pulled" images get a size: the kubelet refuses an image of size 0 when a pod's pull
+	// policy (IfNotPresent, a tagged image) makes it look at the image before starting it.
+	runtime.ImageService.FakeImageSize = 1
 	runtime.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{
 		Conditions: []*runtimeapi.RuntimeCondition{
 			{Type: runtimeapi.RuntimeReady, Status: true},
@@ -110,12 +133,36 @@ func main() {
 		log.Fatalf("listening on %s: %v", *endpoint, err)
 	}
 	server := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(server, runtime)
+	var processes *processRuntime
+	if *runImages != "" {
+		images, err := regexp.Compile(*runImages)
+		if err != nil {
+			log.Fatalf("--run-images: %v", err)
+		}
+		processes = newProcessRuntime(processConfig{
+			images:      images,
+			path:        *path,
+			env:         env,
+			kubeletRoot: *kubeletRoot,
+			kubeletPid:  *kubeletPid,
+			bridge:      *bridge,
+			gateway:     *gateway,
+			subnet:      *subnet,
+			apiserver:   *apiserverPort,
+			namePrefix:  *netnsPrefix,
+		})
+		runtimeapi.RegisterRuntimeServiceServer(server, &processRunning{runtime, processes})
+	} else {
+		runtimeapi.RegisterRuntimeServiceServer(server, runtime)
+	}
 	runtimeapi.RegisterImageServiceServer(server, runtime.RemoteRuntime)
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-stop
+		if processes != nil {
+			processes.shutdown()
+		}
 		server.Stop()
 	}()
 	log.Printf("fake CRI serving on %s", *endpoint)

@@ -4,7 +4,8 @@ kube-scheduler and kwok, with RBAC on and simulated nodes.
 Used by the integration and e2e tests, the benchmarks and the demo. Everything a cluster needs
 lives in one state directory (certificates, kubeconfigs, etcd data, logs, ``state.json``), so a
 cluster started by one process can be inspected or torn down by another (``gpusched cluster
-down``). Ports are picked free at start-up; nothing listens beyond 127.0.0.1.
+down``). Ports are picked free at start-up; nothing listens beyond 127.0.0.1, except the API
+server on the pod network's gateway when a cluster has one (podnetwork.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from gpusched.dev.localcluster import pki
+from gpusched.dev.localcluster import pki, podnetwork
 from gpusched.dev.localcluster.binaries import Progress, Toolchain, cache_dir, default_progress
 from gpusched.dev.localcluster.processes import (
     ProcessRecord,
@@ -59,6 +60,8 @@ class ClusterState:
     ports: dict[str, int] = field(default_factory=dict)
     processes: list[ProcessRecord] = field(default_factory=list)
     binaries: dict[str, str] = field(default_factory=dict)
+    pod_network: bool = False
+    """The API server also listens on the pod network's gateway (podnetwork.py)."""
 
     @property
     def file(self) -> Path:
@@ -71,6 +74,7 @@ class ClusterState:
             "ports": self.ports,
             "processes": [record.to_json() for record in self.processes],
             "binaries": self.binaries,
+            "pod_network": self.pod_network,
         }
         tmp = self.file.with_suffix(".tmp")
         tmp.write_text(json.dumps(payload, indent=2))
@@ -88,6 +92,7 @@ class ClusterState:
             ports={k: int(v) for k, v in payload["ports"].items()},
             processes=[ProcessRecord(**record) for record in payload["processes"]],
             binaries=dict(payload.get("binaries", {})),
+            pod_network=bool(payload.get("pod_network", False)),
         )
 
 
@@ -103,11 +108,14 @@ class LocalCluster:
         state_dir: Path,
         toolchain: Toolchain | None = None,
         progress: Progress = default_progress,
+        *,
+        pod_network: bool = False,
     ) -> None:
         self.state_dir = state_dir
         self.toolchain = toolchain
         self.progress = progress
-        self.state = ClusterState(directory=state_dir)
+        self.state = ClusterState(directory=state_dir, pod_network=pod_network)
+        self.pod_network = pod_network
 
     # --- paths and addresses ----------------------------------------------------------------
 
@@ -165,9 +173,12 @@ class LocalCluster:
         self.state = ClusterState(
             directory=self.state_dir,
             binaries={name: str(path / name) for name, path in self.toolchain.directory.items()},
+            pod_network=self.pod_network,
         )
         started = time.monotonic()
         try:
+            if self.pod_network:
+                podnetwork.ensure_bridge()
             self._allocate_ports()
             self._write_credentials()
             self._start_etcd(timeout)
@@ -192,6 +203,8 @@ class LocalCluster:
         if self.state.processes:
             self.progress(f"[cluster] stopped {len(self.state.processes)} processes")
         self.state.processes = []
+        if self.state.pod_network:
+            podnetwork.remove_all()
         if self.state.file.exists():
             self.state.save()
 
@@ -324,7 +337,11 @@ class LocalCluster:
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ),
-            server_ips=("127.0.0.1", "10.96.0.1"),
+            server_ips=(
+                "127.0.0.1",
+                "10.96.0.1",
+                *((podnetwork.GATEWAY,) if self.state.pod_network else ()),
+            ),
         )
         identities = {
             "admin": ("gpusched-admin", ("system:masters",)),
@@ -366,7 +383,8 @@ class LocalCluster:
             [
                 self.binary("kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
-                "--bind-address=127.0.0.1",
+                # With a pod network, pods reach it at the gateway (podnetwork.py).
+                f"--bind-address={'0.0.0.0' if self.state.pod_network else '127.0.0.1'}",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={self.state.ports['apiserver']}",
                 f"--tls-cert-file={pki_dir / 'apiserver.crt'}",

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from gpusched.dev.localcluster import podnetwork
 from gpusched.dev.localcluster.cluster import ClusterError, LocalCluster
 from gpusched.dev.localcluster.processes import ProcessRecord, free_port, is_running
 
@@ -177,7 +178,11 @@ def _spawn_kubelet(
         *([f"--node-labels={node_labels}"] if node_labels else []),
         "--v=2",
     ]
-    return cluster.spawn(f"kubelet-{name}", argv)
+    record = cluster.spawn(f"kubelet-{name}", argv)
+    # unshare and sh exec the kubelet: this pid is the kubelet's, and so is its mount namespace
+    # (a process-running runtime starts containers from it).
+    (directory / "kubelet.pid").write_text(str(record.pid))
+    return record
 
 
 def _wait_healthy(node: KubeletNode, timeout: float = 120.0) -> None:
@@ -192,11 +197,52 @@ def _wait_healthy(node: KubeletNode, timeout: float = 120.0) -> None:
     raise ClusterError(f"kubelet {node.name} not healthy after {timeout:.0f}s")
 
 
+@dataclass(frozen=True)
+class RunProcesses:
+    """Containers of these images run as real processes on this machine, each pod in a network
+    namespace of its own on the cluster's pod network (``fakecri/processes.go``); others stay
+    make-believe. The cluster must have been started with ``pod_network=True``."""
+
+    images: str
+    """Regular expression on the image reference."""
+    path: tuple[str, ...] = ()
+    """Directories put first on the processes' PATH (the virtualenv's ``bin``, the tools')."""
+    env: dict[str, str] | None = None
+    """Extra environment of every process: the node's simulated hardware, for instance."""
+
+
+def _process_flags(cluster: LocalCluster, directory: Path, run: RunProcesses) -> list[str]:
+    if not cluster.state.pod_network:
+        raise ClusterError("running containers as processes needs a cluster with a pod network")
+    index = len(
+        [d for d in (cluster.state_dir / "kubelets").iterdir() if (d / "pod-network").exists()]
+    )
+    (directory / "pod-network").write_text(str(index + 1))
+    path = os.pathsep.join([*run.path, os.environ.get("PATH", "")])
+    return [
+        f"--run-images={run.images}",
+        f"--path={path}",
+        f"--kubelet-root={directory / 'root'}",
+        f"--kubelet-pid-file={directory / 'kubelet.pid'}",
+        f"--bridge={podnetwork.BRIDGE}",
+        f"--gateway={podnetwork.GATEWAY}",
+        f"--subnet={podnetwork.node_subnet(index + 1)}",
+        f"--apiserver-port={cluster.state.ports['apiserver']}",
+        f"--netns-prefix={podnetwork.netns_prefix(index + 1)}",
+        *(f"--env={k}={v}" for k, v in sorted((run.env or {}).items())),
+    ]
+
+
 def start_kubelet_node(
-    cluster: LocalCluster, name: str, *, labels: dict[str, str] | None = None
+    cluster: LocalCluster,
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    run: RunProcesses | None = None,
 ) -> KubeletNode:
     """Start a fake runtime and a real kubelet registering Node ``name``; return once the kubelet
-    is healthy (wait for the Node's Ready condition separately)."""
+    is healthy (wait for the Node's Ready condition separately). ``run``: containers of some
+    images run as processes."""
     if shutil.which("unshare") is None:
         raise ClusterError("a real kubelet node needs `unshare` (util-linux) and root")
     directory = cluster.state_dir / "kubelets" / name
@@ -211,6 +257,7 @@ def start_kubelet_node(
             cluster.binary("fakecri"),
             f"--endpoint=unix://{directory / 'cri.sock'}",
             f"--record={directory / 'created-containers.jsonl'}",
+            *(_process_flags(cluster, directory, run) if run is not None else ()),
         ],
     )
     deadline = time.monotonic() + 30
