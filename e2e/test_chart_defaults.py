@@ -25,6 +25,7 @@ from gpusched.dev.localcluster import LocalCluster, ensure_toolchain
 from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.kubelet import RunProcesses, start_kubelet_node
 from gpusched.dev.localcluster.topologies import fixture_path
+from tests.cases.manifests import gpujob, tenantquota
 from tests.integration.operator_harness import wait_for
 
 NODE = "gpu-0"
@@ -100,33 +101,11 @@ def test_helm_install_with_defaults_publishes_topology_and_places_a_job(
     assert labels[keys.LABEL_NVSWITCH] == "true"
 
     custom.create_cluster_custom_object(
-        keys.GROUP,
-        keys.VERSION,
-        "tenantquotas",
-        {
-            "apiVersion": keys.API_VERSION,
-            "kind": "TenantQuota",
-            "metadata": {"name": "team"},
-            "spec": {"namespaces": ["team"], "guaranteedGpus": 8},
-        },
+        keys.GROUP, keys.VERSION, "tenantquotas", tenantquota("team", namespaces=["team"])
     )
     core.create_namespace({"metadata": {"name": "team"}})
-    custom.create_namespaced_custom_object(
-        keys.GROUP,
-        keys.VERSION,
-        "team",
-        "gpujobs",
-        {
-            "apiVersion": keys.API_VERSION,
-            "kind": "GpuJob",
-            "metadata": {"name": "finetune"},
-            "spec": {
-                "gpusPerReplica": 4,
-                "topology": {"scope": "nvlink", "mode": "required"},
-                "template": {"spec": {"containers": [{"name": "main", "image": "trainer:1"}]}},
-            },
-        },
-    )
+    job = gpujob("finetune", topology={"scope": "nvlink", "mode": "required"})
+    custom.create_namespaced_custom_object(keys.GROUP, keys.VERSION, "team", "gpujobs", job)
     status = wait_for(
         lambda: (s := _job_status(custom)).get("phase") == "Running" and s,
         timeout=240,

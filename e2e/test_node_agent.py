@@ -318,6 +318,7 @@ def test_a_pod_a_restarted_kubelet_refuses_requeues_its_gpujob_instead_of_failin
     back before gpusched's device plugin has registered again (no healthy device yet): the
     workload never ran, so the GpuJob is requeued with the reason, and runs once the plugin is
     back, instead of ending Failed for good."""
+    from tests.cases.manifests import gpujob, tenantquota
     from tests.integration.operator_harness import POOL, POOL_LABEL, OperatorProcess
 
     node = real_nodes["kubelet-pcie"]
@@ -325,15 +326,7 @@ def test_a_pod_a_restarted_kubelet_refuses_requeues_its_gpujob_instead_of_failin
     core.patch_node(node.name, {"metadata": {"labels": {POOL_LABEL: POOL}}})
     quota = f"restart-{namespace}"
     custom.create_cluster_custom_object(
-        keys.GROUP,
-        keys.VERSION,
-        "tenantquotas",
-        {
-            "apiVersion": keys.API_VERSION,
-            "kind": "TenantQuota",
-            "metadata": {"name": quota},
-            "spec": {"namespaces": [namespace], "guaranteedGpus": 8},
-        },
+        keys.GROUP, keys.VERSION, "tenantquotas", tenantquota(quota, namespaces=[namespace])
     )
     operator = OperatorProcess(local_cluster)
     operator.start(pods_ready_timeout=300, backoff_base=1)
@@ -352,12 +345,7 @@ def test_a_pod_a_restarted_kubelet_refuses_requeues_its_gpujob_instead_of_failin
             keys.VERSION,
             namespace,
             "gpujobs",
-            {
-                "apiVersion": keys.API_VERSION,
-                "kind": "GpuJob",
-                "metadata": {"name": "survivor"},
-                "spec": {"gpusPerReplica": 2, "template": template},
-            },
+            gpujob("survivor", gpusPerReplica=2, template=template),
         )
         wait_for(
             lambda: any(

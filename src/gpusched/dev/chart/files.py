@@ -94,7 +94,8 @@ def _tidy(node: Any) -> Any:
         if isinstance(patterns, dict) and len(patterns) == 1 and "additionalProperties" not in out:
             ((pattern, values),) = patterns.items()
             del out["patternProperties"]
-            out["propertyNames"] = {**out.get("propertyNames", {}), "pattern": pattern}
+            names = out.get("propertyNames")
+            out["propertyNames"] = {**(names if isinstance(names, dict) else {}), "pattern": pattern}
             out["additionalProperties"] = values
         return out
     if isinstance(node, list):
