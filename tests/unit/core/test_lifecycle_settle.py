@@ -396,11 +396,9 @@ def test_the_tenant_caps_grace_periods_and_minimum_runtimes() -> None:
     facts = with_pods(facts, pod(facts, 0), pod(facts, 1))
     done = settle(facts, capped, NOW, CONFIG)
     assert {d.grace_seconds for d in _of(done.actions, DeletePod)} == {60}
-    resumed = replace(
-        facts,
-        job=facts.job.model_copy(
-            update={"spec": facts.job.spec.model_copy(update={"suspend": False})}
-        ),
-    )  # type: ignore[union-attr]
+    running_job = facts.job
+    assert running_job is not None
+    spec = running_job.spec.model_copy(update={"suspend": False})
+    resumed = replace(facts, job=running_job.model_copy(update={"spec": spec}))
     protected = settle(resumed, capped, NOW, CONFIG)
     assert protected.wake_at == NOW - timedelta(seconds=10) + timedelta(seconds=600)
