@@ -21,7 +21,7 @@ from typing import Final
 
 from gpusched.core import prepare
 from gpusched.core.admission import Tenant, count_only_topology
-from gpusched.simulator.model import Cluster, SimNode, TraceJob, Workload
+from gpusched.simulator.model import Cluster, Link, SimNode, TraceJob, Workload
 from gpusched.simulator.trace import read_trace
 
 #: GPUs a Philly replica holds at most: jobs above it are gangs of 8-GPU replicas.
@@ -80,8 +80,11 @@ def philly(
     * A job of up to 8 GPUs is one replica; a larger one is a gang of ceil(GPUs / 8) replicas of
       equal size (Philly's nodes had at most 8 GPUs): 12 GPUs run as 2 x 6, 128 as 16 x 8. A size
       that does not divide would be rounded up (counted in the notes; none in Philly).
-    * The run time is the trace's, measured on whatever placement Philly gave the job: the speed
-      model treats it as the run time on a well-wired set.
+    * The run time is the trace's, measured on whatever placement Philly gave the job. A job
+      above 8 GPUs necessarily ran across Philly's nodes (at most 8 GPUs each): its run time was
+      measured over the network (``measured_on``), so a replay that also places it across nodes
+      does not charge the network again. Up to 8 GPUs the placement is not recorded; the run
+      time is taken as that of a well-wired set.
     * Jobs with a run time of 0 are dropped (counted in the notes); job ids are the row numbers
       of the file, submit times seconds after the first submission.
     """
@@ -117,6 +120,7 @@ def philly(
                 gpus_per_replica=per,
                 tenant=row["cluster"],
                 priority=_philly_priority(job_id, seed),
+                measured_on=Link.NETWORK if replicas > 1 else None,
             )
         )
     used = sorted({j.tenant for j in jobs} | set(vc_nodes))
@@ -134,7 +138,9 @@ def philly(
         f"per job id with seed {seed}; the rest 0",
         "jobs above 8 GPUs run as gangs of equal replicas of at most 8 GPUs"
         + (f" ({rounded_up} rounded up)" if rounded_up else ""),
-        "run times are the trace's, taken as the run time on a well-wired set",
+        "run times are the trace's: measured across nodes for the jobs above 8 GPUs (which "
+        "Philly's 8-GPU nodes had to spread), taken as the run time on a well-wired set for the "
+        "rest (Philly recorded no placement)",
     )
     return Workload("philly", tuple(jobs), tenants, notes)
 
@@ -219,6 +225,10 @@ def _openb_jobs(
                 gpus_per_replica=gpus,
                 tenant="openb",
                 gpu_model=spec[0] if len(spec) == 1 else None,
+                # Lifetimes of pods on one node of unrecorded wiring, replayed on count-only
+                # nodes (every set reads as crossing sockets): no placement is slower or faster
+                # than the one they were measured on.
+                measured_on=Link.SOCKET if gpus > 1 else None,
             )
         )
         kept.append(row)

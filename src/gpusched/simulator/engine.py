@@ -14,11 +14,15 @@ import heapq
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
-from gpusched.core.prepared import CLASS_NODE, CLASS_NUMA, CLASS_PCIE_SWITCH
+from gpusched.core.placement import Policy as PlacementPolicy
+from gpusched.core.placement import Refusal, place
+from gpusched.core.prepared import CLASS_NODE, CLASS_NUMA, CLASS_PCIE_SWITCH, PreparedNode
 from gpusched.simulator.model import (
+    LINK_ORDER,
     Attempt,
     Cluster,
     JobRecord,
@@ -53,8 +57,12 @@ def worst_link(nodes: dict[str, SimNode], replicas: tuple[Placed, ...]) -> Link:
     names = {p.node for p in replicas}
     if len(names) > 1:
         return Link.NETWORK
-    node = nodes[replicas[0].node].topology
-    positions = sorted(node.position(i) for p in replicas for i in p.gpus)
+    return _set_link(nodes[replicas[0].node].topology, [i for p in replicas for i in p.gpus])
+
+
+def _set_link(node: PreparedNode, gpus: Sequence[int]) -> Link:
+    """The worst link between GPUs ``gpus`` of one node."""
+    positions = sorted(node.position(i) for i in gpus)
     worst = 0
     wiring = node.wiring
     for i, a in enumerate(positions):
@@ -69,6 +77,34 @@ def worst_link(nodes: dict[str, SimNode], replicas: tuple[Placed, ...]) -> Link:
     return Link.NVLINK
 
 
+def best_link(nodes: Iterable[SimNode], free: Mapping[str, int], job: TraceJob) -> Link:
+    """The best worst-link a set of ``job``'s size offers among the ``free`` GPUs (position
+    masks per node): one node holding the whole job on its best-wired free set (the placement
+    engine's choice, which puts the slowest pair first), else the network."""
+    if job.gpus == 1:
+        return Link.NVLINK
+    best = Link.NETWORK
+    for node in nodes:
+        if job.gpu_model is not None and node.model != job.gpu_model:
+            continue
+        mask = free[node.name] & node.topology.placeable_mask
+        if mask.bit_count() < job.gpus:
+            continue
+        chosen = place(node.topology, job.gpus, _ANY_SET, free_mask=mask)
+        if isinstance(chosen, Refusal):
+            continue
+        link = _set_link(node.topology, chosen.gpus)
+        if LINK_ORDER.index(link) < LINK_ORDER.index(best):
+            best = link
+            if best is Link.NVLINK:
+                break
+    return best
+
+
+#: What :func:`best_link` asks the engine for: the best set, any wiring.
+_ANY_SET: Final = PlacementPolicy()
+
+
 @dataclass
 class _Run:
     job: TraceJob
@@ -78,7 +114,14 @@ class _Run:
     started: float | None = None
     link: Link = Link.NVLINK
     slowdown: float = 1.0
+    best_now: Link = Link.NVLINK
+    """The best link the cluster's free GPUs offered when its first replica was placed."""
+    factors: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """Speed factors of this attempt: its link, the best free at its start, the floor."""
     finished: bool = False
+    queued_at: float = 0.0
+    longest_wait: float = 0.0
+    wait_reason: str | None = None
 
 
 class Replay:
@@ -106,6 +149,7 @@ class Replay:
         self.free = {n.name: n.topology.placeable_mask for n in cluster.nodes}
         self.free_hist: Counter[int] = Counter(m.bit_count() for m in self.free.values())
         self.runs = {j.id: _Run(j) for j in workload.jobs}
+        self._floors: dict[tuple[int, str | None], Link] = {}
         self.waiting: dict[str, TraceJob] = {}
         self.waiting_sizes: Counter[int] = Counter()
         self.running = 0
@@ -161,6 +205,7 @@ class Replay:
     def _arrive(self, job_id: str, now: float) -> None:
         self.arrivals_left -= 1
         run = self.runs[job_id]
+        run.queued_at = now
         self._queue(run.job)
         self.policy.submit(run.job, now)
 
@@ -182,6 +227,9 @@ class Replay:
                 link=run.link,
                 slowdown=run.slowdown,
                 preempted=preempted,
+                factor=run.factors[0],
+                best_factor=run.factors[1],
+                floor_factor=run.factors[2],
             )
         )
         for placed in run.placed:
@@ -198,12 +246,16 @@ class Replay:
             raise PolicyError(f"{self.policy.name} preempted {job_id}, which is not running")
         self._end_attempt(run, now, preempted=True)
         self.preemptions += 1
+        run.queued_at = now
         self._queue(run.job)
 
     def _start(self, job_id: str, replicas: tuple[Placed, ...], now: float) -> None:
         run = self.runs.get(job_id)
         if run is None or run.job.id not in self.waiting:
             raise PolicyError(f"{self.policy.name} started {job_id}, which is not waiting")
+        if not run.placed:
+            # The job's GPUs are still free: what the cluster could have given it now.
+            run.best_now = self._best(run.job)
         for placed in replicas:
             if len(placed.gpus) != run.job.gpus_per_replica:
                 raise PolicyError(
@@ -218,13 +270,45 @@ class Replay:
         if len(run.placed) < run.job.replicas:
             return
         self._unqueue(run.job)
+        waited = now - run.queued_at
+        if waited > run.longest_wait:
+            run.longest_wait = waited
+            run.wait_reason = self.policy.last_wait(job_id)
         run.started = now
         run.link = worst_link(self.nodes, tuple(run.placed))
-        run.slowdown = self.speed(run.link, run.job.gpus) if self.speed else 1.0
+        job = run.job
+        if self.speed is not None and job.gpus > 1:
+            factor = self.speed(run.link, job.gpus)
+            run.factors = (
+                factor,
+                min(factor, self.speed(run.best_now, job.gpus)),
+                min(factor, self.speed(self._floor(job), job.gpus)),
+            )
+            measured = self.speed(job.measured_on, job.gpus) if job.measured_on else 1.0
+            run.slowdown = factor / measured
+        else:
+            run.factors = (1.0, 1.0, 1.0)
+            run.slowdown = 1.0
         self.running += 1
         if math.isfinite(run.job.duration):
             end = now + run.job.duration * run.slowdown
             heapq.heappush(self.events, (end, _COMPLETION, 0, job_id, run.epoch))
+
+    def _best(self, job: TraceJob) -> Link:
+        """The best link the free GPUs offer ``job`` now (only what the speed model uses)."""
+        if self.speed is None or job.gpus == 1:
+            return Link.NVLINK
+        return best_link(self.cluster.nodes, self.free, job)
+
+    def _floor(self, job: TraceJob) -> Link:
+        """The best link the empty cluster offers a job of this size and model."""
+        key = (job.gpus, job.gpu_model)
+        found = self._floors.get(key)
+        if found is None:
+            empty = {n.name: n.topology.placeable_mask for n in self.cluster.nodes}
+            found = best_link(self.cluster.nodes, empty, job)
+            self._floors[key] = found
+        return found
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -266,6 +350,7 @@ class Replay:
             samples=tuple(self.samples),
             preemptions=self.preemptions,
             cpu_seconds=time.process_time() - cpu,
+            node_kinds={n.name: n.kind for n in self.cluster.nodes},
         )
 
     def _sample(self, now: float) -> None:
@@ -314,11 +399,16 @@ class Replay:
                         nodes=tuple(sorted({p.node for p in run.placed})),
                         link=run.link,
                         slowdown=run.slowdown,
+                        factor=run.factors[0],
+                        best_factor=run.factors[1],
+                        floor_factor=run.factors[2],
                     ),
                 )
             ),
             finished=run.finished,
             reason=reason,
+            wait_reason=run.wait_reason,
+            longest_wait=run.longest_wait,
         )
 
 

@@ -12,16 +12,28 @@ Conventions (docs/simulator.md, "Reading the report"):
 * **Samples are a step function**: sample i holds from its time until the next sample's time.
   Time-weighted means run from the first sample to the last; the last sample itself has no
   width (the engine takes it when the replay ends). A mean over no time is ``None``.
-* **Fair share** is computed here, independently of any policy, by weighted water-filling at
-  every sample: the cluster's capacity is split among tenants in proportion to their weights,
-  no tenant getting more than its demand (GPUs it holds + GPUs its queued jobs ask for, from
-  ``Sample.queued_by_tenant``), the excess split again among the rest. It ignores GPU models and
-  wiring (a fluid ideal). Shares are fractions of the cluster's capacity.
+* **Entitlement** is computed here from the trace alone, the same for every policy: a tenant's
+  *offered demand* at an instant is the GPUs of its jobs submitted and not yet done had each
+  started at once and run its recorded duration; its entitlement is its guarantee (up to that
+  demand) plus its weighted share of what the others leave idle, capped by demand and borrowing
+  limit: the rule the admission core follows (:func:`gpusched.core.admission.quota.fair_shares`).
+  It ignores GPU models and wiring (a fluid ideal). Shares are fractions of the capacity.
 * **Jain's index** at an instant is ``(sum x)^2 / (n * sum x^2)`` over the n tenants with a
-  positive fair share, ``x = share / fair share``; it is 1 when every tenant holds exactly in
-  proportion to its fair share. The figure is its time-weighted mean over the instants where
-  some tenant has demand.
-* **Makespan** = last completion - first submission.
+  positive entitlement, ``x = share / entitlement``; it is 1 when every tenant holds exactly in
+  proportion to its entitlement. The figure is its time-weighted mean.
+* **Finish-time fairness** (Themis): ``rho = JCT / T_alone`` per finished job, ``T_alone`` the
+  run time it would have on its equal part of its tenant's entitlement at its submission
+  (entitlement / the tenant's offered jobs then): its recorded duration, stretched by
+  ``gpus / that part`` when it asks more. ``rho <= 1``: no worse than its fair slice alone.
+* **Slow placement** splits the GPU-hours lost against a well-wired run (``W * (f - 1)``, ``W``
+  the attempt's work at full speed, ``f`` its speed factor) into *unavoidable* (the best set of
+  the empty cluster is that slow: a gang larger than any node), *contention* (the best set free
+  at the start was slower than the empty cluster's) and *avoidable* (a better-wired set was free
+  at the start: what the node and GPU choice decided).
+* **Busy-period allocation**: allocated / capacity, time-weighted over the instants some job
+  waits (a drain tail with an empty queue does not count as idle GPUs).
+* **Makespan** = last completion - first submission. GPU-hours of attempts still running at the
+  end count up to the end.
 """
 
 from __future__ import annotations
@@ -34,6 +46,8 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
+from gpusched.core.admission import Tenant
+from gpusched.core.admission.quota import fair_shares
 from gpusched.simulator.model import LINK_ORDER, JobRecord, RunResult, Sample
 
 #: Job size buckets by GPUs: (label, smallest, largest or None for no bound).
@@ -107,12 +121,18 @@ class SizeFigures:
     jobs: int
     jct: Stats
     queueing: Stats
+    never_started: int = 0
+    """Jobs of the bucket that never started (not in ``queueing``)."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SizeFigures:
         """Inverse of ``asdict``."""
         return cls(
-            d["bucket"], int(d["jobs"]), Stats.from_json(d["jct"]), Stats.from_json(d["queueing"])
+            d["bucket"],
+            int(d["jobs"]),
+            Stats.from_json(d["jct"]),
+            Stats.from_json(d["queueing"]),
+            int(d.get("never_started", 0)),
         )
 
 
@@ -153,13 +173,19 @@ class TenantFigures:
     queueing: Stats
     mean_share: float | None
     """Time-weighted mean of GPUs held / capacity."""
-    mean_fair_share: float | None
-    """Time-weighted mean of the water-filled fair share / capacity."""
+    mean_entitlement: float | None
+    """Time-weighted mean of its entitlement / capacity (module docstring)."""
     below_guarantee_hours: float
     """Hours it held fewer GPUs than min(guarantee, demand) while another tenant held more than
-    its own guarantee."""
+    its own guarantee (demand: GPUs held + asked by queued jobs)."""
+    longest_below_hours: float
+    """The longest such stretch without a break."""
+    unmet_guarantee_gpu_hours: float
+    """GPU-hours of guarantee it wanted and did not hold over those stretches."""
+    never_started: bool
+    """It had jobs and none of them ever started (its figures are not zeros but absent)."""
     share: Series
-    fair_share: Series
+    entitlement: Series
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TenantFigures:
@@ -172,10 +198,58 @@ class TenantFigures:
             gpu_hours=float(d["gpu_hours"]),
             queueing=Stats.from_json(d["queueing"]),
             mean_share=d["mean_share"],
-            mean_fair_share=d["mean_fair_share"],
+            mean_entitlement=d["mean_entitlement"],
             below_guarantee_hours=float(d["below_guarantee_hours"]),
+            longest_below_hours=float(d["longest_below_hours"]),
+            unmet_guarantee_gpu_hours=float(d["unmet_guarantee_gpu_hours"]),
+            never_started=bool(d["never_started"]),
             share=Series.from_json(d["share"]),
-            fair_share=Series.from_json(d["fair_share"]),
+            entitlement=Series.from_json(d["entitlement"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Rho:
+    """Distribution of finish-time fairness (Themis' rho) over finished jobs."""
+
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+    above_one: float | None
+    """Fraction of jobs with rho > 1 (worse off than on their fair slice alone)."""
+    cdf: Series
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Rho:
+        """The distribution of ``values``."""
+        if not values:
+            return cls(0, None, None, None, None, None, None, Series((), ()))
+        return cls(
+            len(values),
+            sum(values) / len(values),
+            nearest_rank(values, 50),
+            nearest_rank(values, 90),
+            nearest_rank(values, 99),
+            max(values),
+            sum(1 for v in values if v > 1) / len(values),
+            cdf(values),
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Rho:
+        """Inverse of ``asdict``."""
+        return cls(
+            int(d["count"]),
+            d["mean"],
+            d["p50"],
+            d["p90"],
+            d["p99"],
+            d["max"],
+            d["above_one"],
+            Series.from_json(d["cdf"]),
         )
 
 
@@ -190,9 +264,14 @@ class Figures:
     jobs: JobCounts
     jct: Stats
     queueing: Stats
+    queueing_all: Stats
+    """Queueing delay with the never-started jobs counted up to the replay's end (a lower bound
+    for them): a policy that starves jobs does not look better for leaving them out."""
     by_size: tuple[SizeFigures, ...]
     allocation_mean: float | None
     """Time-weighted mean of allocated / capacity (0..1)."""
+    allocation_busy: float | None
+    """The same over the instants some job waits."""
     allocation: Series
     """allocated / capacity over time."""
     queue_length_mean: float | None
@@ -201,7 +280,13 @@ class Figures:
     gpu_hours: float
     """GPU-hours held by all attempts."""
     slow_gpu_hours: float
-    """sum over attempts of gpus * (end - start) * (1 - 1/slowdown), in hours."""
+    """GPU-hours lost against well-wired runs: unavoidable + contention + avoidable."""
+    slow_unavoidable_gpu_hours: float
+    """Lost because no set of the empty cluster is better wired (gangs larger than a node)."""
+    slow_contention_gpu_hours: float
+    """Lost because the better-wired sets were busy when the job started."""
+    slow_avoidable_gpu_hours: float
+    """Lost to the node and GPU choice: a better-wired set was free at the job's start."""
     link_share: Mapping[str, float]
     """Fraction of the GPU-hours held on each worst link (keys: :class:`Link` values)."""
     stranded_mean: float | None
@@ -210,9 +295,9 @@ class Figures:
     """The same as % of capacity."""
     tenants: tuple[TenantFigures, ...]
     jain: float | None
-    demand_known: bool
-    """The samples carried queued_by_tenant (otherwise demand = GPUs held and the fair share
-    only echoes the allocation)."""
+    """Jain's index of share / entitlement, time-weighted."""
+    rho: Rho
+    """Finish-time fairness of the finished jobs."""
     preemptions: int
     preempted_attempts: int
     preempted_gpu_hours: float
@@ -237,19 +322,24 @@ class Figures:
             jobs=JobCounts.from_json(d["jobs"]),
             jct=Stats.from_json(d["jct"]),
             queueing=Stats.from_json(d["queueing"]),
+            queueing_all=Stats.from_json(d["queueing_all"]),
             by_size=tuple(SizeFigures.from_json(s) for s in d["by_size"]),
             allocation_mean=d["allocation_mean"],
+            allocation_busy=d["allocation_busy"],
             allocation=Series.from_json(d["allocation"]),
             queue_length_mean=d["queue_length_mean"],
             queue_length=Series.from_json(d["queue_length"]),
             gpu_hours=float(d["gpu_hours"]),
             slow_gpu_hours=float(d["slow_gpu_hours"]),
+            slow_unavoidable_gpu_hours=float(d["slow_unavoidable_gpu_hours"]),
+            slow_contention_gpu_hours=float(d["slow_contention_gpu_hours"]),
+            slow_avoidable_gpu_hours=float(d["slow_avoidable_gpu_hours"]),
             link_share={str(k): float(v) for k, v in d["link_share"].items()},
             stranded_mean=d["stranded_mean"],
             stranded_pct=d["stranded_pct"],
             tenants=tuple(TenantFigures.from_json(t) for t in d["tenants"]),
             jain=d["jain"],
-            demand_known=bool(d["demand_known"]),
+            rho=Rho.from_json(d["rho"]),
             preemptions=int(d["preemptions"]),
             preempted_attempts=int(d["preempted_attempts"]),
             preempted_gpu_hours=float(d["preempted_gpu_hours"]),
@@ -294,41 +384,6 @@ def time_mean(values: Sequence[float], weights: Sequence[float]) -> float | None
     if total <= 0:
         return None
     return sum(v * w for v, w in zip(values, weights, strict=True)) / total
-
-
-def water_fill(
-    capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]
-) -> dict[str, float]:
-    """Weighted max-min fair split of ``capacity``: in proportion to weight, none above demand.
-
-    Tenants missing from ``weights`` weigh 1; a tenant of weight <= 0 gets only what is left
-    when every positive-weight tenant is satisfied (split evenly among them).
-    """
-    alloc = dict.fromkeys(demands, 0.0)
-    remaining = float(capacity)
-    for positive in (True, False):
-        active = {
-            t
-            for t, d in demands.items()
-            if d > 0 and alloc[t] < d and (weights.get(t, 1.0) > 0) == positive
-        }
-        while active and remaining > 1e-9:
-
-            def w(t: str, positive: bool = positive) -> float:
-                return weights.get(t, 1.0) if positive else 1.0
-
-            total = sum(w(t) for t in active)
-            satisfied = {t for t in active if demands[t] <= remaining * w(t) / total}
-            if not satisfied:
-                for t in active:
-                    alloc[t] = remaining * w(t) / total
-                remaining = 0.0
-                break
-            for t in satisfied:
-                alloc[t] = float(demands[t])
-                remaining -= demands[t]
-            active -= satisfied
-    return alloc
 
 
 def step_series(times: Sequence[float], values: Sequence[float], max_points: int) -> Series:
@@ -376,11 +431,21 @@ def cdf(values: Sequence[float], max_points: int = CDF_POINTS) -> Series:
 # --- the figures ----------------------------------------------------------------------------
 
 
+def replay_end(run: RunResult) -> float:
+    """When the replay ended: its last event (sample, submission or finite end of an attempt)."""
+    ends = [a.end for j in run.jobs for a in j.attempts if math.isfinite(a.end)]
+    return max(
+        [*(s.time for s in run.samples[-1:]), *(j.submit for j in run.jobs), *ends], default=0.0
+    )
+
+
 def figures(run: RunResult) -> Figures:
     """All figures of one replay."""
     jobs = run.jobs
+    end_of_replay = replay_end(run)
     jcts = [v for v in (jct(j) for j in jobs) if v is not None]
     delays = [v for v in (queueing_delay(j) for j in jobs) if v is not None]
+    censored = delays + [end_of_replay - j.submit for j in jobs if not j.attempts]
 
     by_size = []
     for label, _, _ in SIZE_BUCKETS:
@@ -391,6 +456,7 @@ def figures(run: RunResult) -> Figures:
                 len(mine),
                 Stats.of([v for v in (jct(j) for j in mine) if v is not None]),
                 Stats.of([v for v in (queueing_delay(j) for j in mine) if v is not None]),
+                sum(1 for j in mine if not j.attempts),
             )
         )
 
@@ -406,16 +472,18 @@ def figures(run: RunResult) -> Figures:
     )
 
     gpu_seconds = 0.0
-    slow_seconds = 0.0
+    lost = [0.0, 0.0, 0.0]  # unavoidable, contention, avoidable
     preempted_seconds = 0.0
     preempted_attempts = 0
     by_link: dict[str, float] = {link.value: 0.0 for link in LINK_ORDER}
     for j in jobs:
         for a in j.attempts:
-            held = j.gpus * (a.end - a.start)
+            held = j.gpus * max(0.0, min(a.end, end_of_replay) - a.start)
             gpu_seconds += held
-            if a.slowdown > 1:
-                slow_seconds += held * (1 - 1 / a.slowdown)
+            work = held / a.factor
+            lost[0] += work * (a.floor_factor - 1)
+            lost[1] += work * (a.best_factor - a.floor_factor)
+            lost[2] += work * (a.factor - a.best_factor)
             by_link[a.link.value] = by_link.get(a.link.value, 0.0) + held
             if a.preempted:
                 preempted_attempts += 1
@@ -430,8 +498,10 @@ def figures(run: RunResult) -> Figures:
     queue = [float(s.queued_jobs) for s in samples]
     stranded = [float(s.stranded) for s in samples]
     stranded_mean = time_mean(stranded, w)
+    busy = [width if s.queued_jobs > 0 else 0.0 for s, width in zip(samples, w, strict=True)]
 
-    tenants, jain, demand_known = _tenant_figures(run, w)
+    entitled = entitlements(run)
+    tenants, jain = _tenant_figures(run, w, entitled)
 
     ends = [e for e in (j.end for j in jobs) if e is not None]
     makespan = max(ends) - min(j.submit for j in jobs) if ends else None
@@ -444,19 +514,24 @@ def figures(run: RunResult) -> Figures:
         jobs=counts,
         jct=Stats.of(jcts),
         queueing=Stats.of(delays),
+        queueing_all=Stats.of(censored),
         by_size=tuple(by_size),
         allocation_mean=time_mean(alloc_ratio, w),
+        allocation_busy=time_mean(alloc_ratio, busy),
         allocation=step_series(times, alloc_ratio, SERIES_POINTS),
         queue_length_mean=time_mean(queue, w),
         queue_length=step_series(times, queue, SERIES_POINTS),
         gpu_hours=gpu_seconds / _HOUR,
-        slow_gpu_hours=slow_seconds / _HOUR,
+        slow_gpu_hours=sum(lost) / _HOUR,
+        slow_unavoidable_gpu_hours=lost[0] / _HOUR,
+        slow_contention_gpu_hours=lost[1] / _HOUR,
+        slow_avoidable_gpu_hours=lost[2] / _HOUR,
         link_share=link_share,
         stranded_mean=stranded_mean,
         stranded_pct=None if stranded_mean is None or not cap else 100 * stranded_mean / cap,
         tenants=tenants,
         jain=jain,
-        demand_known=demand_known,
+        rho=Rho.of(finish_time_fairness(run, entitled)),
         preemptions=run.preemptions,
         preempted_attempts=preempted_attempts,
         preempted_gpu_hours=preempted_seconds / _HOUR,
@@ -466,77 +541,185 @@ def figures(run: RunResult) -> Figures:
     )
 
 
+@dataclass(frozen=True)
+class Entitled:
+    """The offered demand and the entitlements of every tenant as step functions of time:
+    ``values[i]`` holds from ``times[i]`` until ``times[i + 1]``."""
+
+    tenants: tuple[str, ...]
+    times: tuple[float, ...]
+    demand: tuple[Mapping[str, int], ...]
+    """Offered demand (GPUs) per tenant."""
+    entitlement: tuple[Mapping[str, float], ...]
+    """Entitlement (GPUs) per tenant."""
+    active: tuple[Mapping[str, int], ...]
+    """Offered jobs per tenant."""
+
+    def at(self, t: float) -> int:
+        """Index of the step holding at ``t`` (-1 before the first)."""
+        return bisect_right(self.times, t) - 1
+
+
+def _core_tenants(run: RunResult) -> list[Tenant]:
+    known = {t.name: t for t in run.tenants}
+    names = sorted({*known, *(j.tenant for j in run.jobs)})
+    return [known.get(n) or Tenant(n) for n in names]
+
+
+def entitlements(run: RunResult) -> Entitled:
+    """Each tenant's offered demand and entitlement over time, from the trace alone (module
+    docstring): the same for every policy of one workload."""
+    tenants = _core_tenants(run)
+    events: dict[float, list[tuple[str, int]]] = {}
+    for j in run.jobs:
+        events.setdefault(j.submit, []).append((j.tenant, j.gpus))
+        if math.isfinite(j.duration):
+            events.setdefault(j.submit + j.duration, []).append((j.tenant, -j.gpus))
+    demand: Counter[str] = Counter()
+    active: Counter[str] = Counter()
+    times: list[float] = []
+    demands: list[Mapping[str, int]] = []
+    entitled: list[Mapping[str, float]] = []
+    actives: list[Mapping[str, int]] = []
+    for t in sorted(events):
+        for tenant, gpus in events[t]:
+            demand[tenant] += gpus
+            active[tenant] += 1 if gpus > 0 else -1
+        current = {k: v for k, v in demand.items() if v > 0}
+        times.append(t)
+        demands.append(current)
+        entitled.append(fair_shares(run.capacity, tenants, current))
+        actives.append({k: v for k, v in active.items() if v > 0})
+    return Entitled(
+        tuple(t.name for t in tenants),
+        tuple(times),
+        tuple(demands),
+        tuple(entitled),
+        tuple(actives),
+    )
+
+
+def finish_time_fairness(run: RunResult, entitled: Entitled) -> list[float]:
+    """Themis' rho of every finished job (module docstring); jobs whose tenant was entitled
+    to nothing at their submission are left out (no fair slice to compare with)."""
+    out = []
+    for j in run.jobs:
+        done = jct(j)
+        if done is None:
+            continue
+        i = entitled.at(j.submit)
+        if i < 0:
+            continue
+        part = entitled.entitlement[i].get(j.tenant, 0.0) / max(
+            1, entitled.active[i].get(j.tenant, 1)
+        )
+        if part <= 0:
+            continue
+        alone = j.duration * max(1.0, j.gpus / part)
+        out.append(done / alone)
+    return out
+
+
 def _tenant_figures(
-    run: RunResult, w: Sequence[float]
-) -> tuple[tuple[TenantFigures, ...], float | None, bool]:
+    run: RunResult, w: Sequence[float], entitled: Entitled
+) -> tuple[tuple[TenantFigures, ...], float | None]:
     samples = run.samples
+    end_of_replay = replay_end(run)
     cap = run.capacity
-    spec = {t.name: t for t in run.tenants}
+    spec = {t.name: t for t in _core_tenants(run)}
     names: list[str] = list(spec)
     seen = set(names)
-
-    def add(more: Iterable[str]) -> None:
-        for n in more:
+    for s in samples:
+        for n in (*s.by_tenant, *s.queued_by_tenant):
             if n not in seen:
                 seen.add(n)
                 names.append(n)
+                spec[n] = Tenant(n)
+    guarantee = {n: spec[n].guaranteed for n in names}
 
-    add(j.tenant for j in run.jobs)
-    for s in samples:
-        add(s.by_tenant)
-        add(s.queued_by_tenant)
-    weights = {n: (spec[n].weight if n in spec else 1.0) for n in names}
-    guarantee = {n: (spec[n].guaranteed if n in spec else 0) for n in names}
-    demand_known = any(s.queued_by_tenant for s in samples) or all(
-        s.queued_gpus == 0 for s in samples
-    )
-
-    share: dict[str, list[float]] = {n: [] for n in names}
-    fair: dict[str, list[float]] = {n: [] for n in names}
-    below: dict[str, float] = dict.fromkeys(names, 0.0)
+    # Share (from the samples) against entitlement (from the trace), over every breakpoint of
+    # either step function inside the replay.
+    if samples:
+        start, stop = samples[0].time, samples[-1].time
+        cuts = sorted({s.time for s in samples} | {t for t in entitled.times if start < t < stop})
+    else:
+        cuts = []
     jain_values: list[float] = []
     jain_weights: list[float] = []
-    for s, width in zip(samples, w, strict=True):
-        held = {n: s.by_tenant.get(n, 0) for n in names}
-        demand = {n: held[n] + s.queued_by_tenant.get(n, 0) for n in names}
-        fill = water_fill(cap, demand, weights)
+    ent_series: dict[str, list[float]] = {n: [] for n in names}
+    ent_weights: list[float] = []
+    for a, b in zip(cuts, [*cuts[1:], cuts[-1]] if cuts else [], strict=True):
+        width = b - a
+        ent_weights.append(width)
+        i = entitled.at(a)
+        ent = entitled.entitlement[i] if i >= 0 else {}
         for n in names:
-            share[n].append(held[n] / cap if cap else 0.0)
-            fair[n].append(fill[n] / cap if cap else 0.0)
-        # A tenant below its guarantee is not itself borrowing: any borrower is another tenant.
-        if width > 0 and any(held[n] > guarantee[n] for n in names):
-            for n in names:
-                if held[n] < min(guarantee[n], demand[n]):
-                    below[n] += width
-        ratios = [held[n] / fill[n] for n in names if fill[n] > 0]
-        if ratios:
+            ent_series[n].append(ent.get(n, 0.0) / cap if cap else 0.0)
+    sample_times = [s.time for s in samples]
+    for k, (a, width) in enumerate(zip(cuts, ent_weights, strict=True)):
+        s = samples[bisect_right(sample_times, a) - 1]
+        ratios = [
+            (s.by_tenant.get(n, 0) / cap) / ent_series[n][k] for n in names if ent_series[n][k] > 0
+        ]
+        if ratios and width > 0:
             squares = sum(x * x for x in ratios)
             jain_values.append(sum(ratios) ** 2 / (len(ratios) * squares) if squares else 0.0)
             jain_weights.append(width)
+
+    share: dict[str, list[float]] = {n: [] for n in names}
+    below: dict[str, float] = dict.fromkeys(names, 0.0)
+    unmet: dict[str, float] = dict.fromkeys(names, 0.0)
+    stretch: dict[str, float] = dict.fromkeys(names, 0.0)
+    longest: dict[str, float] = dict.fromkeys(names, 0.0)
+    for s, width in zip(samples, w, strict=True):
+        held = {n: s.by_tenant.get(n, 0) for n in names}
+        demand = {n: held[n] + s.queued_by_tenant.get(n, 0) for n in names}
+        for n in names:
+            share[n].append(held[n] / cap if cap else 0.0)
+        # A tenant below its guarantee is not itself borrowing: any borrower is another tenant.
+        borrowing = any(held[n] > guarantee[n] for n in names)
+        for n in names:
+            wanted = min(guarantee[n], demand[n])
+            if borrowing and held[n] < wanted:
+                if width > 0:
+                    below[n] += width
+                    unmet[n] += width * (wanted - held[n])
+                    stretch[n] += width
+                    longest[n] = max(longest[n], stretch[n])
+            else:
+                stretch[n] = 0.0
 
     times = [s.time for s in samples]
     out = []
     jobs_of: dict[str, list[JobRecord]] = {n: [] for n in names}
     for j in run.jobs:
-        jobs_of[j.tenant].append(j)
+        jobs_of.setdefault(j.tenant, []).append(j)
     for n in names:
-        mine = jobs_of[n]
+        mine = jobs_of.get(n, [])
         out.append(
             TenantFigures(
                 name=n,
-                weight=weights[n],
+                weight=spec[n].weight,
                 guaranteed=guarantee[n],
                 jobs=len(mine),
-                gpu_hours=sum(j.gpus * (a.end - a.start) for j in mine for a in j.attempts) / _HOUR,
+                gpu_hours=sum(
+                    j.gpus * max(0.0, min(a.end, end_of_replay) - a.start)
+                    for j in mine
+                    for a in j.attempts
+                )
+                / _HOUR,
                 queueing=Stats.of([v for v in (queueing_delay(j) for j in mine) if v is not None]),
                 mean_share=time_mean(share[n], w),
-                mean_fair_share=time_mean(fair[n], w),
+                mean_entitlement=time_mean(ent_series[n], ent_weights),
                 below_guarantee_hours=below[n] / _HOUR,
+                longest_below_hours=longest[n] / _HOUR,
+                unmet_guarantee_gpu_hours=unmet[n] / _HOUR,
+                never_started=bool(mine) and not any(j.attempts for j in mine),
                 share=step_series(times, share[n], SERIES_POINTS),
-                fair_share=step_series(times, fair[n], SERIES_POINTS),
+                entitlement=step_series(cuts, ent_series[n], SERIES_POINTS),
             )
         )
-    return tuple(out), time_mean(jain_values, jain_weights), demand_known
+    return tuple(out), time_mean(jain_values, jain_weights)
 
 
 def headline(f: Figures) -> dict[str, float | None]:
@@ -546,10 +729,16 @@ def headline(f: Figures) -> dict[str, float | None]:
         "p50 JCT (s)": f.jct.p50,
         "p99 JCT (s)": f.jct.p99,
         "mean queueing delay (s)": f.queueing.mean,
+        "mean queueing, never-started counted (s)": f.queueing_all.mean,
         "allocation (%)": None if f.allocation_mean is None else 100 * f.allocation_mean,
+        "allocation while jobs wait (%)": (
+            None if f.allocation_busy is None else 100 * f.allocation_busy
+        ),
         "GPU-hours lost to slow placement": f.slow_gpu_hours,
+        "GPU-hours lost to avoidable slow placement": f.slow_avoidable_gpu_hours,
         "stranded (%)": f.stranded_pct,
-        "Jain's index": f.jain,
+        "Jain's index (share / entitlement)": f.jain,
+        "finish-time fairness rho, p99": f.rho.p99,
         "preemptions": float(f.preemptions),
         "GPU-hours lost to preemption": f.preempted_gpu_hours,
         "makespan (s)": f.makespan,

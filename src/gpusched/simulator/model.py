@@ -53,6 +53,10 @@ class TraceJob:
     scope: TopologyScope = TopologyScope.NODE
     mode: TopologyMode = TopologyMode.PREFERRED
     preemptible: bool = True
+    measured_on: Link | None = None
+    """The worst link of the placement its ``duration`` was measured on (``network`` for a
+    gang a trace ran across nodes); None: a well-wired set. The speed model charges only the
+    difference between that link and the one the replay gives it."""
 
     @property
     def gpus(self) -> int:
@@ -103,16 +107,28 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One run of a job on a set of GPUs (a preempted job has several)."""
+    """One run of a job on a set of GPUs (a preempted job has several).
+
+    Speeds are factors over a well-wired run (1.0): ``factor`` on the link it got, and for the
+    split of GPU-hours lost to slow placement, ``best_factor`` on the best-wired set the
+    cluster's free GPUs offered at its start, ``floor_factor`` on the best set of the empty
+    cluster (a gang larger than any node crosses the network whatever a policy does)."""
 
     start: float
     end: float
     nodes: tuple[str, ...]
     link: Link
     slowdown: float
-    """Run time on this set divided by the well-wired run time (>= 1)."""
+    """Run time on this set divided by the trace's recorded run time (``factor`` over the factor
+    of the link the duration was measured on)."""
     preempted: bool = False
     """Ended by preemption; its work is lost (no checkpoints in the model)."""
+    factor: float = 1.0
+    """Slowdown of the link it got, over a well-wired run."""
+    best_factor: float = 1.0
+    """Slowdown of the best-wired set free at its start."""
+    floor_factor: float = 1.0
+    """Slowdown of the best-wired set of the empty cluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +145,11 @@ class JobRecord:
     """Ran to completion before the replay ended."""
     reason: str | None = None
     """Why an unfinished job never started (the policy's last wait reason)."""
+    wait_reason: str | None = None
+    """Why it waited, at the end of its longest wait before a start (the policy's reason in the
+    last decision it waited in)."""
+    longest_wait: float = 0.0
+    """Its longest wait in the queue before a start, seconds."""
 
     @property
     def end(self) -> float | None:
@@ -173,3 +194,5 @@ class RunResult:
     preemptions: int
     cpu_seconds: float
     """CPU time the replay took (for the speed targets)."""
+    node_kinds: Mapping[str, str] = field(default_factory=dict)
+    """Node name -> where its wiring came from (fixture name), for per-job records."""

@@ -7,47 +7,63 @@ are already thinned to at most ``SERIES_POINTS`` points.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpusched.simulator.figures import SIZE_BUCKETS, Figures, Series, figures
+from gpusched.simulator.figures import SIZE_BUCKETS, Figures, Series, figures, replay_end
 from gpusched.simulator.model import LINK_ORDER, RunResult
 from gpusched.simulator.whatif import Change, WhatIf, diff_figures
 
 _HOUR = 3600.0
-#: Tenants drawn per policy in the share plot (the largest by GPU-hours).
-PLOT_TENANTS = 6
+#: Tenants named in the share plot (the largest by GPU-hours); the rest are drawn summed.
+PLOT_TENANTS = 8
+#: Jobs listed per policy in "who waited longest".
+LONGEST_WAITS = 8
 #: File names of the plots, in the order the report shows them.
 PLOTS: tuple[tuple[str, str], ...] = (
     ("jct_cdf.png", "Job completion time (CDF)"),
     ("queueing_by_size.png", "Queueing delay by job size"),
     ("allocation.png", "GPU allocation over time"),
     ("queue_length.png", "Queue length over time"),
-    ("tenant_share.png", "Tenant share vs weighted fair share"),
+    ("tenant_share.png", "Tenant share vs entitlement"),
+    ("rho_cdf.png", "Finish-time fairness (CDF)"),
 )
 
 DEFINITIONS = (
     "JCT (job completion time) = completion - submission, over finished jobs.",
     "Queueing delay = first start - submission, over jobs that started at least once; jobs "
-    "that never started are counted apart, with their reasons.",
+    "that never started are counted apart, with their reasons, and in 'queueing incl. never "
+    "started' up to the replay's end (a lower bound for them).",
     "Percentiles are nearest-rank: the p-th of n sorted values is the one at rank "
     "ceil(p * n / 100); always an observed value.",
     "Time-weighted means treat the samples as a step function (each holds until the next).",
-    "Allocation = GPUs held by running jobs / GPUs in the cluster.",
-    "GPU-hours lost to slow placement = sum over attempts of GPUs * run time * "
-    "(1 - 1 / slowdown): the part of the held time the job ran slower than on a well-wired set.",
+    "Allocation = GPUs held by running jobs / GPUs in the cluster; 'while jobs wait' averages "
+    "it over the instants some job is queued only (a drain tail is not idle capacity).",
+    "GPU-hours lost to slow placement = the held time a job ran slower than on a well-wired "
+    "set, split into unavoidable (the empty cluster has no better set: a gang larger than a "
+    "node), contention (the better sets were busy at its start) and avoidable (a better-wired "
+    "set was free at its start: the node and GPU choice). A duration the trace measured across "
+    "nodes is not stretched again for crossing nodes.",
     "Stranded = free GPUs no waiting job can use (fragmentation), % of capacity.",
-    "Fair share = weighted water-filling of the whole capacity over tenants' demands (GPUs held "
-    "+ GPUs asked by queued jobs), computed by the report, not by any policy.",
-    "Jain = Jain's index of (share / fair share) over tenants with demand, time-weighted "
-    "(1 = every tenant in proportion to its fair share).",
+    "Entitlement = a tenant's guarantee (up to its offered demand) plus its weighted share of "
+    "what others leave idle, capped by demand and borrowing limit (the admission core's rule), "
+    "from the trace's offered demand (jobs submitted and not done had each started at once): "
+    "the same for every policy.",
+    "Jain = Jain's index of (share / entitlement) over tenants with an entitlement, "
+    "time-weighted (1 = every tenant in proportion to its entitlement).",
+    "rho (Themis' finish-time fairness) = JCT / the run time the job would have alone on its "
+    "equal part of its tenant's entitlement at submission; above 1 it did worse than that.",
     "Below guarantee = time a tenant held fewer GPUs than min(guarantee, demand) while another "
-    "tenant held more than its own guarantee.",
+    "tenant held more than its own guarantee; longest = the longest such stretch; unmet = the "
+    "GPU-hours of guarantee missing over those stretches. A tenant none of whose jobs started is "
+    "flagged, not shown as 0.",
     "GPU-hours lost to preemption = GPUs * run time of the attempts preemption ended (no "
-    "checkpoints: their work is redone).",
+    "checkpoints: their work is redone); also as % of all GPU-hours run.",
     "Makespan = last completion - first submission.",
 )
 
@@ -111,7 +127,7 @@ def _jct_cdf(figs: Sequence[Figures], path: Path) -> Path | None:
     return _plot(path, draw)
 
 
-def _over_time(
+def _panels(
     figs: Sequence[Figures],
     path: Path,
     series: Callable[[Figures], Series],
@@ -119,22 +135,35 @@ def _over_time(
     scale: float,
     ylabel: str,
     title: str,
+    log: bool = False,
 ) -> Path | None:
+    """One panel per policy on a shared axis: lines that overlap in one band stay readable."""
     if not any(series(f).times for f in figs):
         return None
+    cols = min(3, len(figs))
+    rows = math.ceil(len(figs) / cols)
 
     def draw(fig: Any) -> None:
-        ax = fig.subplots()
-        for f in figs:
-            _step(ax, series(f), scale, label=f.policy)
-        ax.set_xlabel("virtual time (hours since the first submission)")
-        ax.set_ylabel(ylabel)
-        ax.set_ylim(bottom=0)
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
+        axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True)
+        for k, ax in enumerate(axes.flat):
+            if k >= len(figs):
+                ax.set_visible(False)
+                continue
+            f = figs[k]
+            _step(ax, series(f), scale, color=f"C{k}")
+            ax.set_title(f.policy)
+            if log:
+                ax.set_yscale("symlog", linthresh=1)
+            else:
+                ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            if k % cols == 0:
+                ax.set_ylabel(ylabel)
+            if k >= len(figs) - cols:
+                ax.set_xlabel("virtual time (hours)")
+        fig.suptitle(title)
 
-    return _plot(path, draw)
+    return _plot(path, draw, figsize=(5 * cols, 3 * rows + 0.8))
 
 
 def _queueing_by_size(figs: Sequence[Figures], path: Path) -> Path | None:
@@ -146,62 +175,123 @@ def _queueing_by_size(figs: Sequence[Figures], path: Path) -> Path | None:
         ax = fig.subplots()
         width = 0.8 / len(figs)
         for i, f in enumerate(figs):
-            heights = [
-                s.queueing.mean / _HOUR if s.queueing.mean is not None else math.nan
-                for s in f.by_size
-            ]
+            heights = [s.queueing.mean / _HOUR if s.queueing.mean else math.nan for s in f.by_size]
             xs = [k + (i - (len(figs) - 1) / 2) * width for k in range(len(labels))]
             ax.bar(xs, heights, width, label=f.policy)
         ax.set_xticks(range(len(labels)), [f"{b} GPU" if b == "1" else f"{b} GPUs" for b in labels])
+        ax.set_yscale("log")
         ax.set_xlabel("job size")
-        ax.set_ylabel("mean queueing delay (hours)")
+        ax.set_ylabel("mean queueing delay (hours, log scale)")
         ax.set_title("Mean queueing delay by job size (jobs that started)")
-        ax.grid(True, axis="y", alpha=0.3)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
         ax.legend()
 
     return _plot(path, draw)
 
 
 def _tenant_share(figs: Sequence[Figures], path: Path) -> Path | None:
+    """One panel per tenant (the largest by GPU-hours, the rest summed in one): each policy's
+    share as a line of its colour, and the tenant's entitlement, which is the same for every
+    policy, as one thick dashed line."""
     if not any(t.share.times for f in figs for t in f.tenants):
         return None
-    cols = min(3, len(figs))
-    rows = math.ceil(len(figs) / cols)
+    names = _plotted_tenants(figs)
+    every = {t.name for f in figs for t in f.tenants}
+    rest = sorted(every - set(names))
+    groups: list[tuple[str, list[str]]] = [(n, [n]) for n in names]
+    if rest:
+        groups.append((f"{len(rest)} other tenants, summed", rest))
+    cols = min(3, len(groups))
+    rows = math.ceil(len(groups) / cols)
 
     def draw(fig: Any) -> None:
-        axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True)
-        names = _plotted_tenants(figs)
-        palette = [f"C{i}" for i in range(10)]
-        color = {n: palette[i % len(palette)] for i, n in enumerate(names)}
+        axes = fig.subplots(rows, cols, squeeze=False, sharex=True)
         for k, ax in enumerate(axes.flat):
-            if k >= len(figs):
+            if k >= len(groups):
                 ax.set_visible(False)
                 continue
-            f = figs[k]
-            for t in f.tenants:
-                if t.name not in color:
+            title, members = groups[k]
+            entitled: Series | None = None
+            for i, f in enumerate(figs):
+                found = [t for t in f.tenants if t.name in members]
+                if not found:
                     continue
-                _step(ax, t.share, 100, color=color[t.name], label=f"{t.name} share")
                 _step(
                     ax,
-                    t.fair_share,
+                    _sum_series([t.share for t in found]),
                     100,
-                    color=color[t.name],
-                    linestyle="--",
-                    alpha=0.7,
-                    label=f"{t.name} fair share",
+                    color=f"C{i}",
+                    linewidth=1.0,
+                    label=f.policy,
                 )
-            ax.set_title(f.policy)
+                if entitled is None:
+                    entitled = _sum_series([t.entitlement for t in found])
+            if entitled is not None:
+                _step(
+                    ax,
+                    entitled,
+                    100,
+                    color="black",
+                    linestyle=(0, (4, 2)),
+                    linewidth=1.6,
+                    zorder=3,
+                    label="entitlement",
+                )
+            ax.set_title(title)
+            ax.set_ylim(bottom=0)
             ax.grid(True, alpha=0.3)
             if k % cols == 0:
                 ax.set_ylabel("% of cluster GPUs")
-            if k >= len(figs) - cols:
+            if k >= len(groups) - cols:
                 ax.set_xlabel("virtual time (hours)")
         handles, labels = axes.flat[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels) or 1))
-        fig.suptitle("Tenant share (solid) vs weighted fair share (dashed)")
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(6, len(labels) or 1))
+        fig.suptitle(
+            "Tenant share under each policy (solid) vs its entitlement (black dashed, the same "
+            f"for every policy): the {len(names)} largest tenants by GPU-hours"
+            + (f", the other {len(rest)} summed" if rest else "")
+        )
 
-    return _plot(path, draw, figsize=(5 * cols, 3.6 * rows + 1))
+    return _plot(path, draw, figsize=(5.5 * cols, 3.2 * rows + 1.4))
+
+
+def _sum_series(parts: Sequence[Series]) -> Series:
+    """The sum of step functions (over the union of their breakpoints)."""
+    if len(parts) == 1:
+        return parts[0]
+    times = sorted({t for p in parts for t in p.times})
+    values = []
+    for t in times:
+        total = 0.0
+        for p in parts:
+            i = bisect_right(p.times, t) - 1
+            if i >= 0:
+                total += p.values[i]
+        values.append(total)
+    return Series(tuple(times), tuple(values))
+
+
+def _rho_cdf(figs: Sequence[Figures], path: Path) -> Path | None:
+    if not any(f.rho.cdf.times for f in figs):
+        return None
+
+    def draw(fig: Any) -> None:
+        ax = fig.subplots()
+        for f in figs:
+            pts = [(t, v) for t, v in zip(f.rho.cdf.times, f.rho.cdf.values, strict=True) if t > 0]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.step(xs, ys, where="post", label=f.policy)
+        ax.axvline(1.0, color="0.3", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("rho = JCT / run time alone on its fair slice (log scale; 1 = fair)")
+        ax.set_ylabel("fraction of finished jobs")
+        ax.set_ylim(0, 1.02)
+        ax.set_title("Finish-time fairness per policy")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+
+    return _plot(path, draw)
 
 
 def _plotted_tenants(figs: Sequence[Figures]) -> list[str]:
@@ -210,7 +300,7 @@ def _plotted_tenants(figs: Sequence[Figures]) -> list[str]:
     for f in figs:
         for t in f.tenants:
             total[t.name] = total.get(t.name, 0.0) + t.gpu_hours
-    return sorted(total, key=lambda n: -total[n])[:PLOT_TENANTS]
+    return sorted(total, key=lambda n: (-total[n], n))[:PLOT_TENANTS]
 
 
 def plot(figs: Sequence[Figures], out_dir: Path) -> dict[str, Path]:
@@ -218,23 +308,25 @@ def plot(figs: Sequence[Figures], out_dir: Path) -> dict[str, Path]:
     made: dict[str, Path | None] = {
         "jct_cdf.png": _jct_cdf(figs, out_dir / "jct_cdf.png"),
         "queueing_by_size.png": _queueing_by_size(figs, out_dir / "queueing_by_size.png"),
-        "allocation.png": _over_time(
+        "allocation.png": _panels(
             figs,
             out_dir / "allocation.png",
             lambda f: f.allocation,
             scale=100,
-            ylabel="GPUs allocated (% of capacity)",
-            title="GPU allocation over time",
+            ylabel="GPUs allocated (%)",
+            title="GPU allocation over time, one panel per policy",
         ),
-        "queue_length.png": _over_time(
+        "queue_length.png": _panels(
             figs,
             out_dir / "queue_length.png",
             lambda f: f.queue_length,
             scale=1,
-            ylabel="jobs waiting",
-            title="Queue length over time",
+            ylabel="jobs waiting (log)",
+            title="Queue length over time, one panel per policy (log scale)",
+            log=True,
         ),
         "tenant_share.png": _tenant_share(figs, out_dir / "tenant_share.png"),
+        "rho_cdf.png": _rho_cdf(figs, out_dir / "rho_cdf.png"),
     }
     return {k: v for k, v in made.items() if v is not None}
 
@@ -242,18 +334,23 @@ def plot(figs: Sequence[Figures], out_dir: Path) -> dict[str, Path]:
 # --- markdown ---------------------------------------------------------------------------------
 
 
+def _preempted_share(f: Figures) -> float | None:
+    return f.preempted_gpu_hours / f.gpu_hours if f.gpu_hours else None
+
+
 def _summary(figs: Sequence[Figures]) -> list[str]:
     header = (
         "policy",
         "mean JCT (h)",
-        "p50 JCT (h)",
         "p99 JCT (h)",
         "mean queueing (h)",
-        "allocation %",
-        "GPU-h lost to slow placement",
+        "queueing incl. never started (h)",
+        "allocation % (while jobs wait)",
+        "GPU-h lost to avoidable slow placement",
         "stranded %",
-        "Jain",
-        "preemptions",
+        "Jain (share / entitlement)",
+        "rho p99",
+        "preemptions (GPU-h thrown away, %)",
         "makespan (h)",
         "finished / never started",
     )
@@ -261,20 +358,70 @@ def _summary(figs: Sequence[Figures]) -> list[str]:
         (
             f.policy,
             _hours(f.jct.mean),
-            _hours(f.jct.p50),
             _hours(f.jct.p99),
             _hours(f.queueing.mean),
-            _pct(f.allocation_mean),
-            _num(f.slow_gpu_hours, 1),
+            _hours(f.queueing_all.mean),
+            f"{_pct(f.allocation_mean)} ({_pct(f.allocation_busy)})",
+            _num(f.slow_avoidable_gpu_hours, 1),
             _num(f.stranded_pct, 1),
             _num(f.jain, 3),
-            str(f.preemptions),
+            _num(f.rho.p99, 2),
+            f"{f.preemptions} ({_pct(_preempted_share(f))})",
             _hours(f.makespan),
             f"{f.jobs.finished} / {f.jobs.never_started}",
         )
         for f in figs
     ]
     return _table(header, rows)
+
+
+def _bucket(f: Figures, label: str) -> float | None:
+    found = next((b for b in f.by_size if b.bucket == label), None)
+    return found.queueing.mean if found is not None else None
+
+
+def takeaways(figs: Sequence[Figures]) -> list[str]:
+    """Five sentences that say what the replay shows, from its figures (no opinion added)."""
+    if not figs:
+        return []
+    known = [f for f in figs if f.jct.mean is not None]
+    out: list[str] = []
+    if known:
+        best = min(known, key=lambda f: f.jct.mean or math.inf)
+        ranked = ", ".join(f"{f.policy} {_hours(f.jct.mean, 1)} h" for f in known)
+        out.append(f"Mean JCT: {ranked}; lowest under **{best.policy}**.")
+    big = [(f, _bucket(f, "5-8"), _bucket(f, "9-32")) for f in figs]
+    out.append(
+        "Large jobs queue (mean, 5-8 / 9-32 GPUs): "
+        + "; ".join(f"{f.policy} {_hours(a, 1)} / {_hours(b, 1)} h" for f, a, b in big)
+        + "."
+    )
+    unavoidable = max((f.slow_unavoidable_gpu_hours for f in figs), default=0.0)
+    out.append(
+        "GPU-hours lost to slow placement that the node and GPU choice decided (avoidable): "
+        + "; ".join(f"{f.policy} {_num(f.slow_avoidable_gpu_hours, 0)}" for f in figs)
+        + f" (beside at most {_num(unavoidable, 0)} unavoidable: gangs larger than a node)."
+    )
+    out.append(
+        "Work thrown away by preemption: "
+        + "; ".join(
+            f"{f.policy} {_num(f.preempted_gpu_hours, 0)} GPU-h ({_pct(_preempted_share(f))} %)"
+            for f in figs
+        )
+        + "."
+    )
+    worst = [(f, max(f.tenants, key=lambda t: t.longest_below_hours, default=None)) for f in figs]
+    out.append(
+        "Fairness (Jain of share / entitlement; longest stretch a tenant spent below its "
+        "guarantee while another borrowed): "
+        + "; ".join(
+            f"{f.policy} {_num(f.jain, 3)}"
+            + (f", {t.name} {_num(t.longest_below_hours, 0)} h" if t is not None else "")
+            for f, t in worst
+        )
+        + "."
+    )
+    return out
 
 
 def _details(figs: Sequence[Figures]) -> list[str]:
@@ -297,11 +444,12 @@ def _details(figs: Sequence[Figures]) -> list[str]:
     for f in figs:
         out += [f"**{f.policy}**", ""]
         out += _table(
-            ("GPUs", "jobs", "queueing delay", "JCT"),
+            ("GPUs", "jobs", "never started", "queueing delay", "JCT"),
             [
                 (
                     s.bucket,
                     str(s.jobs),
+                    str(s.never_started),
                     " / ".join(
                         _hours(v) for v in (s.queueing.mean, s.queueing.p50, s.queueing.p99)
                     ),
@@ -317,18 +465,38 @@ def _details(figs: Sequence[Figures]) -> list[str]:
             "policy",
             "GPU-hours",
             *(f"{link.value} %" for link in LINK_ORDER),
-            "lost to slow placement",
+            "lost to slow placement: unavoidable / contention / avoidable",
             "preempted attempts",
-            "GPU-h lost to preemption",
+            "GPU-h lost to preemption (% of GPU-h)",
         ),
         [
             (
                 f.policy,
                 _num(f.gpu_hours, 1),
                 *(_pct(f.link_share.get(link.value, 0.0)) for link in LINK_ORDER),
-                _num(f.slow_gpu_hours, 1),
+                " / ".join(
+                    _num(v, 1)
+                    for v in (
+                        f.slow_unavoidable_gpu_hours,
+                        f.slow_contention_gpu_hours,
+                        f.slow_avoidable_gpu_hours,
+                    )
+                ),
                 str(f.preempted_attempts),
-                _num(f.preempted_gpu_hours, 1),
+                f"{_num(f.preempted_gpu_hours, 1)} ({_pct(_preempted_share(f))})",
+            )
+            for f in figs
+        ],
+    )
+    out += ["", "## Fairness", ""]
+    out += _table(
+        ("policy", "Jain", "rho mean", "rho p50", "rho p90", "rho p99", "rho max", "rho > 1 %"),
+        [
+            (
+                f.policy,
+                _num(f.jain, 3),
+                *(_num(v, 2) for v in (f.rho.mean, f.rho.p50, f.rho.p90, f.rho.p99, f.rho.max)),
+                _pct(f.rho.above_one),
             )
             for f in figs
         ],
@@ -336,12 +504,6 @@ def _details(figs: Sequence[Figures]) -> list[str]:
     out += ["", "## Tenants", ""]
     for f in figs:
         out += [f"**{f.policy}** (Jain {_num(f.jain, 3)})", ""]
-        if not f.demand_known:
-            out += [
-                "The samples did not record each tenant's queued GPUs: demand is taken as what "
-                "it holds, so the fair share below only echoes the allocation.",
-                "",
-            ]
         out += _table(
             (
                 "tenant",
@@ -350,8 +512,9 @@ def _details(figs: Sequence[Figures]) -> list[str]:
                 "jobs",
                 "GPU-hours",
                 "mean share %",
-                "mean fair share %",
-                "below guarantee (h)",
+                "mean entitlement %",
+                "below guarantee (h): total / longest",
+                "unmet guarantee (GPU-h)",
                 "mean queueing (h)",
             ),
             [
@@ -362,8 +525,11 @@ def _details(figs: Sequence[Figures]) -> list[str]:
                     str(t.jobs),
                     _num(t.gpu_hours, 1),
                     _pct(t.mean_share),
-                    _pct(t.mean_fair_share),
-                    _num(t.below_guarantee_hours, 2),
+                    _pct(t.mean_entitlement),
+                    "**no job ever started**"
+                    if t.never_started
+                    else f"{_num(t.below_guarantee_hours, 1)} / {_num(t.longest_below_hours, 1)}",
+                    _num(t.unmet_guarantee_gpu_hours, 1),
                     _hours(t.queueing.mean),
                 )
                 for t in f.tenants
@@ -371,6 +537,89 @@ def _details(figs: Sequence[Figures]) -> list[str]:
         )
         out.append("")
     return out
+
+
+def _longest_waits(results: Sequence[RunResult]) -> list[str]:
+    out = ["## Who waited longest", ""]
+    out += [
+        "Per policy, the jobs with the longest single wait before a start (a job that never "
+        "started counts its wait up to the end of the replay), with the policy's reason at the "
+        "end of that wait.",
+        "",
+    ]
+    for r in results:
+        end = replay_end(r)
+        waits = sorted(
+            (
+                (j.longest_wait if j.attempts else end - j.submit, j)
+                for j in r.jobs
+                if j.attempts or j.submit <= end
+            ),
+            key=lambda x: (-x[0], x[1].id),
+        )[:LONGEST_WAITS]
+        out += [f"**{r.policy}**", ""]
+        out += _table(
+            ("job", "tenant", "GPUs", "longest wait (h)", "started", "reason"),
+            [
+                (
+                    j.id,
+                    j.tenant,
+                    str(j.gpus),
+                    _hours(w, 1),
+                    "yes" if j.attempts else "**never**",
+                    (j.wait_reason if j.attempts else j.reason) or "-",
+                )
+                for w, j in waits
+            ],
+        )
+        out.append("")
+    return out
+
+
+JOB_FIELDS = (
+    "id",
+    "tenant",
+    "gpus",
+    "submit_s",
+    "first_start_s",
+    "end_s",
+    "attempts",
+    "preemptions",
+    "node_types",
+    "link",
+    "slowdown",
+    "longest_wait_s",
+    "wait_reason",
+)
+
+
+def write_jobs(result: RunResult, path: Path) -> Path:
+    """One row per job of one replay: when it was submitted, started and ended, how often it
+    ran and was preempted, on what kind of nodes and link, and why it waited longest."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(JOB_FIELDS)
+        for j in result.jobs:
+            last = j.attempts[-1] if j.attempts else None
+            kinds = sorted({result.node_kinds.get(n, n) for a in j.attempts for n in a.nodes})
+            writer.writerow(
+                (
+                    j.id,
+                    j.tenant,
+                    j.gpus,
+                    f"{j.submit:.1f}",
+                    "" if j.first_start is None else f"{j.first_start:.1f}",
+                    "" if j.end is None else f"{j.end:.1f}",
+                    len(j.attempts),
+                    sum(1 for a in j.attempts if a.preempted),
+                    "+".join(kinds),
+                    "" if last is None else last.link.value,
+                    "" if last is None else f"{last.slowdown:.4f}",
+                    f"{j.longest_wait:.1f}",
+                    (j.wait_reason if j.attempts else j.reason) or "",
+                )
+            )
+    return path
 
 
 def _change(c: Change, digits: int = 2, scale: float = 1.0) -> str:
@@ -384,7 +633,12 @@ def _change(c: Change, digits: int = 2, scale: float = 1.0) -> str:
 
 
 #: Digits shown of the what-if figures that are not shown with 2.
-_WHAT_IF_DIGITS = {"preemptions": 0, "jobs finished": 0, "jobs never started": 0, "Jain's index": 3}
+_WHAT_IF_DIGITS = {
+    "preemptions": 0,
+    "jobs finished": 0,
+    "jobs never started": 0,
+    "Jain's index (share / entitlement)": 3,
+}
 
 
 def _what_if(w: WhatIf) -> list[str]:
@@ -488,7 +742,10 @@ def write_report(
 
     plots = plot(figs, out_dir)
 
-    md = [f"# {title}", ""]
+    for r in results:
+        write_jobs(r, out_dir / f"jobs-{r.policy}.csv")
+
+    md = [f"# {title}", "", "```sh", command, "```", ""]
     if results:
         r = results[0]
         md += [
@@ -498,7 +755,9 @@ def write_report(
             f"{len(results)} policies.",
             "",
         ]
-    md += ["## Summary", ""]
+    md += ["## What this replay says", ""]
+    md += [f"{i}. {line}" for i, line in enumerate(takeaways(figs), 1)]
+    md += ["", "## Summary", ""]
     md += _summary(figs)
     md += ["", "Times in hours. Definitions at the end of the report.", ""]
     if plots:
@@ -507,6 +766,7 @@ def write_report(
             if name in plots:
                 md += [f"### {caption}", "", f"![{caption}]({name})", ""]
     md += _details(figs)
+    md += _longest_waits(results)
     if what_if is not None:
         md += _what_if(what_if)
     md += ["## Assumptions of each policy", ""]
@@ -520,8 +780,8 @@ def write_report(
     md += [f"- {d}" for d in DEFINITIONS]
     md += ["", "## Reproduce", "", "```sh", command, "```", ""]
     md += [
-        "Every figure above, with the plotted series, is in `results.json`; "
-        "CPU time of each replay: "
+        "Every figure above, with the plotted series, is in `results.json`; one row per job "
+        "and policy in `jobs-<policy>.csv`. CPU time of each replay: "
         + ", ".join(f"{r.policy} {r.cpu_seconds:.1f}s" for r in results)
         + ".",
         "",

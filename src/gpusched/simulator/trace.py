@@ -3,8 +3,9 @@
 Fields (docs/simulator.md): ``id``, ``submit`` (seconds after the trace's start), ``duration``
 (seconds on a well-wired set), ``replicas``, ``gpus_per_replica``, ``tenant``, and optionally
 ``priority`` (0), ``gpu_model`` (any), ``scope`` (``node``), ``mode`` (``preferred``),
-``preemptible`` (true). Any trace converted to this format replays; a bad row is refused with its
-file, line and field, and nothing is replayed.
+``preemptible`` (true), ``measured_on`` (the worst link its duration was measured on, e.g.
+``network``; empty: a well-wired set). Any trace converted to this format replays; a bad row
+is refused with its file, line and field, and nothing is replayed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
-from gpusched.simulator.model import TraceJob
+from gpusched.simulator.model import Link, TraceJob
 
 FIELDS = (
     "id",
@@ -32,6 +33,7 @@ FIELDS = (
     "scope",
     "mode",
     "preemptible",
+    "measured_on",
 )
 
 
@@ -53,8 +55,9 @@ class _Row(BaseModel):
     scope: TopologyScope = TopologyScope.NODE
     mode: TopologyMode = TopologyMode.PREFERRED
     preemptible: bool = True
+    measured_on: Link | None = None
 
-    @field_validator("gpu_model", mode="before")
+    @field_validator("gpu_model", "measured_on", mode="before")
     @classmethod
     def _empty_is_any(cls, value: Any) -> Any:
         return None if value == "" else value
@@ -72,6 +75,7 @@ class _Row(BaseModel):
             scope=self.scope,
             mode=self.mode,
             preemptible=self.preemptible,
+            measured_on=self.measured_on,
         )
 
 
@@ -174,6 +178,7 @@ def _record(job: TraceJob) -> dict[str, Any]:
         "scope": job.scope.value,
         "mode": job.mode.value,
         "preemptible": job.preemptible,
+        "measured_on": job.measured_on.value if job.measured_on else None,
     }
 
 

@@ -37,8 +37,12 @@ def attempt(
     slowdown: float = 1.0,
     *,
     preempted: bool = False,
+    best: float = 1.0,
+    floor: float = 1.0,
 ) -> Attempt:
-    return Attempt(start, end, ("n1",), link, slowdown, preempted)
+    """An attempt whose speed factor is its slowdown (durations measured well wired), the best
+    set free at its start ``best`` and the empty cluster's ``floor``."""
+    return Attempt(start, end, ("n1",), link, slowdown, preempted, slowdown, best, floor)
 
 
 def sample(
@@ -65,17 +69,27 @@ def sample(
 JOBS = (
     # 1 GPU, ran 0..100 on NVLink: JCT 100, delay 0.
     job("j1", "A", 1, 0.0, attempt(0, 100), finished=True),
-    # 4 GPUs, 10..210 through a PCIe switch at half speed: JCT 210, delay 10; slow 4*200*(1/2).
-    job("j2", "A", 4, 0.0, attempt(10, 210, Link.PCIE_SWITCH, 2.0), finished=True),
-    # 4 GPUs, preempted after 100..150, then 210..510 across the network at 1.5x:
-    # JCT 460, delay 50; slow 4*300*(1/3); thrown away 4*50.
+    # 4 GPUs, 10..210 through a PCIe switch at half speed: JCT 210, delay 10. Work 4*200/2 =
+    # 400 GPU-s at full speed; a set at 1.25x was free at its start, the empty cluster had one at
+    # 1.0: lost 400 * (2 - 1) = 400, of it contention 400 * 0.25, avoidable 400 * 0.75.
+    job(
+        "j2",
+        "A",
+        4,
+        0.0,
+        attempt(10, 210, Link.PCIE_SWITCH, 2.0, best=1.25),
+        finished=True,
+    ),
+    # 4 GPUs, preempted after 100..150, then 210..510 across the network at 1.5x, no better set
+    # in the empty cluster (a gang larger than its nodes): JCT 460, delay 50; work 4*300/1.5 =
+    # 800, lost 800 * 0.5 = 400, all unavoidable; thrown away 4*50.
     job(
         "j3",
         "B",
         4,
         50.0,
         attempt(100, 150, preempted=True),
-        attempt(210, 510, Link.NETWORK, 1.5),
+        attempt(210, 510, Link.NETWORK, 1.5, best=1.5, floor=1.5),
         finished=True,
     ),
     job("j4", "B", 8, 60.0, reason="waiting for quota"),

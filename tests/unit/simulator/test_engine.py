@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -65,6 +66,119 @@ def test_a_gang_across_nodes_runs_at_the_network_slowdown() -> None:
     (attempt,) = result.jobs[0].attempts
     assert (attempt.link, attempt.start, attempt.end) == (Link.NETWORK, 0, 200)
     assert attempt.nodes == ("h1", "h2")
+
+
+def test_a_duration_measured_across_nodes_is_not_stretched_again() -> None:
+    """A trace that ran a gang across nodes recorded the network in its duration: placed
+    across nodes again it runs exactly that long; only a better placement would be faster."""
+    nodes = cluster((H100, "h1"), (H100, "h2"))
+    measured = replace(trace_job("big", 0, 8, 100, replicas=2), measured_on=Link.NETWORK)
+    result = replay(
+        workload(measured),
+        nodes,
+        GpuschedPolicy(nodes.nodes, workload(measured).tenants),
+        speed=speed,
+    )
+    (attempt,) = result.jobs[0].attempts
+    assert (attempt.link, attempt.start, attempt.end) == (Link.NETWORK, 0, 100)
+    assert (attempt.factor, attempt.floor_factor, attempt.slowdown) == (2.0, 2.0, 1.0)
+
+
+class _Placing:
+    """A policy that puts each job where the test says (job id -> replicas)."""
+
+    name = "placing"
+    assumptions: tuple[str, ...] = ()
+
+    def __init__(self, where: dict[str, tuple[Placed, ...]]) -> None:
+        self.where = where
+        self.new: list[str] = []
+
+    def submit(self, job: TraceJob, now: float) -> None:
+        self.new.append(job.id)
+
+    def finished(self, job: str, now: float) -> None:
+        return None
+
+    def schedule(self, now: float) -> Decisions:
+        starts = tuple(Start(j, self.where[j]) for j in self.new)
+        self.new = []
+        return Decisions(starts=starts)
+
+    def reason(self, job: str) -> str | None:
+        return None
+
+    def last_wait(self, job: str) -> str | None:
+        return None
+
+
+def test_a_placement_worse_than_a_free_set_is_avoidable_and_one_no_node_beats_is_not() -> None:
+    # A PCIe board (all pairs across sockets, x1.5) and an NVSwitch board. "bad" takes 4 GPUs of
+    # the PCIe board while the NVSwitch board is free: the best free set was NVLinked, the
+    # empty cluster's too. "forced" comes while the NVSwitch board is full: only PCIe was free.
+    nodes = cluster((RTX, "rtx"), (H100, "h100"))
+    where = {
+        "bad": (Placed("rtx", (0, 1, 2, 3)),),
+        "full": (Placed("h100", tuple(range(8))),),
+        "forced": (Placed("rtx", (4, 5, 6, 7)),),
+    }
+    jobs = workload(
+        trace_job("bad", 0, 4, 100), trace_job("full", 10, 8, 1000), trace_job("forced", 20, 4, 100)
+    )
+    result = replay(jobs, nodes, _Placing(where), speed=speed)
+    got = {j.id: j.attempts[0] for j in result.jobs}
+    assert (got["bad"].factor, got["bad"].best_factor, got["bad"].floor_factor) == (1.5, 1.0, 1.0)
+    assert (got["forced"].factor, got["forced"].best_factor) == (1.5, 1.5)
+    assert got["forced"].floor_factor == 1.0
+
+
+def test_gpusched_decides_again_in_the_instant_it_preempted() -> None:
+    """After a cycle that preempted, the operator's next cycle follows at once (the victims'
+    GPUs are free then): a job that fits what the preemptor left free starts in that instant,
+    not at the next arrival or completion."""
+    nodes = cluster((H100, "h100"))
+    tenants = (Tenant("a", guaranteed=6), Tenant("b", guaranteed=2))
+    jobs = workload(
+        trace_job("borrower", 0, 4, 100, tenant="b"),
+        trace_job("filler", 0, 4, 1000, tenant="b"),
+        trace_job("tiny", 5, 2, 20, tenant="b"),  # waits: the board is full
+        trace_job("owner", 10, 6, 50, tenant="a"),  # takes its guarantee back: both leave
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, GpuschedPolicy(nodes.nodes, tenants), speed=speed)
+    times = _times(result)
+    assert times["owner"] == [(10, 60, False)]
+    assert times["borrower"][0] == (0, 10, True)
+    assert times["filler"][0] == (0, 10, True)
+    assert times["tiny"] == [(10, 30, False)]  # the 2 GPUs the owner left, at once
+
+
+def test_the_reason_of_the_longest_wait_is_recorded() -> None:
+    nodes = cluster((H100, "h100"))
+    jobs = workload(trace_job("first", 0, 8, 100), trace_job("second", 1, 8, 10))
+    result = replay(jobs, nodes, GpuschedPolicy(nodes.nodes, jobs.tenants), speed=speed)
+    second = next(j for j in result.jobs if j.id == "second")
+    assert second.longest_wait == 99
+    assert second.wait_reason == "WaitingForCapacity"
+    first = next(j for j in result.jobs if j.id == "first")
+    assert (first.longest_wait, first.wait_reason) == (0, None)
+
+
+def test_kube_default_creates_a_small_pod_beside_a_large_one_the_quota_refuses() -> None:
+    """Each Job is synced on its own: a later small job's pod is created when the quota's room
+    takes it, though an earlier larger one of the tenant does not fit."""
+    nodes = cluster((H100, "h100"))
+    tenants = (Tenant("t", guaranteed=4),)
+    jobs = workload(
+        trace_job("running", 0, 2, 100),
+        trace_job("large", 1, 4, 10),
+        trace_job("small", 2, 2, 10),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, build("kube-default", nodes.nodes, tenants, 0), speed=speed)
+    times = _times(result)
+    assert times["small"] == [(2, 12, False)]
+    assert times["large"][0][0] == 100
 
 
 def test_a_reclaimed_job_loses_its_work_and_runs_again_when_gpus_free() -> None:
@@ -144,6 +258,9 @@ class _Greedy:
         return Decisions(starts=starts)
 
     def reason(self, job: str) -> str | None:
+        return None
+
+    def last_wait(self, job: str) -> str | None:
         return None
 
 

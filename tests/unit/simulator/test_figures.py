@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -16,9 +17,8 @@ from gpusched.simulator.figures import (
     nearest_rank,
     size_bucket,
     step_series,
-    water_fill,
 )
-from gpusched.simulator.model import Sample
+from gpusched.simulator.model import Link, Sample
 from tests.unit.simulator.sim_testdata import JOBS, run
 
 H = 3600.0
@@ -98,8 +98,11 @@ def test_allocation_queue_and_fragmentation_are_time_weighted() -> None:
 
 def test_slow_placements_links_and_preemption_losses() -> None:
     f = figures(run())
-    # j2: 4 GPUs * 200 s * (1 - 1/2) = 400; j3: 4 * 300 * (1 - 1/1.5) = 400.
+    # j2 lost 400 GPU-s (100 contention, 300 avoidable); j3 400, all unavoidable.
     assert f.slow_gpu_hours == pytest.approx(800 / H)
+    assert f.slow_unavoidable_gpu_hours == pytest.approx(400 / H)
+    assert f.slow_contention_gpu_hours == pytest.approx(100 / H)
+    assert f.slow_avoidable_gpu_hours == pytest.approx(300 / H)
     # GPU-seconds: nvlink j1 100 + j3 preempted 200 + j7 200; pcie 800; network 1200.
     assert f.gpu_hours == pytest.approx(2500 / H)
     assert f.link_share == pytest.approx(
@@ -110,33 +113,42 @@ def test_slow_placements_links_and_preemption_losses() -> None:
     assert f.preempted_gpu_hours == pytest.approx(200 / H)
 
 
+def test_a_gang_larger_than_any_node_is_no_avoidable_loss() -> None:
+    """The same network placement, once with a better set free at its start and once with
+    none in the whole cluster: only the first is the policy's doing."""
+    from tests.unit.simulator.sim_testdata import attempt, job
+
+    def lost(best: float, floor: float) -> tuple[float, float, float]:
+        gang = job("g", "A", 16, 0.0, attempt(0, 100, Link.NETWORK, 2.0, best=best, floor=floor))
+        f = figures(run(jobs=(gang,)))
+        return (
+            f.slow_unavoidable_gpu_hours * H,
+            f.slow_contention_gpu_hours * H,
+            f.slow_avoidable_gpu_hours * H,
+        )
+
+    # Work 16 * 100 / 2 = 800 GPU-s at full speed, 800 lost against a well-wired run.
+    assert lost(best=2.0, floor=2.0) == pytest.approx((800, 0, 0))
+    assert lost(best=1.0, floor=1.0) == pytest.approx((0, 0, 800))
+    assert lost(best=1.5, floor=1.0) == pytest.approx((0, 400, 400))
+
+
 def test_makespan_is_last_completion_minus_first_submission() -> None:
     # j3 completes last at 510; j7 (unfinished, attempt until 600) does not count.
     assert figures(run()).makespan == 510
 
 
-def test_water_fill_by_weight_up_to_demand() -> None:
-    # a asks 1 (< 10/4): satisfied; 9 left split 1:2 between b and c.
-    got = water_fill(10, {"a": 1, "b": 10, "c": 10}, {"a": 1, "b": 1, "c": 2})
-    assert got == pytest.approx({"a": 1, "b": 3, "c": 6})
-    # Enough for everyone: everyone gets its demand; no demand, nothing.
-    assert water_fill(10, {"a": 2, "b": 3, "c": 0}, {}) == pytest.approx({"a": 2, "b": 3, "c": 0})
-    # b is satisfied in the second round only: a gets 12/2 = 6 > 5 first, then b 7 of 7.
-    got = water_fill(12, {"a": 5, "b": 7, "c": 20}, {"a": 1, "b": 1, "c": 0})
-    assert got == pytest.approx({"a": 5, "b": 7, "c": 0})
-
-
-def test_tenant_shares_against_water_filled_fair_share() -> None:
+def test_entitlement_from_the_trace_and_the_tenants_shares() -> None:
     f = figures(run())
-    assert f.demand_known
     a, b = tenant(f, "A"), tenant(f, "B")
-    # Demands (held + queued) A: 5, 5, 5, 20, 18, 0; B: 0, 0, 4, 52, 54, 0; weights 1:3, 8 GPUs.
-    # Fair A: 5, 5, 4 (B takes its 4, 4 left), 2, 2; fair B: 0, 0, 4, 6, 6.
-    assert a.fair_share.values == pytest.approx((5 / 8, 5 / 8, 4 / 8, 2 / 8, 2 / 8, 0))
-    assert b.fair_share.values == pytest.approx((0, 0, 4 / 8, 6 / 8, 6 / 8, 0))
+    # Offered demand (each job from its submission for its 100 s): A 5 on [0, 80), 21 on
+    # [80, 100), 16 to 180; B 4 from 50, 12 from 60, 52 from 70, 48, 40, 0 at 150, 160, 170.
+    # 8 GPUs; A guaranteed 4 (weight 1), B 0 (weight 3): A 4 + 1 of the idle 4 (B takes 3)
+    # wherever both want more; A alone before 50 (5) and on [170, 180) (8); nothing after.
+    # Widths over the samples' [0, 200]: A 5 for 170 s, 8 for 10 s; B 3 for 120 s.
+    assert a.mean_entitlement == pytest.approx((5 * 170 + 8 * 10) / (8 * 200))
+    assert b.mean_entitlement == pytest.approx(3 * 120 / (8 * 200))
     assert a.share.values == pytest.approx((1 / 8, 5 / 8, 5 / 8, 4 / 8, 2 / 8, 0))
-    assert a.mean_fair_share == pytest.approx((50 + 200 + 200 + 100 + 100) / 1600)
-    assert b.mean_fair_share == pytest.approx((200 + 300 + 300) / 1600)
     assert a.mean_share == pytest.approx((10 + 200 + 250 + 200 + 100) / 1600)
     assert b.mean_share == pytest.approx((200 + 300) / 1600)
     assert (a.weight, a.guaranteed, b.weight, b.guaranteed) == (1, 4, 3, 0)
@@ -147,19 +159,99 @@ def test_tenant_shares_against_water_filled_fair_share() -> None:
     assert b.queueing.mean == 50
 
 
-def test_jain_index_of_share_over_fair_share() -> None:
-    # x = share / fair over tenants with fair > 0:
-    # t0 (A 1/5) -> 1; t10 (A 1) -> 1; t50 (1.25, 0) -> 0.5; t100 (2, 2/3) -> (8/3)^2 / (2 * 40/9)
-    # = 0.8; t150 (1, 1) -> 1. Weighted by 10, 40, 50, 50, 50 s.
-    assert figures(run()).jain == pytest.approx((10 + 40 + 25 + 40 + 50) / 200)
+def test_jain_index_of_share_over_entitlement() -> None:
+    # x = share / entitlement over tenants entitled to something, at every breakpoint of either:
+    # [0, 10) A 1/5 alone -> 1; [10, 50) A 1 -> 1; [50, 100) A 1, B 0 -> 0.5 (50 s);
+    # [100, 150) A 4/5, B 4/3; [150, 170) A 2/5, B 6/3; [170, 180) A alone -> 1; after: none.
+    def jain(*x: float) -> float:
+        return sum(x) ** 2 / (len(x) * sum(v * v for v in x))
+
+    expected = (10 + 40 + 50 * 0.5 + 50 * jain(0.8, 4 / 3) + 20 * jain(0.4, 2.0) + 10) / 180
+    assert figures(run()).jain == pytest.approx(expected)
+
+
+def test_weighted_jain_would_call_a_tenant_at_its_guarantee_a_hog() -> None:
+    """A tenant guaranteed 75 % of the cluster holding exactly that is fair against its
+    entitlement; water-filling by weight alone (the old figure) would call it a hog."""
+    from gpusched.core.admission import Tenant
+    from tests.unit.simulator.sim_testdata import attempt, job, sample
+
+    tenants = (Tenant("A", guaranteed=6, weight=1.0), Tenant("B", guaranteed=2, weight=1.0))
+    jobs = (
+        job("a", "A", 6, 0.0, attempt(0, 100), finished=True),
+        job("b", "B", 2, 0.0, attempt(0, 100), finished=True),
+        job("b2", "B", 4, 0.0, attempt(100, 200), finished=True),
+    )
+    samples = (
+        sample(0, (6, 2), (0, 4), 1),
+        sample(100, (0, 4), (0, 0), 0),
+        sample(200, (0, 0), (0, 0), 0),
+    )
+    f = figures(replace(run(jobs=jobs, samples=samples), tenants=tenants))
+    # [0, 100): entitled A 6, B 2 (demands 6 and 6: guarantees first) -> x 1, 1 -> 1.
+    # [100, 200): only B wants (4): entitled 4 -> 1. Water-filling by weight alone would give
+    # 4 and 4 on [0, 100): x 1.5 and 0.5, Jain 0.8 there.
+    assert f.jain == pytest.approx(1.0)
+
+
+def test_finish_time_fairness_against_the_jobs_fair_slice() -> None:
+    f = figures(run())
+    # j1 and j2 arrive at 0 with A entitled to 5 over its 2 offered jobs: 2.5 each. j1 (1 GPU)
+    # alone 100 s -> rho 1; j2 (4 GPUs) 100 * 4 / 2.5 = 160 -> 210 / 160. j3 arrives at 50,
+    # B entitled to 3 for its one job: 100 * 4 / 3 -> 460 / (400 / 3).
+    values = [1.0, 210 / 160, 460 * 3 / 400]
+    assert (f.rho.count, f.rho.p50, f.rho.max) == (3, pytest.approx(210 / 160), pytest.approx(3.45))
+    assert f.rho.mean == pytest.approx(sum(values) / 3)
+    assert f.rho.above_one == pytest.approx(2 / 3)
 
 
 def test_below_guarantee_only_while_another_tenant_borrows() -> None:
     f = figures(run())
     # A (guarantee 4) holds 1 < min(4, 5) at t0 but nobody borrows then; at t150 it holds
-    # 2 < min(4, 18) while B holds 6 > 0: 50 s. B's guarantee is 0: never below it.
-    assert tenant(f, "A").below_guarantee_hours == pytest.approx(50 / H)
+    # 2 < min(4, 18) while B holds 6 > 0: 50 s, 2 GPUs short. B's guarantee is 0.
+    a = tenant(f, "A")
+    assert a.below_guarantee_hours == pytest.approx(50 / H)
+    assert a.longest_below_hours == pytest.approx(50 / H)
+    assert a.unmet_guarantee_gpu_hours == pytest.approx(100 / H)
     assert tenant(f, "B").below_guarantee_hours == 0
+    assert not a.never_started
+
+
+def test_the_longest_stretch_below_guarantee_breaks_when_the_tenant_is_served() -> None:
+    from tests.unit.simulator.sim_testdata import sample
+
+    # A below (1 < 4, B borrows) for 10 s, served for 10 s, below again for 30 s.
+    samples = (
+        sample(0, (1, 6), (3, 0), 1),
+        sample(10, (4, 4), (0, 0), 0),
+        sample(20, (2, 6), (2, 0), 1),
+        sample(50, (0, 0), (0, 0), 0),
+    )
+    a = tenant(figures(run(samples=samples)), "A")
+    assert a.below_guarantee_hours == pytest.approx(40 / H)
+    assert a.longest_below_hours == pytest.approx(30 / H)
+    assert a.unmet_guarantee_gpu_hours == pytest.approx((10 * 3 + 30 * 2) / H)
+
+
+def test_a_tenant_none_of_whose_jobs_started_is_flagged() -> None:
+    from tests.unit.simulator.sim_testdata import JOBS
+
+    f = figures(run(jobs=tuple(j for j in JOBS if j.id not in ("j3",))))
+    assert tenant(f, "B").never_started  # j4, j5 never started
+    assert not tenant(f, "A").never_started
+
+
+def test_never_started_jobs_count_in_queueing_up_to_the_end() -> None:
+    f = figures(run())
+    # Started: 0, 10, 50, 0; never: j4, j5, j6 from 60, 70, 80 to the end at 600 (j7's end).
+    assert f.queueing_all.mean == pytest.approx((0 + 10 + 50 + 0 + 540 + 530 + 520) / 7)
+    assert [by_size(f, b).never_started for b in ("5-8", "9-32", ">32")] == [1, 1, 1]
+
+
+def test_allocation_while_jobs_wait() -> None:
+    f = figures(run())
+    # Jobs wait at t0 (10 s, 1 GPU), t50, t100, t150 (50 s each: 5, 8, 8 GPUs) of 8.
+    assert f.allocation_busy == pytest.approx((10 + 250 + 400 + 400) / (160 * 8))
 
 
 def test_below_guarantee_counts_only_demand_the_tenant_has() -> None:
@@ -185,11 +277,6 @@ def test_empty_run_has_undefined_means_not_errors() -> None:
         None, None, None, None, None,
     )  # fmt: skip
     assert f.jobs.total == 0
-
-
-def test_demand_unknown_when_samples_lack_queued_by_tenant() -> None:
-    s = Sample(time=0, allocated=0, queued_jobs=1, queued_gpus=4, by_tenant={}, stranded=0)
-    assert not figures(run(samples=(s,))).demand_known
 
 
 def test_step_series_keeps_short_series_and_averages_long_ones_into_bins() -> None:

@@ -43,22 +43,65 @@ def test_summary_row_in_hours(tmp_path: Path) -> None:
     md = write_report([run("gpusched")], tmp_path, command=COMMAND, title="t").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| gpusched |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # JCT mean 770/3 s, p50 210 s, p99 460 s; queueing mean 15 s; allocation 1260/1600;
-    # slow 800 GPU-s; stranded 9.375 %; Jain 0.825; 1 preemption; makespan 510 s; 3 / 3 jobs.
+
+    def jain(*x: float) -> float:
+        return sum(x) ** 2 / (len(x) * sum(v * v for v in x))
+
+    # JCT mean 770/3 s, p99 460 s; queueing mean 15 s, with the never-started 1650/7 s;
+    # allocation 1260/1600, while jobs wait 1060/1280; avoidable slow 300 GPU-s; stranded
+    # 9.375 %; Jain and rho as in test_figures; 1 preemption, 200 of 2500 GPU-s thrown away;
+    # makespan 510 s; 3 / 3 jobs.
+    expected_jain = (10 + 40 + 25 + 50 * jain(0.8, 4 / 3) + 20 * jain(0.4, 2.0) + 10) / 180
     assert cells == [
         "gpusched",
         f"{770 / 3 / H:.2f}",
-        f"{210 / H:.2f}",
         f"{460 / H:.2f}",
         f"{15 / H:.2f}",
-        "78.8",
-        "0.2",
+        f"{1650 / 7 / H:.2f}",
+        "78.8 (82.8)",
+        "0.1",
         "9.4",
-        "0.825",
-        "1",
+        f"{expected_jain:.3f}",
+        "3.45",
+        "1 (8.0)",
         f"{510 / H:.2f}",
         "3 / 3",
     ]
+
+
+def test_report_opens_with_the_command_and_what_the_replay_says(tmp_path: Path) -> None:
+    runs = [run("gpusched"), run("best-fit")]
+    md = write_report(runs, tmp_path, command=COMMAND, title="t").read_text()
+    lines = md.splitlines()
+    assert lines[:5] == ["# t", "", "```sh", COMMAND, "```"]
+    said = md.split("## What this replay says")[1].split("## Summary")[0]
+    numbered = [line for line in said.splitlines() if line[:2] in {f"{i}." for i in range(1, 6)}]
+    assert len(numbered) == 5
+    assert "avoidable" in said
+    assert "thrown away" in said
+
+
+def test_per_job_records_and_who_waited_longest(tmp_path: Path) -> None:
+    import csv
+
+    from gpusched.simulator.report import JOB_FIELDS
+
+    write_report([run("gpusched")], tmp_path, command=COMMAND, title="t")
+    rows = list(csv.DictReader((tmp_path / "jobs-gpusched.csv").open()))
+    assert list(rows[0]) == list(JOB_FIELDS)
+    by_id = {r["id"]: r for r in rows}
+    assert (by_id["j3"]["attempts"], by_id["j3"]["preemptions"], by_id["j3"]["link"]) == (
+        "2",
+        "1",
+        "network",
+    )
+    assert (by_id["j3"]["first_start_s"], by_id["j3"]["end_s"]) == ("100.0", "510.0")
+    assert by_id["j4"]["wait_reason"] == "waiting for quota"
+    assert by_id["j4"]["first_start_s"] == ""
+    md = (tmp_path / "report.md").read_text()
+    table = md.split("## Who waited longest")[1]
+    first = next(line for line in table.splitlines() if re.match(r"\| j\d", line))
+    assert first.startswith("| j4 | B | 8 |")  # 60 -> 600 without a start: the longest
 
 
 def test_results_json_holds_figures_parameters_and_command(tmp_path: Path) -> None:

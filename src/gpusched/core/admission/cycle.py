@@ -157,6 +157,7 @@ class Cycle:
         )
         self.admissions: list[Admission] = []
         self.waiting: list[Waiting] = []
+        self.wait_reasons: dict[str, WaitReason] = {}
         self._last_wait: tuple[str, WaitReason, str] | None = None
         """The last job parked, with its reason (kept even when waiting records are not)."""
         self._failed: dict[str, _Failed] = {}
@@ -237,6 +238,7 @@ class Cycle:
             waiting=tuple(sorted(self.waiting, key=lambda w: w.job)),
             tenants=self._usage() if self.report else (),
             preemption_searches=self.searches,
+            wait_reasons=self.wait_reasons,
         )
 
     def _wait_alike(self, tenant: str, job: Job) -> bool:
@@ -526,6 +528,7 @@ class Cycle:
 
     def _wait(self, job: Job, reason: WaitReason, message: str) -> None:
         self._last_wait = (job.key, reason, message)
+        self.wait_reasons[job.key] = reason
         if not self.report:
             return
         self.waiting.append(

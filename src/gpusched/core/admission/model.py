@@ -344,6 +344,9 @@ class CycleResult:
     waiting: tuple[Waiting, ...]
     tenants: tuple[TenantUsage, ...]
     preemption_searches: int = 0
+    wait_reasons: Mapping[str, WaitReason] = field(default_factory=dict)
+    """The reason of every job that waits, also in ``decisions_only`` cycles (codes only: the
+    simulator records why a job waited without the cost of the waiting records)."""
 
     @property
     def preemptions(self) -> tuple[Preemption, ...]:

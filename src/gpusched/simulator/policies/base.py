@@ -53,3 +53,7 @@ class SimPolicy(Protocol):
 
     def reason(self, job: str) -> str | None:
         """Why a job that has not started is waiting (for jobs never started)."""
+
+    def last_wait(self, job: str) -> str | None:
+        """Why the job waited in the last decision it waited in; asked when it starts after
+        waiting (the reason at the end of that wait). Cheap: asked for every such start."""

@@ -79,6 +79,8 @@ class GpuschedPolicy:
         self.ids: dict[str, str] = {}
         """Core job key -> trace job id."""
         self.reasons: dict[str, str] = {}
+        self.waits: dict[str, str] = {}
+        """Core job key -> reason code of the last cycle it waited in."""
         self.last_now = 0.0
         self.dirty = False
 
@@ -124,9 +126,18 @@ class GpuschedPolicy:
             starts.append(Start(job_id, tuple(Placed(p.node, p.gpus) for p in admission.placement)))
         self.reasons = {}
         self.last_now = now
+        self.waits.update((key, reason.value) for key, reason in result.wait_reasons.items())
         if result.preemption_searches >= self.config.max_preemption_searches:
             self.dirty = True  # jobs past the search budget are tried again next instant
+        if preempted:
+            # Victims are queued again and GPUs the preemptors do not use are free: the
+            # operator's next cycle follows at once, and so does this one (same instant).
+            self.dirty = True
         return Decisions(starts=tuple(starts), preempted=tuple(preempted))
+
+    def last_wait(self, job: str) -> str | None:
+        core = self.queued.get(job) or self.admitted.get(job)
+        return self.waits.pop(core.key, None) if core is not None else None
 
     def reason(self, job: str) -> str | None:
         if not self.reasons and self.queued:

@@ -1,9 +1,13 @@
 """Default Kubernetes: the Job controller, namespace ResourceQuotas, kube-scheduler and NVIDIA's
 device plugin, with nothing that knows about gangs or wiring.
 
-* Each replica is a pod. The Job controller creates pods in submission order as long as the
-  namespace's ResourceQuota (``requests.nvidia.com/gpu`` = the tenant's guarantee, a hard cap:
-  nothing is borrowed) has room; a pod counts against the quota from creation, pending or not.
+* Each replica is a pod. The Job controller creates a job's pods while the namespace's
+  ResourceQuota (``requests.nvidia.com/gpu`` = the tenant's guarantee, a hard cap: nothing is
+  borrowed) has room; a pod counts against the quota from creation, pending or not. Each Job is
+  synced on its own and a refused creation is retried, so a small job is not held behind a large
+  one of its tenant: any pod that fits the room left is created, oldest job first. Real
+  controllers retry with backoff (up to minutes); this creates at the first instant it fits,
+  which favours the baseline.
 * kube-scheduler takes created pods by priority, then creation time, and binds each on its own to
   the node with the most free GPUs (LeastAllocated, ties at random). A pod that does not fit
   waits until GPUs are freed; pods of other jobs behind it go on (no head-of-line blocking).
@@ -18,6 +22,7 @@ device plugin, with nothing that knows about gangs or wiring.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Sequence
 
 from gpusched.core.admission import Tenant
@@ -27,12 +32,17 @@ from gpusched.simulator.policies.book import Book, GpuRule, NodeRule
 
 ASSUMPTIONS = (
     "one pod per replica, created while the namespace ResourceQuota (= the tenant's guarantee, "
-    "a hard cap) has room; pending pods count against it",
+    "a hard cap) has room; pending pods count against it; any pod that fits the room is created, "
+    "oldest job first (the Job controller's retries, without their backoff)",
     "kube-scheduler binds pods one at a time, priority then creation order, to the node with "
     "the most free GPUs (LeastAllocated; ties at random); no gangs: partly bound jobs hold GPUs",
     "GPUs inside the node: NVIDIA device plugin best-effort policy",
     "one PriorityClass: no preemption",
 )
+
+
+_QUOTA = "ResourceQuota: the tenant's hard limit is used by created pods"
+_NODES = "a pod finds no node with room"
 
 
 class KubeDefaultPolicy:
@@ -54,6 +64,11 @@ class KubeDefaultPolicy:
         self.order: dict[str, int] = {}
         self.freed = False
         self.fresh: list[tuple[int, float, int, str, int]] = []
+        self.sizes: dict[str, Counter[int]] = {}
+        """Per tenant: GPUs per replica of the pods not yet created (the smallest decides
+        whether the room left can take any)."""
+        self.waits: dict[str, str] = {}
+        """Why each job's pods last waited (quota or nodes)."""
 
     def submit(self, job: TraceJob, now: float) -> None:
         self.jobs[job.id] = job
@@ -61,6 +76,7 @@ class KubeDefaultPolicy:
         queue = self.uncreated.setdefault(job.tenant, [])
         for replica in range(job.replicas):
             heapq.heappush(queue, (-job.priority, job.submit, seq, job.id, replica))
+        self.sizes.setdefault(job.tenant, Counter())[job.gpus_per_replica] += job.replicas
 
     def finished(self, job: str, now: float) -> None:
         found = self.jobs.pop(job)
@@ -72,14 +88,24 @@ class KubeDefaultPolicy:
     def _create(self) -> None:
         for tenant, queue in self.uncreated.items():
             room = self.quota.get(tenant, 0) - self.charged.get(tenant, 0)
-            while queue:
-                job = self.jobs[queue[0][3]]
-                if job.gpus_per_replica > room:
-                    break
+            sizes = self.sizes.get(tenant, Counter())
+            if not queue or room < min(k for k, n in sizes.items() if n > 0):
+                continue
+            kept: list[tuple[int, float, int, str, int]] = []
+            while queue and room >= min(k for k, n in sizes.items() if n > 0):
                 pod = heapq.heappop(queue)
-                room -= job.gpus_per_replica
-                self.charged[tenant] = self.charged.get(tenant, 0) + job.gpus_per_replica
+                job = self.jobs[pod[3]]
+                k = job.gpus_per_replica
+                if k > room:
+                    kept.append(pod)
+                    self.waits[job.id] = _QUOTA
+                    continue
+                room -= k
+                sizes[k] -= 1
+                self.charged[tenant] = self.charged.get(tenant, 0) + k
                 self.fresh.append(pod)
+            for pod in kept:
+                heapq.heappush(queue, pod)
 
     def schedule(self, now: float) -> Decisions:
         self._create()
@@ -100,6 +126,7 @@ class KubeDefaultPolicy:
             if placed is None:
                 failed.add(shape)
                 self.pending.append(pod)
+                self.waits[job.id] = _NODES
                 continue
             self.book.take(placed)
             self.bound.setdefault(job.id, []).append(placed)
@@ -113,6 +140,9 @@ class KubeDefaultPolicy:
             return None
         slot = self.book.pick_node(slots, {})
         return Placed(slot.node.name, self.book.pick_gpus(slot, k))
+
+    def last_wait(self, job: str) -> str | None:
+        return self.waits.pop(job, None)
 
     def reason(self, job: str) -> str | None:
         found = self.jobs.get(job)

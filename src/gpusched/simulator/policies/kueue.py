@@ -63,6 +63,8 @@ class KueueLikePolicy:
         self.queues: dict[str, dict[str, TraceJob]] = {t.name: {} for t in tenants}
         self.admitted: dict[str, _Admitted] = {}
         self.reasons: dict[str, str] = {}
+        self.waited: dict[str, str] = {}
+        """Reasons of jobs admitted this instant after waiting (until the replay asks)."""
         self.seq = 0
         self.changed = True
         self.now = 0.0
@@ -122,11 +124,12 @@ class KueueLikePolicy:
             (job for jobs in heads.values() for job in jobs),
             key=lambda j: (j.submit, j.id),
         )
-        failed: set[tuple[str, int, int, int, str | None]] = set()
+        failed: dict[tuple[str, int, int, int, str | None], str] = {}
         self.now = now
         for job in pending:
             shape = (job.tenant, job.priority, job.replicas, job.gpus_per_replica, job.gpu_model)
             if shape in failed:
+                self.reasons[job.id] = failed[shape]
                 continue
             if job.tenant not in self.tenants:
                 self.reasons[job.id] = f"no ClusterQueue for tenant {job.tenant}"
@@ -136,8 +139,7 @@ class KueueLikePolicy:
             if placed is None:
                 found = self._preempt(job)
                 if found is None:
-                    failed.add(shape)
-                    self.reasons[job.id] = self._why(job)
+                    failed[shape] = self.reasons[job.id] = self._why(job)
                     continue
                 victims, placed = found
             for victim in victims:
@@ -149,7 +151,9 @@ class KueueLikePolicy:
             self.used[job.tenant] += job.gpus
             self.seq += 1
             self.admitted[job.id] = _Admitted(job, placed, now, self.seq)
-            self.reasons.pop(job.id, None)
+            waited = self.reasons.pop(job.id, None)
+            if waited is not None:
+                self.waited[job.id] = waited
             starts.append(Start(job.id, placed))
         if preempted:
             self.changed = True
@@ -228,6 +232,9 @@ class KueueLikePolicy:
 
     def reason(self, job: str) -> str | None:
         return self.reasons.get(job)
+
+    def last_wait(self, job: str) -> str | None:
+        return self.waited.pop(job, None)
 
 
 def _freed(victims: list[_Admitted]) -> dict[str, int]:

@@ -71,6 +71,15 @@ class PackingPolicy:
         found = self.queue.get(job)
         if found is None:
             return None
-        return (
-            f"no node with {found.gpus_per_replica} free GPUs for each of {found.replicas} replicas"
-        )
+        return _why(found)
+
+    def last_wait(self, job: str) -> str | None:
+        # It waits for one reason only, asked just after its start (its replicas record it).
+        placed = self.running.get(job)
+        if placed is None:
+            return None
+        return f"no node with {len(placed[0].gpus)} free GPUs for each of {len(placed)} replicas"
+
+
+def _why(job: TraceJob) -> str:
+    return f"no node with {job.gpus_per_replica} free GPUs for each of {job.replicas} replicas"
