@@ -18,8 +18,8 @@ def urls(url: str, every_address: bool) -> list[str]:
     parts = urllib.parse.urlsplit(url)
     infos = socket.getaddrinfo(parts.hostname, parts.port, type=socket.SOCK_STREAM)
     addresses = sorted({info[4][0] for info in infos})
-    return [parts._replace(netloc=f"[{a}]:{parts.port}" if ":" in a else f"{a}:{parts.port}").geturl()
-            for a in addresses]
+    hosts = [f"[{a}]" if ":" in a else a for a in addresses]
+    return [parts._replace(netloc=f"{host}:{parts.port}").geturl() for host in hosts]
 
 
 def main() -> int:

@@ -95,7 +95,8 @@ def _tidy(node: Any) -> Any:
             ((pattern, values),) = patterns.items()
             del out["patternProperties"]
             names = out.get("propertyNames")
-            out["propertyNames"] = {**(names if isinstance(names, dict) else {}), "pattern": pattern}
+            base = names if isinstance(names, dict) else {}
+            out["propertyNames"] = {**base, "pattern": pattern}
             out["additionalProperties"] = values
         return out
     if isinstance(node, list):
