@@ -46,6 +46,8 @@ _COMPLETION = 0
 #: cannot stall the clock.
 _PASSES_PER_INSTANT = 3
 _ARRIVAL = 1
+#: A decision the policy asked for at a time of its own (after arrivals of that instant).
+_WAKE = 2
 
 
 class PolicyError(RuntimeError):
@@ -122,6 +124,8 @@ class _Run:
     queued_at: float = 0.0
     longest_wait: float = 0.0
     wait_reason: str | None = None
+    estimated_at: float | None = None
+    estimate: float | None = None
 
 
 class Replay:
@@ -162,6 +166,7 @@ class Replay:
         ]
         heapq.heapify(self.events)
         self.arrivals_left = len(self.events)
+        self._wakes: set[float] = set()
 
     # --- ground truth --------------------------------------------------------------------
 
@@ -323,6 +328,8 @@ class Replay:
                 done += 1
                 if kind == _COMPLETION:
                     self._complete(job_id, epoch, now)
+                elif kind == _WAKE:
+                    self._wakes.discard(now)
                 else:
                     self._arrive(job_id, now)
             for _ in range(_PASSES_PER_INSTANT):
@@ -331,6 +338,13 @@ class Replay:
                     self._preempt(victim, now)
                 for start in decisions.starts:
                     self._start(start.job, start.replicas, now)
+                for job_id, when in decisions.estimates:
+                    run = self.runs.get(job_id)
+                    if run is not None and run.estimate is None and not run.attempts:
+                        run.estimated_at = now
+                        run.estimate = when
+                if decisions.wake_at is not None and decisions.wake_at > now:
+                    self._wake(decisions.wake_at)
                 if not decisions.preempted:
                     break
             self._sample(now)
@@ -352,6 +366,13 @@ class Replay:
             cpu_seconds=time.process_time() - cpu,
             node_kinds={n.name: n.kind for n in self.cluster.nodes},
         )
+
+    def _wake(self, when: float) -> None:
+        """Decide again at ``when`` (one wake-up per instant)."""
+        if when in self._wakes:
+            return
+        self._wakes.add(when)
+        heapq.heappush(self.events, (when, _WAKE, 0, "", 0))
 
     def _sample(self, now: float) -> None:
         held = {t: n for t, n in self.held_by_tenant.items() if n}
@@ -409,6 +430,8 @@ class Replay:
             reason=reason,
             wait_reason=run.wait_reason,
             longest_wait=run.longest_wait,
+            estimated_at=run.estimated_at,
+            estimate=run.estimate,
         )
 
 

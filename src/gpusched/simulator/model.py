@@ -150,6 +150,10 @@ class JobRecord:
     last decision it waited in)."""
     longest_wait: float = 0.0
     """Its longest wait in the queue before a start, seconds."""
+    estimated_at: float | None = None
+    """When the policy first told it an expected start (None: never)."""
+    estimate: float | None = None
+    """That first expected start."""
 
     @property
     def end(self) -> float | None:

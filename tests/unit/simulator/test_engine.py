@@ -272,18 +272,19 @@ def test_the_replay_refuses_a_gpu_handed_out_twice() -> None:
 
 
 def test_the_simulator_runs_the_operators_admission_cycle_not_a_copy() -> None:
-    assert gpusched_policy.run_cycle is admission.run_cycle
+    assert gpusched_policy.Cycle is admission.Cycle
     assert operator_decide.run_cycle is admission.run_cycle
 
 
 def test_gpusched_policy_decides_through_the_core_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def counting(snapshot: admission.Snapshot) -> admission.CycleResult:
-        calls.append(snapshot.now)
-        return admission.run_cycle(snapshot)
+    class Counting(admission.Cycle):
+        def run(self) -> admission.CycleResult:
+            calls.append(self.now)
+            return super().run()
 
-    monkeypatch.setattr(gpusched_policy, "run_cycle", counting)
+    monkeypatch.setattr(gpusched_policy, "Cycle", Counting)
     nodes = cluster((H100, "h1"))
     jobs = workload(trace_job("p", 0, 1, 100), trace_job("q", 5, 1, 100))
     replay(jobs, nodes, GpuschedPolicy(nodes.nodes, jobs.tenants))

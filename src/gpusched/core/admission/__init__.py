@@ -7,6 +7,10 @@ function from a snapshot to decisions (see docs/quotas.md).
     result.admissions   # jobs to start, with GPUs per replica and the victims to evict
     result.waiting      # jobs left queued, with a machine reason and a sentence
     result.tenants      # used / borrowed / fair share per tenant
+    result.reservations # GPUs held for blocked jobs from when they come free
+
+``Cycle(snapshot)`` runs the same decisions step by step; after :meth:`Cycle.run`,
+:meth:`Cycle.forecast` works out every waiting job's expected start.
 """
 
 from gpusched.core.admission.cycle import Cycle, run_cycle
@@ -23,6 +27,7 @@ from gpusched.core.admission.model import (
     Preemption,
     PreemptReason,
     ReplicaPlan,
+    Reservation,
     Snapshot,
     Taint,
     Tenant,
@@ -47,6 +52,7 @@ __all__ = [
     "PreemptReason",
     "Preemption",
     "ReplicaPlan",
+    "Reservation",
     "Snapshot",
     "Taint",
     "Tenant",

@@ -9,7 +9,13 @@ Order of work:
   the job), so idle capacity is shared by weight and none stays idle while someone can use it;
 * a job is admitted only when the placement engine places every replica on free GPUs now (never
   on quota alone); otherwise it may preempt (lower-priority jobs of its tenant, or borrowed jobs
-  of other tenants when it claims its guarantee), else it waits with a reason.
+  of other tenants when it claims its guarantee), else it waits with a reason;
+* the first job of each tenant that waits for GPUs alone (its quota would admit it, within its
+  entitlement) gets a **reservation**: the GPUs where it fits soonest, worked out from the running
+  jobs' expected ends (:mod:`gpusched.core.admission.profile`). Jobs decided after it may use
+  those GPUs only if they are expected to end before the reservation starts (**backfill**); a
+  preemptible one that runs past it is evicted for the reserving job (``BackfillOverrun``), a
+  non-preemptible one only with a declared run-time limit that ends in time.
 
 Everything is deterministic for a given snapshot: inputs are sorted by name first and every
 ordering ends in a unique key.
@@ -32,6 +38,7 @@ from gpusched.core.admission.model import (
     Preemption,
     PreemptReason,
     ReplicaPlan,
+    Reservation,
     Snapshot,
     Tenant,
     TenantUsage,
@@ -46,9 +53,20 @@ from gpusched.core.admission.preemption import (
     gpu_seconds_lost,
     may_be_victim,
 )
+from gpusched.core.admission.profile import NEVER, Profile, Slotting
 from gpusched.core.admission.quota import Ledger, claims, fair_shares, running_borrowed
 
 UNKNOWN_MODEL = "unknown"
+#: Key prefix of a reservation's GPUs in the pool (never a job key: those hold a ``/``
+#: after a namespace, and namespaces do not start with a space).
+RESERVED_PREFIX = " reserved:"
+#: A job keeps last cycle's reserved GPUs while they are expected free no later than this many
+#: seconds (or this fraction of the wait) after the start expected then: reservations do not
+#: move for small changes in predicted ends.
+RESERVATION_SLACK_SECONDS = 300.0
+RESERVATION_SLACK_FRACTION = 0.1
+#: Failures that GPUs alone stand behind (a reservation can help).
+_GPU_BOUND = frozenset({WaitReason.WAITING_FOR_CAPACITY, WaitReason.TOPOLOGY_UNSATISFIABLE})
 
 
 class _Claims(dict[str, set[str]]):
@@ -78,6 +96,7 @@ class _Failed:
     version: int
     reason: WaitReason
     message: str
+    backfill: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +188,29 @@ class Cycle:
         self._borrowed: dict[str, set[str]] = {}
         self._heads: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._versions: dict[str, int] = dict.fromkeys(self.tenants, 0)
+        # Reservations and backfill.
+        self.reserved: dict[str, Reservation] = {}
+        """Reservations held now: confirmed this cycle, or carried over and not yet decided."""
+        self._confirmed: set[str] = set()
+        self._unheld: dict[str, dict[str, int]] = {}
+        """GPUs released for a carried-over reservation's own job while it is decided."""
+        self._reserving: dict[str, int] = dict.fromkeys(self.tenants, 0)
+        self._reserved_gpus: dict[str, int] = dict.fromkeys(self.tenants, 0)
+        self.ends: dict[str, float | None] = {}
+        """Expected end of everything holding GPUs (jobs, reservations)."""
+        for job in jobs:
+            if job.state is JobState.ADMITTED:
+                self.ends[job.key] = job.expected_end
+            elif job.state is JobState.TERMINATING:
+                self.ends[job.key] = self.now
+        self._profile: Profile | None = None
+        self._entitlements: dict[str, float] | None = None
+        self.backfill_failures: set[tuple[Request, frozenset[str]]] = set()
+        self.order: list[str] = []
+        """Keys of the jobs that waited, in the order the cycle decided them."""
+        self.expected: dict[str, float | None] = {}
+        """Expected starts worked out so far (reservations; :meth:`forecast` adds the rest)."""
+        self._carry()
 
     def _feasible(self, tenant: str) -> list[Job]:
         """The tenant's queued jobs that could be placed on an empty cluster, in queue order."""
@@ -233,12 +275,24 @@ class Cycle:
                 self._park_run(heap, tenant, standing, share)
             for name in sorted({tenant, *touched}) if touched else (tenant,):
                 self._refresh(heap, name)
+        return self.result()
+
+    def result(self) -> CycleResult:
+        """The decisions so far (after :meth:`run`; again after :meth:`forecast` for the
+        expected starts)."""
+        waiting = sorted(self.waiting, key=lambda w: w.job)
+        if self.expected:
+            waiting = [
+                replace(w, expected_start=self.expected.get(w.job, w.expected_start))
+                for w in waiting
+            ]
         return CycleResult(
             admissions=tuple(self.admissions),
-            waiting=tuple(sorted(self.waiting, key=lambda w: w.job)),
+            waiting=tuple(waiting),
             tenants=self._usage() if self.report else (),
             preemption_searches=self.searches,
             wait_reasons=self.wait_reasons,
+            reservations=tuple(r for k, r in self.reserved.items() if k in self._confirmed),
         )
 
     def _wait_alike(self, tenant: str, job: Job) -> bool:
@@ -260,7 +314,9 @@ class Cycle:
             or job.preemptible != before.preemptible
             or job.not_before is not None
             or job.key in self.reservations
+            or job.key in self.reserved
             or (job.key in self.claims[tenant]) != before.claim
+            or self._backfill_options(job) != before.backfill
         ):
             return False
         self._wait(job, before.reason, before.message)
@@ -297,6 +353,7 @@ class Cycle:
             or last[0] != job.key
             or job.not_before is not None
             or job.key in self.reservations
+            or job.key in self.reserved
         ):
             self._failed.pop(tenant, None)
             return
@@ -308,10 +365,19 @@ class Cycle:
             version=self._admitted_version,
             reason=last[1],
             message=last[2],
+            backfill=self._backfill_options(job),
         )
 
     def _decide(self, job: Job) -> set[str]:
         """Admit or park one job; returns tenants whose standing changed besides its own."""
+        carried = self._unhold_carried(job)
+        try:
+            return self._decide_one(job, carried)
+        finally:
+            if carried is not None:
+                self._forget(job)
+
+    def _decide_one(self, job: Job, carried: Reservation | None) -> set[str]:
         assert job.tenant is not None
         tenant = self.tenants[job.tenant]
         ledger = self.ledgers[tenant.name]
@@ -337,23 +403,35 @@ class Cycle:
                 WaitReason.GUARANTEE_EXCEEDED, _guarantee_text(tenant, ledger, job)
             )
         else:
-            outcome = self._try_place(job, request, within)
+            outcome = self._try_place(job, request, within, carried is not None)
             if outcome.admitted:
                 return set()
             failure = outcome.failure
         assert failure is not None
-        touched = self._try_preempt(job, request, failure)
+        reserving = self._may_reserve(job, failure)
+        touched = self._try_preempt(job, request, failure, reserving)
         if touched is not None:
             return touched
+        if reserving:
+            reservation = self._reserve(job, request, carried)
+            if reservation is not None:
+                self._wait(
+                    job,
+                    failure.reason,
+                    f"{failure.message}; {_reservation_text(reservation, self.now)}",
+                )
+                return set()
         self._wait(job, failure.reason, failure.message)
         return set()
 
-    def _try_place(self, job: Job, request: Request, within: bool) -> _Outcome:
+    def _try_place(self, job: Job, request: Request, within: bool, carried: bool) -> _Outcome:
+        """Place the job on free GPUs (its own reserved ones included), else by backfill.
+        ``carried``: its reservation was just released, so others' failures say nothing."""
         reserved = self.reservations.get(job.key, [])
-        if not reserved:
+        if not reserved and not carried:
             memo = self.placement_failures.get(request)
             if memo is not None:
-                return _Outcome(False, memo)
+                return self._try_backfill(job, request, within, memo, carried)
         released = {key: self.pool.release(key) for key in reserved}
         result = self.pool.place_gang(job.key, request)
         for key, held in released.items():
@@ -361,10 +439,331 @@ class Cycle:
         if isinstance(result, GangFailure):
             if not reserved:
                 self.placement_failures[request] = result
-            return _Outcome(False, result)
+            return self._try_backfill(job, request, within, result, carried)
         self.reservations.pop(job.key, None)
         reason = AdmitReason.WITHIN_GUARANTEE if within else AdmitReason.BORROWING
         self._admit(job, result, reason, ())
+        return _Outcome(True)
+
+    # --- expected starts -----------------------------------------------------------------
+
+    def forecast(self, limit: int | None = None) -> dict[str, float | None]:
+        """Expected start of the jobs that waited in :meth:`run`, in the order the cycle decided
+        them (at most ``limit`` beyond the reservations; None: all).
+
+        A reserving job starts with its reservation. Each other job is planned where it fits
+        soonest on the profile after the jobs before it (conservative backfill, as Slurm's
+        ``squeue --start``), no earlier than its backoff and than its tenant's borrowing limit
+        (or, for a non-preemptible job, its guarantee) allows given the tenant's running and
+        planned jobs. Assumed: running jobs end when expected, nothing arrives, nobody is
+        preempted, the order stays. Jobs that can never run here get None.
+        """
+        profile = self.profile()
+        planned: dict[str, list[tuple[float, float, int]]] = {}
+        for name in self.tenants:
+            planned[name] = [
+                (self.now, _end(self.ends.get(j.key)), j.total_gpus)
+                for j in self.admitted[name].values()
+            ]
+        for reservation in self.reserved.values():
+            planned[reservation.tenant].append(
+                (reservation.start, reservation.end, self.jobs[reservation.job].total_gpus)
+            )
+        done = 0
+        for key in self.order:
+            if key in self.expected:
+                continue
+            job = self.jobs[key]
+            reason = self.wait_reasons.get(key)
+            if (
+                job.tenant not in self.tenants
+                or reason is WaitReason.NO_FEASIBLE_NODES
+                or reason is WaitReason.NO_TENANT
+            ):
+                self.expected[key] = None
+                continue
+            if limit is not None and done >= limit:
+                break
+            done += 1
+            assert job.tenant is not None
+            request = self.requests.get(key) or Request.of(job)
+            found = self._plan_one(job, request, profile, planned[job.tenant])
+            if found is None:
+                self.expected[key] = None
+                continue
+            runtime = job.expected_runtime
+            end = found.start + runtime if runtime is not None else NEVER
+            profile.take(found.plans, end)
+            planned[job.tenant].append((found.start, end, job.total_gpus))
+            self.expected[key] = found.start
+        return dict(self.expected)
+
+    def _plan_one(
+        self,
+        job: Job,
+        request: Request,
+        profile: Profile,
+        planned: list[tuple[float, float, int]],
+    ) -> Slotting | None:
+        assert job.tenant is not None
+        tenant = self.tenants[job.tenant]
+        cap = tenant.borrowing_limit if job.preemptible else tenant.guaranteed
+        floor = max(self.now, job.not_before or self.now)
+        for _ in range(_FORECAST_ROUNDS):
+            found = profile.earliest(request, floor)
+            if found is None:
+                return None
+            if cap is None:
+                return found
+            allowed = _quota_allows(planned, found.start, job.total_gpus, cap)
+            if allowed is None:
+                return None
+            if allowed <= found.start:
+                return found
+            floor = allowed
+        return None
+
+    # --- reservations and backfill -------------------------------------------------------
+
+    def profile(self) -> Profile:
+        """When each GPU is expected free (built on first use; kept in step with the cycle's
+        decisions from then on)."""
+        if self._profile is None:
+            self._profile = Profile(self.pool, self.now, self.ends)
+        return self._profile
+
+    def entitlement(self, tenant: str) -> float:
+        """The tenant's fair share now (guarantee plus weighted share of idle GPUs)."""
+        if self._entitlements is None:
+            capacity = sum(
+                (slot.node.topology.placeable_mask & ~slot.foreign).bit_count()
+                for slot in self.pool.slots.values()
+            )
+            demand = self.demand or {
+                name: sum(j.total_gpus for j in self._admitted_at_start[name])
+                + sum(j.total_gpus for j in self._feasible(name))
+                for name in self.tenants
+            }
+            self._entitlements = fair_shares(capacity, list(self.tenants.values()), demand)
+        return self._entitlements.get(tenant, 0.0)
+
+    def _may_reserve(self, job: Job, failure: GangFailure) -> bool:
+        """Whether ``job`` gets a reservation if it stays blocked: GPUs alone stand in its way,
+        its tenant has reservations left, and admitting it would keep its tenant within its
+        entitlement (or its guarantee)."""
+        config = self.snapshot.config
+        if failure.reason not in _GPU_BOUND or job.tenant is None:
+            return False
+        if self._reserving[job.tenant] >= config.reservations_per_tenant:
+            return False
+        if len(self._confirmed) >= config.max_reservations:
+            return False
+        if config.reserve_beyond_entitlement:
+            return True
+        # The tenant's reservations count as held: it reserves up to its entitlement at most.
+        held = self.ledgers[job.tenant].used + self._reserved_gpus[job.tenant]
+        entitled = max(float(self.tenants[job.tenant].guaranteed), self.entitlement(job.tenant))
+        return held + job.total_gpus <= entitled + 1e-9
+
+    def _reserve(
+        self, job: Job, request: Request, carried: Reservation | None = None
+    ) -> Reservation | None:
+        """Hold the GPUs where ``job`` fits soonest (or keep last cycle's, if about as early)."""
+        assert job.tenant is not None
+        profile = self.profile()
+        if carried is not None and self._still_as_early(job, carried.start):
+            key = RESERVED_PREFIX + job.key
+            for plan in carried.placement:
+                self.pool.hold(key, plan.node, plan.gpus)
+            idle = sum(mask.bit_count() for mask in self.pool.holdings(key).values())
+            reservation = replace(carried, idle_gpus=idle)
+            self.reserved[job.key] = reservation
+            return self._confirm(job, reservation)
+        if carried is not None:
+            self._forget(job)
+        kept = self._kept_reservation(job, request, profile)
+        if kept is not None:
+            slotting, is_kept = kept, True
+        else:
+            fresh = profile.earliest(request, job.not_before)
+            if fresh is None:
+                return None
+            slotting, is_kept = fresh, False
+            prior = self._prior_start(job, request, profile)
+            if prior is not None and prior <= fresh.start + self._slack(fresh.start):
+                slotting = Slotting(prior, profile.plans_of(job.reservation, request))
+                is_kept = True
+        return self._confirm(job, self._hold(job, slotting, is_kept))
+
+    def _confirm(self, job: Job, reservation: Reservation) -> Reservation:
+        assert job.tenant is not None
+        self._confirmed.add(job.key)
+        self._reserving[job.tenant] += 1
+        self._reserved_gpus[job.tenant] += job.total_gpus
+        return reservation
+
+    def _still_as_early(self, job: Job, start: float) -> bool:
+        """Whether last cycle's GPUs are expected free no later than the start expected then
+        (within the slack), and not before the job may run."""
+        before = job.reservation_start
+        if before is None or start > before + self._slack(before):
+            return False
+        return job.not_before is None or start >= job.not_before
+
+    def _hold(self, job: Job, slotting: Slotting, kept: bool) -> Reservation:
+        """Hold the free GPUs of a reservation in the pool and claim all of them on the
+        profile from when they come free."""
+        assert job.tenant is not None
+        runtime = job.expected_runtime
+        end = slotting.start + runtime if runtime is not None else NEVER
+        key = RESERVED_PREFIX + job.key
+        for plan in slotting.plans:
+            self.pool.hold(key, plan.node, plan.gpus)
+        idle = sum(mask.bit_count() for mask in self.pool.holdings(key).values())
+        self.ends[key] = end
+        self.profile().claim(key, slotting.plans, end)
+        reservation = Reservation(
+            job=job.key,
+            tenant=job.tenant,
+            start=slotting.start,
+            end=end,
+            placement=slotting.plans,
+            idle_gpus=idle,
+            kept=kept,
+        )
+        self.reserved[job.key] = reservation
+        self.expected[job.key] = slotting.start
+        return reservation
+
+    def _carry(self) -> None:
+        """Hold last cycle's reservations before anything is decided: GPUs that came free for a
+        reserving job stay free for it against every job decided before it (except by the
+        backfill rule). Each is confirmed, moved or dropped when its job's turn comes."""
+        config = self.snapshot.config
+        if config.reservations_per_tenant <= 0 or config.max_reservations <= 0:
+            return
+        carried = [j for queue in self.queued.values() for j in queue if j.reservation]
+        if not carried:
+            return
+        profile = self.profile()
+        for job in sorted(carried, key=lambda j: j.order):
+            request = self.requests[job.key]
+            start = self._prior_start(job, request, profile)
+            if start is None:
+                continue
+            self._hold(job, Slotting(start, profile.plans_of(job.reservation, request)), True)
+
+    def _unhold_carried(self, job: Job) -> Reservation | None:
+        """The reservation carried over for ``job``, its GPUs released in the pool for the
+        job's own attempt (its claim on the profile stays until the job's turn ends)."""
+        found = self.reserved.get(job.key)
+        if found is None or job.key in self._confirmed:
+            return None
+        self._unheld[job.key] = self.pool.release(RESERVED_PREFIX + job.key)
+        return found
+
+    def _forget(self, job: Job) -> None:
+        """Drop a reservation carried over for ``job`` that its turn did not confirm."""
+        if job.key not in self.reserved or job.key in self._confirmed:
+            return
+        del self.reserved[job.key]
+        self.expected.pop(job.key, None)
+        key = RESERVED_PREFIX + job.key
+        freed = self.pool.release(key)
+        for node, mask in self._unheld.pop(job.key, {}).items():
+            freed[node] = freed.get(node, 0) | mask
+        self.ends.pop(key, None)
+        self.profile().unclaim(key)
+        self._rehold(freed)
+
+    def _rehold(self, freed: dict[str, int]) -> None:
+        """GPUs a dropped reservation held go to the reservations that claim them later (the
+        earliest first), so they stay reserved against jobs decided after."""
+        profile = self.profile()
+        for node, mask in freed.items():
+            slot = self.pool.slots[node]
+            left = mask
+            keys = sorted(profile.claims_on(node), key=self._claim_order)
+            for key in keys:
+                claimed = profile.claimed_by(key, node) & left & slot.free
+                if claimed:
+                    self.pool.hold(key, node, slot.node.topology.indices(claimed))
+                    left &= ~claimed
+
+    def _claim_order(self, key: str) -> tuple[float, str]:
+        return self.reserved[key[len(RESERVED_PREFIX) :]].start, key
+
+    def _slack(self, start: float) -> float:
+        return max(RESERVATION_SLACK_SECONDS, RESERVATION_SLACK_FRACTION * (start - self.now))
+
+    def _prior_start(self, job: Job, request: Request, profile: Profile) -> float | None:
+        prior = job.reservation
+        if len(prior) != request.replicas or any(
+            len(a.gpus) != request.gpus_per_replica for a in prior
+        ):
+            return None
+        if any(
+            not self.pool.eligible(self.pool.slots[a.node], request)
+            for a in prior
+            if a.node in self.pool.slots
+        ):
+            return None
+        return profile.start_of(prior)
+
+    def _kept_reservation(self, job: Job, request: Request, profile: Profile) -> Slotting | None:
+        """Last cycle's GPUs, when they are expected free about as early as they were then
+        (no search needed)."""
+        if not job.reservation or job.reservation_start is None:
+            return None
+        start = self._prior_start(job, request, profile)
+        if start is None or not self._still_as_early(job, start):
+            return None
+        return Slotting(start, profile.plans_of(job.reservation, request))
+
+    def _backfill_options(self, job: Job) -> frozenset[str]:
+        """Reservations whose GPUs ``job`` may use: it is expected to end before they start,
+        and either can be evicted by then or has a declared limit that ends it in time."""
+        if not self.reserved:
+            return frozenset()
+        runtime = job.expected_runtime
+        out = []
+        for key, reservation in self.reserved.items():
+            window = reservation.start - self.now
+            limit = job.max_runtime_seconds
+            if (limit is not None and limit <= window) or (
+                runtime is not None
+                and runtime <= window
+                and job.preemptible
+                and job.min_runtime_seconds <= window
+            ):
+                out.append(key)
+        return frozenset(out)
+
+    def _try_backfill(
+        self, job: Job, request: Request, within: bool, failure: GangFailure, carried: bool
+    ) -> _Outcome:
+        options = self._backfill_options(job)
+        if not options:
+            return _Outcome(False, failure)
+        memo = (request, options)
+        if memo in self.backfill_failures and not carried:
+            return _Outcome(False, failure)
+        released = {key: self.pool.release(RESERVED_PREFIX + key) for key in sorted(options)}
+        result = self.pool.place_gang(job.key, request)
+        for key, held in released.items():
+            self.pool.restore(RESERVED_PREFIX + key, held)
+        if isinstance(result, GangFailure):
+            self.backfill_failures.add(memo)
+            return _Outcome(False, failure)
+        until: float | None = None
+        for plan in result:
+            mask = self.pool.slots[plan.node].node.topology.mask(plan.gpus)
+            for key, held in released.items():
+                if held.get(plan.node, 0) & mask:
+                    start = self.reserved[key].start
+                    until = start if until is None else min(until, start)
+        reason = AdmitReason.WITHIN_GUARANTEE if within else AdmitReason.BORROWING
+        self._admit(job, result, reason, (), backfill_until=until)
         return _Outcome(True)
 
     # --- preemption ----------------------------------------------------------------------
@@ -378,13 +777,32 @@ class Cycle:
         return found
 
     def candidates(
-        self, job: Job, tenant: Tenant, request: Request
+        self, job: Job, tenant: Tenant, request: Request, reserving: bool = False
     ) -> tuple[list[Candidate], bool]:
-        """Who may be evicted for ``job``, and whether any of them belongs to another tenant."""
+        """Who may be evicted for ``job``, and whether any of them belongs to another tenant.
+
+        ``reserving``: the job would get a reservation, so jobs that were started on reserved
+        GPUs and ran past the start they were expected to end by may be evicted for it."""
         out: list[Candidate] = []
+        if reserving:
+            for name in self.tenants:
+                for victim in self.admitted[name].values():
+                    until = victim.backfill_until
+                    if until is not None and until <= self.now and may_be_victim(victim, self.now):
+                        out.append(
+                            Candidate(
+                                victim,
+                                PreemptReason.BACKFILL_OVERRUN,
+                                True,
+                                gpu_seconds_lost(victim, self.now),
+                            )
+                        )
+        seen = {c.job.key for c in out}
         own_borrowed = self.borrowed_jobs(tenant.name)
         if tenant.within_tenant is WithinTenantPreemption.LOWER_PRIORITY:
             for victim in self.admitted[tenant.name].values():
+                if victim.key in seen:
+                    continue
                 if victim.priority < job.priority and may_be_victim(victim, self.now):
                     out.append(
                         Candidate(
@@ -405,7 +823,7 @@ class Cycle:
                 claimed = self.claims[name]
                 admitted = self.admitted[name]
                 for key in borrowed:
-                    if key in claimed:
+                    if key in claimed or key in seen:
                         continue
                     victim = admitted[key]
                     if lower_only and victim.priority >= job.priority:
@@ -423,9 +841,24 @@ class Cycle:
                                 gpu_seconds_lost(victim, self.now),
                             )
                         )
+        if self.reserved and self._profile is not None:
+            out = [c for c in out if not self._on_reserved(c.job, job)]
+            cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in out)
         return out, cross
 
-    def _try_preempt(self, job: Job, request: Request, failure: GangFailure) -> set[str] | None:
+    def _on_reserved(self, victim: Job, preemptor: Job) -> bool:
+        """Whether ``victim`` holds GPUs another job's reservation claims: evicting it would
+        hand a job decided later GPUs promised to one decided before it."""
+        assert self._profile is not None
+        skip = RESERVED_PREFIX + preemptor.key
+        return any(
+            mask & self._profile.claimed(node, skip)
+            for node, mask in self.pool.holdings(victim.key).items()
+        )
+
+    def _try_preempt(
+        self, job: Job, request: Request, failure: GangFailure, reserving: bool = False
+    ) -> set[str] | None:
         if failure.reason not in (
             WaitReason.WAITING_FOR_CAPACITY,
             WaitReason.TOPOLOGY_UNSATISFIABLE,
@@ -442,6 +875,7 @@ class Cycle:
             job.priority,
             job.preemptible,
             job.key in self.claims[tenant.name],
+            reserving,
         )
         if memo in self.preemption_failures:
             return None
@@ -450,7 +884,7 @@ class Cycle:
         # Who may be evicted changes only when a job is admitted or evicted.
         if (memo, self._admitted_version) in self.no_candidates:
             return None
-        candidates, _ = self.candidates(job, tenant, request)
+        candidates, _ = self.candidates(job, tenant, request, reserving)
         if not candidates:
             self.no_candidates.add((memo, self._admitted_version))
             return None
@@ -467,14 +901,19 @@ class Cycle:
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)
             return None
-        own_jobs = [c.job for c in found.victims if c.reason is PreemptReason.HIGHER_PRIORITY]
+        own_jobs = own_victims(job, found.victims)
         within = ledger.fits_within(job, own_jobs)
         touched: set[str] = set()
         preemptions = []
+        profile = self._profile
         for c in found.victims:
             victim = c.job
             assert victim.tenant is not None
             touched.add(victim.tenant)
+            self.ends[victim.key] = self.now
+            if profile is not None:
+                for node, mask in self.pool.holdings(victim.key).items():
+                    profile.free_from(node, mask, self.now)
             self.ledgers[victim.tenant].remove(victim)
             del self.admitted[victim.tenant][victim.key]
             self._admitted_version += 1
@@ -503,13 +942,26 @@ class Cycle:
         plans: Sequence[ReplicaPlan],
         reason: AdmitReason,
         victims: tuple[Preemption, ...],
+        backfill_until: float | None = None,
     ) -> None:
         assert job.tenant is not None
+        runtime = job.expected_runtime
+        end = self.now + runtime if runtime is not None else None
+        self.ends[job.key] = end
+        if self._profile is not None:
+            self._profile.take(plans, NEVER if end is None else end)
         placement = tuple(
             Assignment(p.node, p.gpus) if not p.count_only else Assignment(p.node, (), len(p.gpus))
             for p in plans
         )
-        admitted = replace(job, state=JobState.ADMITTED, placement=placement, started_at=None)
+        admitted = replace(
+            job,
+            state=JobState.ADMITTED,
+            placement=placement,
+            started_at=None,
+            expected_end=end,
+            backfill_until=backfill_until,
+        )
         self.admitted[job.tenant][job.key] = admitted
         self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
@@ -524,11 +976,19 @@ class Cycle:
         )
         if victims:
             text += f"; preempting {', '.join(v.victim for v in victims)}"
-        self.admissions.append(Admission(job.key, job.tenant, reason, text, tuple(plans), victims))
+        if backfill_until is not None:
+            text += (
+                f"; backfilled onto GPUs reserved from {_in(backfill_until - self.now)} "
+                "(expected to end before then)"
+            )
+        self.admissions.append(
+            Admission(job.key, job.tenant, reason, text, tuple(plans), victims, backfill_until)
+        )
 
     def _wait(self, job: Job, reason: WaitReason, message: str) -> None:
         self._last_wait = (job.key, reason, message)
         self.wait_reasons[job.key] = reason
+        self.order.append(job.key)
         if not self.report:
             return
         self.waiting.append(
@@ -597,8 +1057,72 @@ def _guarantee_text(tenant: Tenant, ledger: Ledger, job: Job) -> str:
     )
 
 
+#: Rounds of (GPUs, quota) a forecast tries per job before it gives up on an answer.
+_FORECAST_ROUNDS = 32
+
+
+def _end(end: float | None) -> float:
+    return NEVER if end is None else end
+
+
+def _quota_allows(
+    planned: Sequence[tuple[float, float, int]], at: float, gpus: int, cap: int
+) -> float | None:
+    """First time from ``at`` when the tenant's jobs (start, end, GPUs) leave room for
+    ``gpus`` under ``cap`` (None: never)."""
+    when = at
+    for _ in range(_FORECAST_ROUNDS):
+        active = [(end, n) for start, end, n in planned if start <= when < end]
+        if sum(n for _, n in active) + gpus <= cap:
+            return when
+        upcoming = min((end for end, _ in active), default=NEVER)
+        if upcoming == NEVER:
+            return None
+        when = upcoming
+    return None
+
+
+def own_victims(preemptor: Job, victims: Sequence[Candidate]) -> list[Job]:
+    """Victims whose GPUs count against the preemptor's own tenant's quota."""
+    return [
+        c.job
+        for c in victims
+        if c.reason is PreemptReason.HIGHER_PRIORITY
+        or (c.reason is PreemptReason.BACKFILL_OVERRUN and c.job.tenant == preemptor.tenant)
+    ]
+
+
+def _in(seconds: float) -> str:
+    """``now`` / ``in 3h 20m`` / ``in 12m``."""
+    if seconds < 60:
+        return "now"
+    minutes = int(seconds // 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"in {days}d {hours}h"
+    if hours:
+        return f"in {hours}h {minutes:02d}m"
+    return f"in {minutes}m"
+
+
+def _reservation_text(reservation: Reservation, now: float) -> str:
+    nodes = sorted({p.node for p in reservation.placement})
+    where = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    return (
+        f"GPUs reserved on {where}, expected to start {_in(reservation.start - now)}"
+        f" ({reservation.idle_gpus} of them idle until then)"
+    )
+
+
 def _preemption_text(job: Job, c: Candidate, tenant: Tenant) -> str:
     hours = c.lost / 3600
+    if c.reason is PreemptReason.BACKFILL_OVERRUN:
+        why = (
+            f"this job was started on GPUs reserved for others, expected to end before the "
+            f"reservation; it ran past it and {job.key} needs the GPUs"
+        )
+        return f"{why} ({hours:.2f} GPU-hours since start or last checkpoint)"
     if c.reason is PreemptReason.HIGHER_PRIORITY:
         why = (
             f"{job.key} (priority {job.priority}) of the same tenant needs its GPUs; this job "

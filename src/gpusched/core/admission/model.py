@@ -70,6 +70,9 @@ class PreemptReason(StrEnum):
     """A higher-priority job of the same tenant needed the GPUs."""
     RECLAIM_GUARANTEE = "ReclaimGuarantee"
     """Another tenant took back guaranteed GPUs this job had borrowed."""
+    BACKFILL_OVERRUN = "BackfillOverrun"
+    """The job was started on GPUs reserved for another job, expected to end before that job's
+    reservation starts, and ran past it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,20 @@ class Job:
     """QUEUED after a gang timeout: not admitted again before this time."""
     reserved_for: str | None = None
     """TERMINATING victims: key of the preemptor their GPUs are kept for."""
+    expected_runtime: float | None = None
+    """Predicted run time in seconds (:mod:`gpusched.core.runtime`, capped by
+    ``max_runtime_seconds``); None: nothing is known."""
+    expected_end: float | None = None
+    """ADMITTED: when the job is expected to end (None: never, as far as anyone knows)."""
+    max_runtime_seconds: float | None = None
+    """Declared and enforced run-time limit (the job fails at it)."""
+    backfill_until: float | None = None
+    """ADMITTED on GPUs reserved for another job: the reservation's start it was expected to
+    end by. Past it the job may be evicted for that reservation (``BackfillOverrun``)."""
+    reservation: tuple[Assignment, ...] = ()
+    """QUEUED: the GPUs the previous cycle reserved for the job (kept when still as early)."""
+    reservation_start: float | None = None
+    """QUEUED: the start the previous cycle expected for that reservation."""
     request_memo: object = field(default=None, init=False, repr=False, compare=False)
     """The cycle's request of this job, built on first use: a snapshot reuses its job objects
     from cycle to cycle, so the request is computed once per job, not once per cycle."""
@@ -241,6 +258,16 @@ class CycleConfig:
     decisions_only: bool = False
     """Return the admissions only: no waiting records, no tenant usage. Decisions are the same;
     a replay that asks thousands of cycles over long queues only needs what starts."""
+    reservations_per_tenant: int = 1
+    """Blocked jobs per tenant that get a reservation: the first in the tenant's queue order
+    that only GPUs stand in the way of (0: no reservations, no backfill rule)."""
+    max_reservations: int = 64
+    """Reservations in the whole cluster at once (bounds the GPUs held idle and the cycle's
+    work on clusters with many tenants)."""
+    reserve_beyond_entitlement: bool = False
+    """Also reserve for jobs that would take their tenant past its entitlement (guarantee plus
+    weighted share of what others leave idle). Off: a tenant borrowing beyond its fair share
+    gets idle GPUs, never GPUs held idle for it."""
 
 
 @dataclass(frozen=True)
@@ -291,6 +318,9 @@ class Admission:
     message: str
     placement: tuple[ReplicaPlan, ...]
     victims: tuple[Preemption, ...] = ()
+    backfill_until: float | None = None
+    """Started on GPUs reserved for another job: the reservation's start it is expected to end
+    by (see :attr:`Job.backfill_until`)."""
 
     @property
     def needs_preemption(self) -> bool:
@@ -308,6 +338,29 @@ class Waiting:
     message: str
     queue_position: int | None = None
     """1-based position among the tenant's queued jobs (priority, then FIFO)."""
+    expected_start: float | None = None
+    """When the job is expected to start: its reservation's start, or a forecast's (None:
+    not worked out in this cycle, or never as far as the cluster knows)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs held for a blocked job from when they come free (docs/quotas.md, "Reservations").
+
+    Jobs after it in the admission order may use the GPUs only if they are expected to end
+    before :attr:`start`; a preemptible one that runs past it is evicted for the job."""
+
+    job: str
+    tenant: str
+    start: float
+    """When the last GPU of the placement is expected to be free: the job's expected start."""
+    end: float
+    """``start`` plus the job's expected run time (infinity: not known)."""
+    placement: tuple[ReplicaPlan, ...]
+    idle_gpus: int
+    """GPUs of the placement free now and held idle for the job: the price of the reservation."""
+    kept: bool = False
+    """The same GPUs as the job's reservation of the previous cycle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +400,8 @@ class CycleResult:
     wait_reasons: Mapping[str, WaitReason] = field(default_factory=dict)
     """The reason of every job that waits, also in ``decisions_only`` cycles (codes only: the
     simulator records why a job waited without the cost of the waiting records)."""
+    reservations: tuple[Reservation, ...] = ()
+    """Reservations held after the cycle, in the order they were made."""
 
     @property
     def preemptions(self) -> tuple[Preemption, ...]:

@@ -38,11 +38,20 @@ class Candidate:
     """GPU-seconds of work since its start or last checkpoint."""
 
     @property
-    def cost(self) -> tuple[int, int, float, float]:
-        """Sort key, cheapest first; ties go to the job submitted last. (Sort by key, reversed,
-        first: among equals the job last in queue order is the cheapest.)"""
+    def cost(self) -> tuple[int, int, int, float, float]:
+        """Sort key, cheapest first: jobs that overran a reservation they were backfilled onto
+        (they were admitted on the understanding that they leave by then), then by priority,
+        borrowed before guaranteed, least work lost; ties go to the job submitted last. (Sort
+        by key, reversed, first: among equals the job last in queue order is the cheapest.)"""
         job = self.job
-        return (job.priority, 0 if self.borrowed else 1, self.lost, -job.submitted_at)
+        overrun = 0 if self.reason is PreemptReason.BACKFILL_OVERRUN else 1
+        return (overrun, job.priority, 0 if self.borrowed else 1, self.lost, -job.submitted_at)
+
+    def own(self, preemptor: Job) -> bool:
+        """Whether its GPUs count against the preemptor's own tenant's quota."""
+        return self.reason is PreemptReason.HIGHER_PRIORITY or (
+            self.reason is PreemptReason.BACKFILL_OVERRUN and self.job.tenant == preemptor.tenant
+        )
 
 
 def by_cost(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -98,8 +107,12 @@ def _overlaps(pool: Pool, held: dict[str, int], plans: Sequence[ReplicaPlan]) ->
 
 
 QuotaCheck = Callable[[Sequence[Job], bool], bool]
-"""``quota_ok(own_victims, any_other_tenant_victim)``: may the preemptor's tenant admit it once
+"""``quota_ok(own_victims, any_reclaim_victim)``: may the preemptor's tenant admit it once
 those victims are gone?"""
+
+
+def _reclaims(victims: Sequence[Candidate]) -> bool:
+    return any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in victims)
 
 
 def find_victims(
@@ -116,10 +129,10 @@ def find_victims(
     placement failure with every candidate gone (for the wait message).
     """
     ordered = by_cost(candidates)
-    own_all = [c.job for c in ordered if c.reason is PreemptReason.HIGHER_PRIORITY]
-    if not ordered or not quota_ok(own_all, len(own_all) < len(ordered)):
-        # Victims of other tenants may be what breaks the quota rule; try without them.
-        ordered = [c for c in ordered if c.reason is PreemptReason.HIGHER_PRIORITY]
+    own_all = [c.job for c in ordered if c.own(preemptor)]
+    if not ordered or not quota_ok(own_all, _reclaims(ordered)):
+        # Reclaim victims may be what breaks the quota rule; try without them.
+        ordered = [c for c in ordered if c.reason is not PreemptReason.RECLAIM_GUARANTEE]
         if not ordered or not quota_ok(own_all, False):
             return None
     key = preemptor.key
@@ -143,8 +156,8 @@ def find_victims(
         return result
 
     def ok(victims: Sequence[Candidate]) -> bool:
-        own = [c.job for c in victims if c.reason is PreemptReason.HIGHER_PRIORITY]
-        return quota_ok(own, len(own) < len(victims))
+        own = [c.job for c in victims if c.own(preemptor)]
+        return quota_ok(own, _reclaims(victims))
 
     # 1. Upper bound: everything released.
     for c in ordered:
@@ -172,9 +185,9 @@ def find_victims(
             break
         release(c)
         chosen.append(c)
-        if c.reason is PreemptReason.HIGHER_PRIORITY:
+        if c.own(preemptor):
             own.append(c.job)
-        else:
+        if c.reason is PreemptReason.RECLAIM_GUARANTEE:
             cross = True
         touched.extend(n for n in released[c.job.key] if n not in touched)
         if not quota_ok(own, cross):
@@ -206,8 +219,8 @@ def find_victims(
     spare = [c for c in chosen if not _overlaps(pool, released[c.job.key], plans)]
     for c in reversed(spare):
         own_without = [j for j in own if j is not c.job]
-        if c.reason is PreemptReason.HIGHER_PRIORITY:
-            rest_cross = any(x.reason is not PreemptReason.HIGHER_PRIORITY for x in chosen)
+        if c.own(preemptor):
+            rest_cross = _reclaims([x for x in chosen if x is not c])
             if len(chosen) == 1 or not quota_ok(own_without, rest_cross):
                 continue
             own = own_without
@@ -224,7 +237,7 @@ def find_victims(
         if again is not None:
             chosen = trial
             plans = again
-            own = [x.job for x in chosen if x.reason is PreemptReason.HIGHER_PRIORITY]
+            own = [x.job for x in chosen if x.own(preemptor)]
         else:
             release(c)
 

@@ -33,6 +33,12 @@ class Decisions:
 
     starts: tuple[Start, ...] = ()
     preempted: tuple[str, ...] = ()
+    estimates: tuple[tuple[str, float], ...] = ()
+    """Expected starts the policy tells waiting jobs now (job, time); the replay keeps each
+    job's first, to compare with when it started."""
+    wake_at: float | None = None
+    """Decide again at this time even if nothing arrives or ends (a reservation's start, a
+    backoff's end)."""
 
 
 class SimPolicy(Protocol):

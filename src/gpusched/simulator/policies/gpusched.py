@@ -1,43 +1,58 @@
-"""gpusched as shipped: the operator's admission cycle (:func:`gpusched.core.admission.run_cycle`)
-decides who starts, where, and whom to preempt; the placement engine inside it picks the GPUs.
+"""gpusched as shipped: the operator's admission cycle (:class:`gpusched.core.admission.Cycle`)
+decides who starts, where, whom to preempt and whose GPUs to reserve; the placement engine inside
+it picks the GPUs.
 
 The replay stands in for the API server: what the operator would read from its watch cache
 (TenantQuotas, GpuJobs with their state and placement, nodes with their NodeGpuTopology) is built
 here as a core :class:`~gpusched.core.admission.Snapshot`, and the cycle's admissions become
-starts. Two simplifications, both named in the assumptions: pods start the moment a job is
-admitted (no image pulls, no pods-ready timeout), and a preempted job's pods leave at once (no
-grace period), so its preemptor starts in the same instant.
+starts. Run times are what the operator knows too: predicted from the jobs that finished so far
+(:mod:`gpusched.core.runtime`), never the trace's future. Two simplifications, both named in the
+assumptions: pods start the moment a job is admitted (no image pulls, no pods-ready timeout), and
+a preempted job's pods leave at once (no grace period), so its preemptor starts in the same
+instant.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Final
 
 from gpusched.core.admission import (
     Assignment,
+    Cycle,
     CycleConfig,
     Job,
     JobState,
     Node,
+    Reservation,
     Snapshot,
     Tenant,
     run_cycle,
 )
 from gpusched.core.placement import Policy as PlacementPolicy
+from gpusched.core.runtime import JobKind, RuntimeHistory, expected_end
 from gpusched.simulator.model import SimNode, TraceJob
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 
 ASSUMPTIONS = (
-    "admission, quotas, fair share, priorities, gangs and preemption: gpusched's own admission "
-    "cycle (gpusched.core.admission.run_cycle), run after every batch of events",
+    "admission, quotas, fair share, priorities, gangs, reservations, backfill and preemption: "
+    "gpusched's own admission cycle (gpusched.core.admission), run after every batch of events",
     "GPU sets: gpusched's placement engine inside that cycle (topology scope, bandwidth, packing)",
+    "run times: predicted from the jobs finished so far (gpusched.core.runtime), never the "
+    "trace's; expected starts from the operator's forecast, every forecast interval",
     "pods run the instant their job is admitted; preempted pods leave at once (no grace period)",
     "a preempted job loses the work since its start (no checkpoints) and queues again",
 )
 
+#: Seconds of virtual time between two forecasts of every waiting job's start (the operator's
+#: ``--forecast-interval`` default); reservations' starts are told every cycle.
+FORECAST_INTERVAL: Final = 300.0
 
-def core_job(job: TraceJob) -> Job:
+
+def core_job(job: TraceJob, runtime: float | None = None) -> Job:
     """The GpuJob the trace job stands for, as the operator hands it to the cycle."""
     return Job(
         key=f"{job.tenant}/{job.id}",
@@ -49,12 +64,19 @@ def core_job(job: TraceJob) -> Job:
         priority=job.priority,
         preemptible=job.preemptible,
         submitted_at=job.submit,
+        expected_runtime=runtime,
     )
 
 
 def core_node(node: SimNode) -> Node:
     """The node as the operator builds it from a Node and its NodeGpuTopology."""
     return Node(name=node.name, topology=node.topology, model=node.model, labels=node.labels)
+
+
+def job_kind(job: TraceJob) -> JobKind:
+    """What the runtime history knows the job by (traces name no submitter or family: the
+    tenant stands for both)."""
+    return JobKind(tenant=job.tenant, group=job.tenant, family="", gpus=job.gpus)
 
 
 class GpuschedPolicy:
@@ -68,14 +90,18 @@ class GpuschedPolicy:
         nodes: Sequence[SimNode],
         tenants: Sequence[Tenant],
         config: CycleConfig | None = None,
+        *,
+        forecast_interval: float = FORECAST_INTERVAL,
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
         # Replays need only what starts; the reasons of jobs that never start are asked for by
         # one full cycle at the end (:meth:`reason`).
         self.config = replace(config or CycleConfig(), decisions_only=True)
+        self.forecast_interval = forecast_interval
         self.queued: dict[str, Job] = {}
         self.admitted: dict[str, Job] = {}
+        self.jobs: dict[str, TraceJob] = {}
         self.ids: dict[str, str] = {}
         """Core job key -> trace job id."""
         self.reasons: dict[str, str] = {}
@@ -83,22 +109,63 @@ class GpuschedPolicy:
         """Core job key -> reason code of the last cycle it waited in."""
         self.last_now = 0.0
         self.dirty = False
+        self.history = RuntimeHistory()
+        self.ends: list[tuple[float, str, float]] = []
+        """(expected end, job id, start) of admitted jobs, to move the expected end of a job
+        that runs past it."""
+        self.next_forecast = -math.inf
+        self.told: set[str] = set()
+        """Jobs told an expected start (the first one counts)."""
+        self.wake: float = math.inf
+
+    def _runtime(self, job: TraceJob) -> float | None:
+        found = self.history.predict(job_kind(job))
+        return found.seconds if found is not None else None
 
     def submit(self, job: TraceJob, now: float) -> None:
-        core = core_job(job)
+        core = core_job(job, self._runtime(job))
         self.ids[core.key] = job.id
+        self.jobs[job.id] = job
         self.queued[job.id] = core
         self.dirty = True
 
     def finished(self, job: str, now: float) -> None:
-        del self.admitted[job]
+        done = self.admitted.pop(job)
+        if done.started_at is not None:
+            self.history.record(job_kind(self.jobs[job]), now - done.started_at)
         self.dirty = True
 
+    def _overruns(self, now: float) -> None:
+        """Jobs past their expected end are expected to run as long again (core.runtime)."""
+        while self.ends and self.ends[0][0] <= now:
+            _, job_id, started = heapq.heappop(self.ends)
+            job = self.admitted.get(job_id)
+            if job is None or job.started_at != started:
+                continue
+            end = expected_end(started, now, job.expected_runtime)
+            if end is None:
+                continue
+            self.admitted[job_id] = replace(job, expected_end=end)
+            heapq.heappush(self.ends, (end, job_id, started))
+
+    def _refresh_predictions(self) -> None:
+        for job_id, job in list(self.queued.items()):
+            runtime = self._runtime(self.jobs[job_id])
+            if runtime != job.expected_runtime:
+                self.queued[job_id] = replace(job, expected_runtime=runtime)
+
     def schedule(self, now: float) -> Decisions:
-        if not self.dirty or not self.queued:
+        if now >= self.wake:
+            self.dirty = True
+        forecast = now >= self.next_forecast and bool(self.queued)
+        if not (self.dirty or forecast) or not self.queued:
             self.dirty = False
             return Decisions()
         self.dirty = False
+        self._overruns(now)
+        if forecast:
+            self._refresh_predictions()
+            self.next_forecast = now + self.forecast_interval
         snapshot = Snapshot(
             now=now,
             tenants=self.tenants,
@@ -106,7 +173,8 @@ class GpuschedPolicy:
             nodes=self.nodes,
             config=self.config,
         )
-        result = run_cycle(snapshot)
+        cycle = Cycle(snapshot)
+        result = cycle.run()
         preempted: list[str] = []
         starts: list[Start] = []
         for admission in result.admissions:
@@ -114,16 +182,42 @@ class GpuschedPolicy:
                 job_id = self.ids[victim.victim]
                 job = self.admitted.pop(job_id)
                 self.queued[job_id] = replace(
-                    job, state=JobState.QUEUED, placement=(), started_at=None
+                    job,
+                    state=JobState.QUEUED,
+                    placement=(),
+                    started_at=None,
+                    expected_end=None,
+                    backfill_until=None,
                 )
                 preempted.append(job_id)
             job_id = self.ids[admission.job]
             job = self.queued.pop(job_id)
             placement = tuple(Assignment(p.node, p.gpus) for p in admission.placement)
+            runtime = job.expected_runtime
+            end = now + runtime if runtime is not None else None
             self.admitted[job_id] = replace(
-                job, state=JobState.ADMITTED, placement=placement, started_at=now
+                job,
+                state=JobState.ADMITTED,
+                placement=placement,
+                started_at=now,
+                expected_end=end,
+                backfill_until=admission.backfill_until,
+                reservation=(),
+                reservation_start=None,
             )
+            if end is not None:
+                heapq.heappush(self.ends, (end, job_id, now))
             starts.append(Start(job_id, tuple(Placed(p.node, p.gpus) for p in admission.placement)))
+        self._keep_reservations(result.reservations)
+        estimates: dict[str, float] = {}
+        for reservation in result.reservations:
+            estimates[self.ids[reservation.job]] = reservation.start
+        if forecast:
+            for key, when in cycle.forecast().items():
+                if when is not None:
+                    estimates.setdefault(self.ids[key], when)
+        told = tuple((j, t) for j, t in estimates.items() if j not in self.told)
+        self.told.update(j for j, _ in told)
         self.reasons = {}
         self.last_now = now
         self.waits.update((key, reason.value) for key, reason in result.wait_reasons.items())
@@ -133,7 +227,34 @@ class GpuschedPolicy:
             # Victims are queued again and GPUs the preemptors do not use are free: the
             # operator's next cycle follows at once, and so does this one (same instant).
             self.dirty = True
-        return Decisions(starts=tuple(starts), preempted=tuple(preempted))
+        self.wake = self._next_wake(now, result.reservations)
+        return Decisions(
+            starts=tuple(starts),
+            preempted=tuple(preempted),
+            estimates=told,
+            wake_at=self.wake if math.isfinite(self.wake) else None,
+        )
+
+    def _keep_reservations(self, reservations: Sequence[Reservation]) -> None:
+        """The next cycle starts from this one's reservations, as the operator's does from the
+        GpuJobs' status."""
+        held = {self.ids[r.job]: r for r in reservations}
+        for job_id, job in list(self.queued.items()):
+            found = held.get(job_id)
+            placement = tuple(Assignment(p.node, p.gpus) for p in found.placement) if found else ()
+            start = found.start if found else None
+            if job.reservation != placement or job.reservation_start != start:
+                self.queued[job_id] = replace(job, reservation=placement, reservation_start=start)
+
+    def _next_wake(self, now: float, reservations: Sequence[Reservation]) -> float:
+        """The operator decides again when a backfilled job's deadline or a backoff passes;
+        here the replay is asked to wake the policy then."""
+        times = [
+            j.backfill_until
+            for j in self.admitted.values()
+            if j.backfill_until is not None and j.backfill_until > now
+        ]
+        return min(times, default=math.inf)
 
     def last_wait(self, job: str) -> str | None:
         core = self.queued.get(job) or self.admitted.get(job)
