@@ -393,6 +393,38 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.reservations = Gauge(
+            "reservations",
+            "Waiting jobs holding a reservation (GPUs kept for them until they come free), by "
+            "tenant.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.reserved_idle_gpus = Gauge(
+            "reserved_idle_gpus",
+            "GPUs free now but kept idle for a tenant's reserved jobs (the price of "
+            "reservations; jobs that end in time may still use them), by tenant.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.expected_start_error = Histogram(
+            "expected_start_error_seconds",
+            "How far a job's start was from the first expected start it was given, by "
+            "direction (late: started after it).",
+            ["direction"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=QUEUE_WAIT_BUCKETS,
+        )
+        self.runtime_history_kinds = Gauge(
+            "runtime_history_kinds",
+            "Kinds of job (tenant, namespace, family, size and coarser) with recorded run "
+            "times for prediction.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.gpu_seconds = Gauge(
             "tenant_gpu_seconds",
             "GPU-seconds consumed by the tenant's running jobs since its TenantQuota was "
@@ -446,6 +478,8 @@ class OperatorMetrics:
             self.gpus_pending,
             self.oldest_wait,
             self.gpu_seconds,
+            self.reservations,
+            self.reserved_idle_gpus,
         ):
             gauge.clear()
 

@@ -154,6 +154,13 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
                 "Worst achieved topology class over the replicas.",
             ),
             _column("Reason", "string", ".status.reason", "Why the job is in this phase."),
+            # A timestamp, not a date column: kubectl prints future dates as <invalid>.
+            _column(
+                "Expected-Start",
+                "string",
+                ".status.expectedStart",
+                "While queued: when the job is expected to start.",
+            ),
             _column(
                 "Message", "string", ".status.message", "The reason in a sentence.", priority=1
             ),

@@ -192,6 +192,12 @@ class GpuJobSpec(ApiModel):
     """The job cannot be preempted until it has run this long since it last started; at most
     the tenant's ``preemption.maxMinRuntimeSeconds``, and on borrowed GPUs at most its
     ``preemption.borrowedProtectionSeconds`` against a tenant reclaiming its guarantee."""
+    max_runtime_seconds: int | None = Field(None, ge=60, le=30 * 24 * 3600)
+    """A declared limit on the job's run time: when its pods have all been running this long,
+    the job ends ``Failed`` with reason ``MaxRuntimeExceeded``. It also stands for the job's
+    predicted run time (instead of its tenant's recent history), which gives it an honest
+    expected end and lets it start on GPUs reserved for another job when it ends before that
+    job's reservation starts. Unset: no limit."""
     checkpoint_grace_period_seconds: int = Field(30, ge=0, le=24 * 3600)
     """Seconds between the preemption notice (SIGTERM) and the kill, for the job to checkpoint;
     at most the tenant's ``preemption.maxCheckpointGracePeriodSeconds``, and at most its
@@ -296,6 +302,17 @@ class PreemptionRecord(ApiModel):
     """Sentence for humans."""
 
 
+class ReservedGpus(ApiModel):
+    """GPUs held for a waiting job: where it starts when they come free."""
+
+    start: datetime
+    """When the reserved GPUs are expected to be free (from the running jobs' predicted ends)."""
+    placement: list[ReplicaPlacement] = Field(default_factory=list)
+    """Node and GPU set per replica."""
+    idle_gpus: int = Field(0, ge=0)
+    """Reserved GPUs free now and kept idle for the job (except for jobs that end in time)."""
+
+
 class GpuJobStatus(ApiModel):
     """What happened to the job and why; written only by the operator."""
 
@@ -336,6 +353,20 @@ class GpuJobStatus(ApiModel):
     """The most recent preemptions of this job, newest last."""
     preemption_count: int = Field(0, ge=0)
     """How many times the job has been preempted in total."""
+    expected_start: datetime | None = None
+    """While queued: when the job is expected to start, from the running jobs' predicted ends
+    (its reservation's start, else a forward replay of the queue). Unset when nobody can say
+    (GPUs held by jobs with no predicted end, or no node can ever hold it)."""
+    first_expected_start: datetime | None = None
+    """The first expected start this wait was given, kept to measure how good it was."""
+    reservation: ReservedGpus | None = None
+    """While queued: the GPUs held for this job, if it got a reservation."""
+    expected_end: datetime | None = None
+    """While admitted: when the job is expected to end (its declared limit, else its
+    predicted run time)."""
+    backfill_until: datetime | None = None
+    """While admitted onto GPUs reserved for another job: the reservation's start. A job still
+    running then may be preempted for it (if preemptible and past its minimum run time)."""
     requeue_at: datetime | None = None
     """While queued after its pods were not all running in time: not admitted again before this
     time (exponential backoff)."""

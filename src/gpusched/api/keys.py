@@ -103,6 +103,9 @@ LABEL_JOB_NAME: Final = f"{PREFIX}job-name"
 LABEL_JOB_UID: Final = f"{PREFIX}job-uid"
 LABEL_TENANT: Final = f"{PREFIX}tenant"
 LABEL_REPLICA_INDEX: Final = f"{PREFIX}replica-index"
+#: On a GpuJob: the name its runs share for run-time prediction (default: the job's name
+#: without run numbers and generated suffixes).
+LABEL_FAMILY: Final = f"{PREFIX}family"
 #: Admission generation of the gang the pod belongs to; a requeued job gets a new one.
 LABEL_ADMISSION: Final = f"{PREFIX}admission"
 

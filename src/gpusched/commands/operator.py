@@ -91,6 +91,21 @@ def _labels(value: str) -> dict[str, str]:
     help="Times in a row a node's kubelet may refuse to admit a job's pod (no container ran) "
     "before the job fails; each refusal requeues the gang with backoff (0: never fails).",
 )
+@click.option(
+    "--forecast-interval",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="Least time between two forecasts of every waiting job's expected start "
+    "(reservations' starts are worked out every cycle).",
+)
+@click.option(
+    "--runtime-history",
+    default="gpusched-runtime-history",
+    show_default=True,
+    help="ConfigMap (in --lease-namespace) keeping finished jobs' run times for prediction "
+    "across restarts; empty: kept in memory only.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def operator(
     *,
@@ -107,6 +122,8 @@ def operator(
     status_refresh: float,
     record_delay: float,
     max_node_rejections: int,
+    forecast_interval: float,
+    runtime_history: str,
     verbose: bool,
 ) -> None:
     """Run the GpuJob / TenantQuota operator until interrupted."""
@@ -129,10 +146,12 @@ def operator(
                 status_refresh=status_refresh,
                 record_delay=record_delay,
                 max_node_rejections=max_node_rejections,
+                forecast_interval=forecast_interval,
             ),
             metrics_port=metrics_port,
             resync=resync,
             leader_elect=leader_elect,
             lease_namespace=lease_namespace,
+            runtime_history=runtime_history or None,
         )
     )

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
-from gpusched.core.admission import CycleConfig, CycleResult, Job, Snapshot, run_cycle
+from gpusched.core.admission import Cycle, CycleConfig, CycleResult, Job, Snapshot
 from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
@@ -35,6 +36,7 @@ from gpusched.core.lifecycle import (
     settle,
     tenant_map,
 )
+from gpusched.core.runtime import JobKind, Prediction, RuntimeHistory, family_of
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import World
 
@@ -60,6 +62,11 @@ class OperatorConfig:
     written once, with its pods running (0: written before its pods are created)."""
     max_node_rejections: int = 5
     """Kubelet admission refusals in a row before a job fails (0: never)."""
+    forecast_interval: float = 60.0
+    """Least seconds between two forecasts of every waiting job's expected start (a forward
+    replay of the queue; reservations' starts are worked out every cycle)."""
+    forecast_limit: int | None = 5000
+    """Most waiting jobs (in admission order) given an expected start by a forecast."""
 
     def lifecycle(self) -> LifecycleConfig:
         return LifecycleConfig(
@@ -102,6 +109,10 @@ class Memo:
     settled: dict[str, tuple[JobFacts, JobContext, Settled]] = field(default_factory=dict)
     jobs: dict[str, tuple[Settled, JobContext, Job | None]] = field(default_factory=dict)
     contexts: dict[str, JobContext] = field(default_factory=dict)
+    forecast_at: datetime | None = None
+    """When the last forecast of expected starts was made."""
+    forecast: dict[str, float | None] = field(default_factory=dict)
+    """Its expected starts (epoch seconds) of the jobs waiting then."""
 
     def context(self, key: str, context: JobContext) -> JobContext:
         """The same context object as last cycle when nothing in it changed (so the tables
@@ -135,7 +146,10 @@ class Memo:
     ) -> Job | None:
         found = self.jobs.get(job.key)
         if found is not None and found[0] is done and found[1] is context:
-            return found[2]
+            made = found[2]
+            # An expected end that has passed moves (the overrun rule): worked out again.
+            if made is None or made.expected_end is None or made.expected_end > now.timestamp():
+                return made
         made = core_job(job, done, context, now)
         self.jobs[job.key] = (done, context, made)
         return made
@@ -147,14 +161,23 @@ class Memo:
                 del table[key]
 
 
+def job_kind(job: JobFacts, tenant: str | None) -> JobKind:
+    """What makes the job alike others for run-time prediction (:mod:`gpusched.core.runtime`):
+    its tenant, namespace, name family (or its ``gpusched.io/family`` label) and size."""
+    labels = job.job.metadata.labels if job.job is not None else None
+    family = (labels or {}).get(keys.LABEL_FAMILY) or family_of(job.name)
+    return JobKind(tenant or "", job.namespace, family, job.gpus)
+
+
 def job_contexts(
     world: World,
     tenants: TenantMap,
     verdicts: Mapping[str, Verdict | None],
     leaving: Mapping[str, list[str]],
+    history: RuntimeHistory | None = None,
 ) -> dict[str, JobContext]:
-    """Per job: its tenant, priority, dry-run verdict, refusal, and whether it waits for
-    victims to leave."""
+    """Per job: its tenant, priority, dry-run verdict, refusal, whether it waits for victims
+    to leave, and its predicted run time."""
     out: dict[str, JobContext] = {}
     quotas = {q.metadata.name: q for q in world.quotas}
     protections = {name: protection_of(quota) for name, quota in quotas.items()}
@@ -163,6 +186,12 @@ def job_contexts(
         class_name = spec.priority_class_name if spec is not None else None
         priority = world.priorities.get(class_name, 0) if class_name else world.default_priority
         tenant = tenants.owner.get(job.namespace)
+        declared = spec.max_runtime_seconds if spec is not None else None
+        predicted = (
+            history.predict(job_kind(job, tenant), declared)
+            if history is not None
+            else (None if declared is None else Prediction(float(declared), 0))
+        )
         out[job.key] = JobContext(
             tenant=tenant,
             priority=priority,
@@ -172,6 +201,7 @@ def job_contexts(
             leaving=bool(leaving.get(job.key)),
             protection=protections.get(tenant or "", Protection()),
             class_not_allowed=class_not_allowed(quotas.get(tenant or ""), class_name),
+            runtime=predicted.seconds if predicted is not None else None,
         )
     return out
 
@@ -185,8 +215,12 @@ def decide(
     busy: Collection[str] = (),
     memo: Memo | None = None,
     refresh: Refresh | None = None,
+    history: RuntimeHistory | None = None,
+    forecast: bool | None = None,
 ) -> Decision:
-    """Settle, admit and plan over ``world`` (``memo``: what earlier cycles settled)."""
+    """Settle, admit and plan over ``world`` (``memo``: what earlier cycles settled;
+    ``history``: finished jobs' run times; ``forecast``: work out every waiting job's expected
+    start now, or not; None: when ``config.forecast_interval`` has passed since the last)."""
     memo = memo if memo is not None else Memo()
     t0 = time.perf_counter()
     now = world.now
@@ -194,7 +228,7 @@ def decide(
     leaving = leaving_victims(world.jobs)
     contexts = {
         key: memo.context(key, context)
-        for key, context in job_contexts(world, tenants, verdicts, leaving).items()
+        for key, context in job_contexts(world, tenants, verdicts, leaving, history).items()
     }
     lifecycle = config.lifecycle()
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
@@ -223,8 +257,30 @@ def decide(
         CycleConfig(max_preemption_searches=config.max_preemption_searches),
     )
     t2 = time.perf_counter()
-    result = run_cycle(snapshot)
+    cycle = Cycle(snapshot)
+    result = cycle.run()
     t3 = time.perf_counter()
+    if forecast is None:
+        forecast = memo.forecast_at is None or (now - memo.forecast_at).total_seconds() >= (
+            config.forecast_interval
+        )
+    if forecast:
+        memo.forecast = cycle.forecast(config.forecast_limit)
+        memo.forecast_at = now
+        result = cycle.result()
+    elif memo.forecast:
+        # Between forecasts a waiting job keeps the last one's answer (reservations excepted:
+        # the cycle works their starts out every time).
+        result = replace(
+            result,
+            waiting=tuple(
+                w
+                if w.expected_start is not None
+                else replace(w, expected_start=memo.forecast.get(w.job))
+                for w in result.waiting
+            ),
+        )
+    t_forecast = time.perf_counter()
     planned = plan(
         by_key,
         settled,
@@ -247,7 +303,13 @@ def decide(
         result=result,
         plan=planned,
         wake_at=min(wakes) if wakes else None,
-        seconds={"settle": t1 - t0, "snapshot": t2 - t1, "decide": t3 - t2, "plan": t4 - t3},
+        seconds={
+            "settle": t1 - t0,
+            "snapshot": t2 - t1,
+            "decide": t3 - t2,
+            "forecast": t_forecast - t3,
+            "plan": t4 - t_forecast,
+        },
         final={
             action.key: action.status
             for group in planned.groups

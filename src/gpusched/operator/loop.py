@@ -43,6 +43,7 @@ from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
 from gpusched.operator.executor import Executor
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.nodes import NodeReader
+from gpusched.operator.runtimes import RuntimeBook
 from gpusched.operator.store import Store, World
 from gpusched.operator.templates import TemplateChecker
 
@@ -76,6 +77,7 @@ class AdmissionLoop:
         metrics: OperatorMetrics | None = None,
         *,
         leader: LeaderElector | None = None,
+        runtimes: RuntimeBook | None = None,
         resync: float = 30.0,
         debounce: float = 0.1,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -85,6 +87,7 @@ class AdmissionLoop:
         self.config = config or OperatorConfig()
         self.metrics = metrics or OperatorMetrics()
         self.leader = leader
+        self.runtimes = runtimes
         self.resync = resync
         self.debounce = debounce
         self.clock = clock
@@ -126,10 +129,14 @@ class AdmissionLoop:
                     self.metrics.stand_by()
                     self._published = False
                 self.metrics.leading.set(0)
+                if self.runtimes is not None:
+                    self.runtimes.loaded = False  # the leader writes it: read again on leading
                 continue
             self.metrics.leading.set(1)
             if not self.store.ready:
                 continue
+            if self.runtimes is not None and not self.runtimes.loaded:
+                await self.runtimes.load()
             self._published = True
             try:
                 report = await self.cycle()
@@ -190,6 +197,7 @@ class AdmissionLoop:
                 busy=busy,
                 memo=self.memo,
                 refresh=refresh,
+                history=self.runtimes.history if self.runtimes is not None else None,
             )
         )
         report = CycleReport(seconds=dict(decision.seconds))
@@ -201,6 +209,7 @@ class AdmissionLoop:
         report.preempted = [v.victim for a in decision.plan.admitted for v in a.victims]
         report.waiting = len(decision.result.waiting)
         self._publish_quotas(decision)
+        self._record_runtimes(decision)
         wakes = [t for t in (decision.wake_at, self._quota_due) if t is not None]
         self._wake_at = min(wakes) if wakes else None
         self._count(decision)
@@ -209,6 +218,24 @@ class AdmissionLoop:
         for stage, seconds in report.seconds.items():
             self.metrics.cycle_seconds.labels(stage).observe(seconds)
         return report
+
+    def _record_runtimes(self, decision: Decision) -> None:
+        book = self.runtimes
+        if book is None:
+            return
+        book.observe(decision)
+        self.metrics.runtime_history_kinds.set(len(book.history))
+        if book.due():
+            task = asyncio.create_task(self._save_runtimes(book))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _save_runtimes(self, book: RuntimeBook) -> None:
+        try:
+            await book.save()
+        except Exception as err:
+            self.metrics.api_errors.labels("runtime-history").inc()
+            log.warning("run-time history not written: %s", err)
 
     async def _verdicts(self, world: World) -> dict[str, Verdict | None]:
         """Dry-run verdicts of the jobs to be checked before they are queued."""
@@ -307,6 +334,10 @@ class AdmissionLoop:
             for victim in admission.victims:
                 m.preemptions.labels(victim.victim_tenant or "", victim.reason.value).inc()
             job = jobs[admission.job]
+            told = job.status.first_expected_start
+            if told is not None:
+                error = (now - told).total_seconds()
+                m.expected_start_error.labels("late" if error > 0 else "early").observe(abs(error))
             since = _queued_since(job.status)
             if since is not None:
                 priority = decision.contexts[admission.job].priority
@@ -344,6 +375,13 @@ class AdmissionLoop:
             since = _queued_since(status)
             waited = max(0.0, (now - since).total_seconds()) if since else 0.0
             oldest[tenant] = max(oldest.get(tenant, 0.0), waited)
+        reservations: dict[str, float] = dict.fromkeys(pending, 0)
+        idle: dict[str, float] = dict.fromkeys(pending, 0)
+        for reservation in decision.result.reservations:
+            reservations[reservation.tenant] = reservations.get(reservation.tenant, 0) + 1
+            idle[reservation.tenant] = idle.get(reservation.tenant, 0) + reservation.idle_gpus
+        set_tenant_series(m.reservations, reservations)
+        set_tenant_series(m.reserved_idle_gpus, idle)
         set_tenant_series(m.gpus_pending, pending)
         set_tenant_series(m.oldest_wait, oldest)
 

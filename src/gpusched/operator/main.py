@@ -26,6 +26,7 @@ from gpusched.operator.api import OperatorApi
 from gpusched.operator.decide import OperatorConfig
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.loop import AdmissionLoop
+from gpusched.operator.runtimes import DEFAULT_NAME, RuntimeBook
 from gpusched.operator.store import Store
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,10 @@ class RunOptions:
     resync: float = 30.0
     leader_elect: bool = False
     lease_namespace: str = "gpusched-system"
+    """Namespace of the leader Lease and of the run-time history ConfigMap."""
     identity: str | None = None
+    runtime_history: str | None = DEFAULT_NAME
+    """ConfigMap keeping finished jobs' run times across restarts (None: kept in memory)."""
 
 
 class _Consumer:
@@ -126,7 +130,19 @@ async def serve(options: RunOptions, stop: asyncio.Event) -> None:
         else None
     )
     store = Store()
-    loop = AdmissionLoop(api, store, options.config, metrics, leader=leader, resync=options.resync)
+    runtimes = RuntimeBook(client, options.lease_namespace, options.runtime_history or DEFAULT_NAME)
+    if options.runtime_history is None:
+        runtimes.loaded = True  # nothing to read; saves are skipped below
+        runtimes.save_interval = float("inf")
+    loop = AdmissionLoop(
+        api,
+        store,
+        options.config,
+        metrics,
+        leader=leader,
+        runtimes=runtimes,
+        resync=options.resync,
+    )
     tasks: set[asyncio.Task[Any]] = set()
 
     def job_deleted(job: Any) -> None:

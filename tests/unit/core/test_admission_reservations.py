@@ -222,8 +222,8 @@ def test_a_job_decided_later_does_not_preempt_its_way_onto_reserved_gpus() -> No
         )
     )
     assert not result.admissions
-    (reservation,) = result.reservations
-    assert (reservation.job, reservation.start) == ("t0/gang", 500.0)
+    starts = {r.job: r.start for r in result.reservations}
+    assert starts["t0/gang"] == 500.0
 
 
 def test_gpus_a_dropped_reservation_held_stay_reserved_for_the_next_one_claiming_them() -> None:
@@ -308,6 +308,22 @@ def test_a_tenant_past_its_entitlement_gets_no_reservation() -> None:
         )
     )
     assert [r.job for r in beyond.reservations] == ["a/big"]
+
+
+def test_a_tenant_whose_own_jobs_fill_its_share_reserves_what_they_free_for_its_gang() -> None:
+    # One tenant entitled to all 16 GPUs, all held by its own one-GPU jobs: at the gang's start
+    # the jobs on the reserved node have ended, so the tenant stays within its entitlement.
+    small = [
+        running(f"t/s{n}{g}", "t", n, (g,), end=300.0 if n == "b" else 900.0)
+        for n in ("a", "b")
+        for g in ALL
+    ]
+    result = run_cycle(
+        snapshot(*small, queued("t/gang", "t", 8, 100.0), tenants=(Tenant("t", guaranteed=16),))
+    )
+    (reservation,) = result.reservations
+    assert (reservation.job, reservation.start) == ("t/gang", 300.0)
+    assert [p.node for p in reservation.placement] == ["b"]
 
 
 def test_no_reservation_when_the_running_jobs_ends_are_unknown() -> None:

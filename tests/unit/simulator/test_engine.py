@@ -273,7 +273,7 @@ def test_the_replay_refuses_a_gpu_handed_out_twice() -> None:
 
 def test_the_simulator_runs_the_operators_admission_cycle_not_a_copy() -> None:
     assert gpusched_policy.Cycle is admission.Cycle
-    assert operator_decide.run_cycle is admission.run_cycle
+    assert operator_decide.Cycle is admission.Cycle
 
 
 def test_gpusched_policy_decides_through_the_core_cycle(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -548,20 +548,30 @@ class Cycle:
         return self._entitlements.get(tenant, 0.0)
 
     def _may_reserve(self, job: Job, failure: GangFailure) -> bool:
-        """Whether ``job`` gets a reservation if it stays blocked: GPUs alone stand in its way,
-        its tenant has reservations left, and admitting it would keep its tenant within its
-        entitlement (or its guarantee)."""
+        """Whether ``job`` may get a reservation if it stays blocked: GPUs alone stand in its
+        way and its tenant has reservations left (the entitlement is checked at the
+        reservation's start, :meth:`_entitled_at`)."""
         config = self.snapshot.config
         if failure.reason not in _GPU_BOUND or job.tenant is None:
             return False
         if self._reserving[job.tenant] >= config.reservations_per_tenant:
             return False
-        if len(self._confirmed) >= config.max_reservations:
-            return False
-        if config.reserve_beyond_entitlement:
+        return len(self._confirmed) < config.max_reservations
+
+    def _entitled_at(self, job: Job, start: float) -> bool:
+        """Whether the tenant stays within its entitlement (or guarantee) when ``job`` starts
+        at ``start``: what it holds then (its running jobs not expected to have ended, its
+        other reservations) plus the job. A tenant whose own small jobs fill its share may
+        reserve for its gang the GPUs those jobs free."""
+        assert job.tenant is not None
+        if self.snapshot.config.reserve_beyond_entitlement:
             return True
-        # The tenant's reservations count as held: it reserves up to its entitlement at most.
-        held = self.ledgers[job.tenant].used + self._reserved_gpus[job.tenant]
+        ending = 0
+        for other in self.admitted[job.tenant].values():
+            end = self.ends.get(other.key)
+            if end is not None and end <= start:
+                ending += other.total_gpus
+        held = self.ledgers[job.tenant].used - ending + self._reserved_gpus[job.tenant]
         entitled = max(float(self.tenants[job.tenant].guaranteed), self.entitlement(job.tenant))
         return held + job.total_gpus <= entitled + 1e-9
 
@@ -572,6 +582,9 @@ class Cycle:
         assert job.tenant is not None
         profile = self.profile()
         if carried is not None and self._still_as_early(job, carried.start):
+            if not self._entitled_at(job, carried.start):
+                self._forget(job)
+                return None
             key = RESERVED_PREFIX + job.key
             for plan in carried.placement:
                 self.pool.hold(key, plan.node, plan.gpus)
@@ -593,6 +606,8 @@ class Cycle:
             if prior is not None and prior <= fresh.start + self._slack(fresh.start):
                 slotting = Slotting(prior, profile.plans_of(job.reservation, request))
                 is_kept = True
+        if not self._entitled_at(job, slotting.start):
+            return None
         return self._confirm(job, self._hold(job, slotting, is_kept))
 
     def _confirm(self, job: Job, reservation: Reservation) -> Reservation:
@@ -982,7 +997,7 @@ class Cycle:
                 "(expected to end before then)"
             )
         self.admissions.append(
-            Admission(job.key, job.tenant, reason, text, tuple(plans), victims, backfill_until)
+            Admission(job.key, job.tenant, reason, text, tuple(plans), victims, backfill_until, end)
         )
 
     def _wait(self, job: Job, reason: WaitReason, message: str) -> None:

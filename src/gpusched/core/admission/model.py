@@ -321,6 +321,8 @@ class Admission:
     backfill_until: float | None = None
     """Started on GPUs reserved for another job: the reservation's start it is expected to end
     by (see :attr:`Job.backfill_until`)."""
+    expected_end: float | None = None
+    """When it is expected to end, counted from now (None: nothing is known)."""
 
     @property
     def needs_preemption(self) -> bool:

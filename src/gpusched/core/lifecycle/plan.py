@@ -14,15 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from gpusched.api import keys
-from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.api.gpujob import GpuJobStatus, JobPhase, ReservedGpus
 from gpusched.core.admission import (
     Admission,
     CycleResult,
     JobState,
     PreemptReason,
+    Reservation,
     Waiting,
     WaitReason,
 )
@@ -142,6 +143,7 @@ def plan(
         planned |= touched
         admitted.append(admission)
     waiting = {w.job: w for w in result.waiting}
+    reserved = {r.job: r for r in result.reservations}
     for key, done in settled.items():
         if key in planned or key in busy:
             continue
@@ -149,7 +151,15 @@ def plan(
         if done.write_waits:
             group = _group(job, None, list(done.actions))
         else:
-            group = _settled(job, done, waiting.get(key), now, recent=refresh.recent, budget=budget)
+            group = _settled(
+                job,
+                done,
+                waiting.get(key),
+                now,
+                recent=refresh.recent,
+                budget=budget,
+                reservation=reserved.get(key),
+            )
         if group is not None:
             groups.append(group)
     return Plan(tuple(groups), tuple(admitted))
@@ -251,17 +261,27 @@ def _settled(
     *,
     recent: Collection[str],
     budget: list[int],
+    reservation: Reservation | None = None,
 ) -> Group | None:
     status = done.status
     actions = list(done.actions)
-    if waiting is not None and done.state is JobState.QUEUED and not _says(status, waiting):
+    held = st.reserved_gpus(reservation) if reservation is not None else None
+    expected = _expected(waiting, now)
+    if (
+        waiting is not None
+        and done.state is JobState.QUEUED
+        and not _says(status, waiting, expected, held, now)
+    ):
         server = job.status
-        # Only the wording or the queue position moved: written when the refresh allows.
+        moved = _reservation_change(server.reservation, held)
+        # Only the wording, the queue position or the expected start moved: written when the
+        # refresh allows. A reservation made, moved or released is written at once.
         cosmetic = (
             status is server
             and server.phase is JobPhase.QUEUED
             and server.reason == waiting.reason.value
             and server.tenant == waiting.tenant
+            and moved is None
         )
         if cosmetic and (job.key in recent or budget[0] <= 0):
             return None if not actions else _group(job, status, actions)
@@ -277,11 +297,73 @@ def _settled(
                     waiting.reason in WARNING_REASONS,
                 ),
             )
+        if moved is not None:
+            actions.append(Event(job.reference(), moved, _reservation_event(moved, held, now)))
         t = st.Transition(status, now, job.generation)
         status = st.waiting(
-            t, waiting.tenant, waiting.reason, waiting.message, waiting.queue_position
+            t,
+            waiting.tenant,
+            waiting.reason,
+            waiting.message,
+            waiting.queue_position,
+            expected_start=expected,
+            reservation=held,
         ).status
     return _group(job, status, actions)
+
+
+#: Event reasons of a waiting job's reservation.
+RESERVED = "Reserved"
+RESERVATION_MOVED = "ReservationMoved"
+RESERVATION_RELEASED = "ReservationReleased"
+
+
+def _expected(waiting: Waiting | None, now: datetime) -> datetime | None:
+    """The expected start to show, to the second (never before now)."""
+    if waiting is None or waiting.expected_start is None:
+        return None
+    at = datetime.fromtimestamp(max(waiting.expected_start, now.timestamp()), UTC)
+    return at.replace(microsecond=0)
+
+
+def _close(before: datetime | None, after: datetime | None, now: datetime) -> bool:
+    """Whether two expected starts say the same to a user: within a minute, or within 10 % of
+    the wait still ahead (a forecast an hour out moving by a minute is not news)."""
+    if before is None or after is None:
+        return before is after
+    ahead = max(0.0, (after - now).total_seconds())
+    return abs((after - before).total_seconds()) <= max(60.0, 0.1 * ahead)
+
+
+def _where(reservation: ReservedGpus) -> list[tuple[str, tuple[int, ...]]]:
+    return [(p.node, tuple(p.gpu_indices)) for p in reservation.placement]
+
+
+def _reservation_change(before: ReservedGpus | None, after: ReservedGpus | None) -> str | None:
+    """The event a change of reservation deserves (None: no change worth one)."""
+    if before is None and after is None:
+        return None
+    if before is None:
+        return RESERVED
+    if after is None:
+        return RESERVATION_RELEASED
+    return RESERVATION_MOVED if _where(before) != _where(after) else None
+
+
+def _reservation_event(reason: str, held: ReservedGpus | None, now: datetime) -> str:
+    if held is None:
+        return (
+            "its reserved GPUs were released (it no longer heads its tenant's blocked jobs, "
+            "or its tenant is past its entitlement)"
+        )
+    nodes = sorted({p.node for p in held.placement})
+    where = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+    ahead = max(0, round((held.start - now).total_seconds() / 60))
+    verb = "reserved" if reason == RESERVED else "reservation moved to"
+    return (
+        f"GPUs {verb} {where}, expected free in about {ahead} min "
+        f"({held.idle_gpus} idle until then)"
+    )
 
 
 def _group(job: JobFacts, status: GpuJobStatus | None, actions: list[Action]) -> Group | None:
@@ -295,12 +377,24 @@ def _group(job: JobFacts, status: GpuJobStatus | None, actions: list[Action]) ->
     return Group(frozenset({job.key}), tuple(steps)) if steps else None
 
 
-def _says(status: GpuJobStatus, waiting: Waiting) -> bool:
-    """Whether the status already says what the cycle says of the waiting job."""
+def _says(
+    status: GpuJobStatus,
+    waiting: Waiting,
+    expected: datetime | None,
+    held: ReservedGpus | None,
+    now: datetime,
+) -> bool:
+    """Whether the status already says what the cycle says of the waiting job (expected starts
+    and reservation starts alike within :func:`_close`)."""
+    before = status.reservation
     return (
         status.phase is JobPhase.QUEUED
         and status.reason == waiting.reason.value
         and status.message == waiting.message
         and status.queue_position == waiting.queue_position
         and status.tenant == waiting.tenant
+        and _close(status.expected_start, expected, now)
+        and _reservation_change(before, held) is None
+        and (before is None or held is None or _close(before.start, held.start, now))
+        and (status.first_expected_start is not None or expected is None)
     )

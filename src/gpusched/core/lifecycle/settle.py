@@ -87,6 +87,9 @@ class JobContext:
     """Its tenant's bounds on minimum runtime and grace periods."""
     class_not_allowed: str | None = None
     """Why its tenant does not allow ``spec.priorityClassName`` (None: allowed)."""
+    runtime: float | None = None
+    """Its predicted run time in seconds (:mod:`gpusched.core.runtime`; its declared limit
+    caps it); None: nothing is known."""
 
 
 @dataclass(frozen=True)
@@ -369,10 +372,18 @@ class _Settle:
             self.terminating(current, None)
             return
 
+        started_at = self.status.started_at
+        limit = spec.max_runtime_seconds
+        if started_at is not None and limit is not None:
+            deadline = started_at + timedelta(seconds=limit)
+            if self.now >= deadline:
+                self.past_limit(current, limit)
+                return
+            self.wake_at = min(deadline, self.wake_at or deadline)
+
         # Still holding its planned GPUs.
         self.state = JobState.ADMITTED
         self.placement = self.held(current)
-        started_at = self.status.started_at
         min_runtime = self.context.protection.min_runtime(spec)
         if started_at is not None and min_runtime:
             protected = started_at + timedelta(seconds=min_runtime)
@@ -398,6 +409,17 @@ class _Settle:
             # No event: the PodsReady condition and status.placement say it, and an event per
             # job start would be the operator's most numerous write.
             self.move(st.running(self.transition(), replicas, bound=current))
+
+    def past_limit(self, current: list[PodFacts], limit: int) -> None:
+        """The job ran for its declared ``spec.maxRuntimeSeconds``: it fails, and its pods go
+        with the grace period a preemption would give them (time to checkpoint)."""
+        assert self.job.job is not None
+        reason = st.Reason.MAX_RUNTIME_EXCEEDED
+        text = f"ran for its spec.maxRuntimeSeconds ({limit}s); pods stopped"
+        self.delete(current, self.context.protection.grace(self.job.job.spec))
+        self.move(st.finished(self.transition(), False, text, self.job.gpus, reason))
+        self.event(reason.value, text, warning=True)
+        self.terminating(current, None)
 
     def create_missing(self, current: list[PodFacts]) -> None:
         """Create the pods the gang lacks (first creation, or finishing an interrupted one)."""

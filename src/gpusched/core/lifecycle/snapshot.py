@@ -22,6 +22,7 @@ from gpusched.core.admission import (
 from gpusched.core.lifecycle.facts import JobFacts, PodFacts
 from gpusched.core.lifecycle.settle import JobContext, Settled
 from gpusched.core.lifecycle.tenants import Protection, core_tenant
+from gpusched.core.runtime import expected_end
 
 #: Per node: GPU indices held by pods no accounted job explains, and the count of such GPUs
 #: whose indices are unknown.
@@ -76,6 +77,11 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
     checkpoint = job.last_checkpoint()
     # Creation time is the FIFO order users expect, and it never changes.
     submitted = job.job.metadata.creation_timestamp or status.submitted_at or now
+    declared = job.job.spec.max_runtime_seconds
+    limit = float(declared) if declared is not None else None
+    admitted = done.state is JobState.ADMITTED
+    started = status.started_at or status.admitted_at
+    reservation = status.reservation if done.state is JobState.QUEUED else None
     return Job(
         key=job.key,
         tenant=context.tenant,
@@ -87,6 +93,20 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
         last_checkpoint_at=_ts(checkpoint),
         not_before=_ts(status.requeue_at),
         reserved_for=done.reserved_for,
+        expected_runtime=context.runtime,
+        expected_end=(
+            expected_end(started.timestamp(), now.timestamp(), context.runtime, limit)
+            if admitted and started is not None
+            else None
+        ),
+        max_runtime_seconds=limit,
+        backfill_until=_ts(status.backfill_until) if admitted else None,
+        reservation=(
+            tuple(Assignment(p.node, tuple(p.gpu_indices)) for p in reservation.placement)
+            if reservation is not None
+            else ()
+        ),
+        reservation_start=reservation.start.timestamp() if reservation is not None else None,
         **job_shape(job.job, context.protection),
     )
 

@@ -6,8 +6,8 @@ differs. Conditions keep their ``lastTransitionTime`` while their status does no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -17,9 +17,10 @@ from gpusched.api.gpujob import (
     JobPhase,
     PreemptionRecord,
     ReplicaPlacement,
+    ReservedGpus,
 )
 from gpusched.api.meta import Condition, ConditionStatus
-from gpusched.core.admission import Admission, Preemption, WaitReason
+from gpusched.core.admission import Admission, Preemption, Reservation, WaitReason
 from gpusched.core.lifecycle.facts import JobFacts, PodFacts
 from gpusched.core.placement import SCOPES, scope_rank
 
@@ -56,6 +57,7 @@ class Reason(StrEnum):
     REQUEUED = "Requeued"
     SUCCEEDED = "Succeeded"
     POD_FAILED = "PodFailed"
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
     SUSPENDED = "Suspended"
 
 
@@ -191,14 +193,21 @@ def waiting(
     reason: WaitReason,
     message: str,
     position: int | None,
+    *,
+    expected_start: datetime | None = None,
+    reservation: ReservedGpus | None = None,
 ) -> Transition:
-    """Still queued after a cycle."""
+    """Still queued after a cycle; the first expected start of a wait is kept."""
+    first = t.status.first_expected_start
     t.set(
         phase=JobPhase.QUEUED,
         tenant=tenant,
         reason=reason.value,
         message=message,
         queue_position=position,
+        expected_start=expected_start,
+        first_expected_start=first if first is not None else expected_start,
+        reservation=reservation,
     )
     return t.cond(Cond.QUOTA_RESERVED, False, reason.value, message)
 
@@ -264,6 +273,11 @@ def admitted(
         requeue_at=None,
         reason=admission.reason.value,
         message=admission.message,
+        expected_start=None,
+        first_expected_start=None,
+        reservation=None,
+        expected_end=_at(admission.expected_end),
+        backfill_until=_at(admission.backfill_until),
     )
     t.cond(Cond.QUOTA_RESERVED, True, admission.reason.value, admission.message)
     # Says only what is true before any pod exists (the GPUs are reserved); pods that the API
@@ -388,6 +402,8 @@ def requeued(
         placement=[],
         placement_quality=None,
         requeue_at=requeue_at,
+        expected_end=None,
+        backfill_until=None,
     )
     if reason is not Reason.REQUEUED:
         t.set(requeue_count=t.status.requeue_count + (1 if requeue_at else 0))
@@ -396,9 +412,17 @@ def requeued(
     return t.cond(Cond.ADMITTED, False, reason, message)
 
 
-def finished(t: Transition, ok: bool, message: str, gpus: int) -> Transition:
+def finished(
+    t: Transition, ok: bool, message: str, gpus: int, reason: Reason | None = None
+) -> Transition:
     t.stop_metering(gpus)
-    reason = Reason.SUCCEEDED if ok else Reason.POD_FAILED
+    reason = reason or (Reason.SUCCEEDED if ok else Reason.POD_FAILED)
+    t.set(
+        expected_start=None,
+        reservation=None,
+        expected_end=None,
+        backfill_until=None,
+    )
     t.set(
         phase=JobPhase.SUCCEEDED if ok else JobPhase.FAILED,
         reason=reason.value,
@@ -421,6 +445,33 @@ def suspended(t: Transition, gpus: int) -> Transition:
         placement=[],
         placement_quality=None,
         queue_position=None,
+        expected_start=None,
+        first_expected_start=None,
+        reservation=None,
+        expected_end=None,
+        backfill_until=None,
     )
     t.cond(Cond.QUOTA_RESERVED, False, Reason.SUSPENDED, text)
     return t.cond(Cond.ADMITTED, False, Reason.SUSPENDED, text)
+
+
+def _at(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
+
+
+def reserved_gpus(reservation: Reservation, counts_only: Collection[str] = ()) -> ReservedGpus:
+    """A core reservation as the job's status shows it."""
+    return ReservedGpus(
+        start=datetime.fromtimestamp(reservation.start, UTC).replace(microsecond=0),
+        placement=[
+            ReplicaPlacement(
+                replica=p.replica,
+                node=p.node,
+                gpu_indices=[] if p.node in counts_only else list(p.gpus),
+                topology_class=p.topology_class.value,
+                score=round(p.score, 2),
+            )
+            for p in reservation.placement
+        ],
+        idle_gpus=reservation.idle_gpus,
+    )

@@ -337,6 +337,9 @@ class Operator(Placement):
     """Times in a row a node's kubelet may refuse to admit a job's pod (no container ran, e.g.
     after a kubelet restart) before the job fails; each refusal requeues the gang with backoff
     (0: never fails)."""
+    forecastInterval: float = Field(60.0, gt=0, le=3600)
+    """Least seconds between two forecasts of every waiting job's expected start (a forward
+    replay of the queue); reservations' starts are worked out every cycle."""
     metricsPort: Port = 8080
     """Port of the operator's Prometheus endpoint."""
     verbose: bool = False
