@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
-from gpusched.core.runtime import RuntimeHistory
+from gpusched.core.runtime import JobKind, RuntimeHistory
 from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.operator.decide import Decision, job_kind
 
@@ -101,13 +101,17 @@ class RuntimeBook:
             seconds = run_seconds(job.status, decision.final_status(job.key))
             if seconds is None or job.uid in self._recorded:
                 continue
-            tenant = decision.contexts[job.key].tenant
-            self.history.record(job_kind(job, tenant), seconds)
-            self._remember(job.uid)
+            self.record(job.uid, job_kind(job, decision.contexts[job.key].tenant), seconds)
             recorded += 1
-        if recorded:
-            self._dirty = True
         return recorded
+
+    def record(self, uid: str, kind: JobKind, seconds: float) -> None:
+        """One finished run (once per ``uid``)."""
+        if uid in self._recorded:
+            return
+        self.history.record(kind, seconds)
+        self._remember(uid)
+        self._dirty = True
 
     def _remember(self, uid: str) -> None:
         self._recorded[uid] = None

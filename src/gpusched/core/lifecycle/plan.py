@@ -275,13 +275,15 @@ def _settled(
         server = job.status
         moved = _reservation_change(server.reservation, held)
         # Only the wording, the queue position or the expected start moved: written when the
-        # refresh allows. A reservation made, moved or released is written at once.
+        # refresh allows. A reservation made, moved or released, or its GPUs idle now, is
+        # written at once (the next cycle starts from it; few jobs hold one).
         cosmetic = (
             status is server
             and server.phase is JobPhase.QUEUED
             and server.reason == waiting.reason.value
             and server.tenant == waiting.tenant
             and moved is None
+            and _idle(server.reservation) == _idle(held)
         )
         if cosmetic and (job.key in recent or budget[0] <= 0):
             return None if not actions else _group(job, status, actions)
@@ -333,6 +335,10 @@ def _close(before: datetime | None, after: datetime | None, now: datetime) -> bo
         return before is after
     ahead = max(0.0, (after - now).total_seconds())
     return abs((after - before).total_seconds()) <= max(60.0, 0.1 * ahead)
+
+
+def _idle(reservation: ReservedGpus | None) -> int | None:
+    return reservation.idle_gpus if reservation is not None else None
 
 
 def _where(reservation: ReservedGpus) -> list[tuple[str, tuple[int, ...]]]:
@@ -395,6 +401,7 @@ def _says(
         and status.tenant == waiting.tenant
         and _close(status.expected_start, expected, now)
         and _reservation_change(before, held) is None
+        and _idle(before) == _idle(held)
         and (before is None or held is None or _close(before.start, held.start, now))
         and (status.first_expected_start is not None or expected is None)
     )

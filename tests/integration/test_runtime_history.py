@@ -1,0 +1,61 @@
+"""Predicted run times survive an operator restart: the history is kept in a ConfigMap on the
+real API server, written conditionally, and read back by the next operator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gpusched.core.runtime import JobKind
+from gpusched.kubeasync import AsyncApi
+from gpusched.operator.runtimes import RuntimeBook
+
+KIND = JobKind("team-a", "team-a-ns", "bert-ft", 8)
+
+
+@pytest.fixture
+def namespace(kube: Any) -> Iterator[str]:
+    name = f"runtimes-{int(time.time() * 1000) % 10**8}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
+    yield name
+    core.delete_namespace(name, grace_period_seconds=0)
+
+
+def test_predictions_survive_an_operator_restart(kube: Any, namespace: str) -> None:
+    async def scenario() -> None:
+        api = AsyncApi(kube.configuration)
+        try:
+            first = RuntimeBook(api, namespace, save_interval=0)
+            await first.load()
+            assert first.history.predict(KIND) is None
+            first.record("uid-1", KIND, 3600.0)
+            first.record("uid-2", KIND, 5400.0)
+            first.record("uid-2", KIND, 99999.0)  # the same run seen twice counts once
+            assert await first.save()
+            # A new operator (a restart, or another replica taking the lease) reads it back.
+            second = RuntimeBook(api, namespace)
+            await second.load()
+            predicted = second.history.predict(KIND)
+            assert predicted is not None
+            assert (predicted.seconds, predicted.level) == (4500.0, 1)
+            # It goes on recording; the first, now stale, loses the conditional write once and
+            # then writes from a fresh read (only the leader records, so its history wins).
+            second.save_interval = 0
+            second.record("uid-3", KIND, 1800.0)
+            assert await second.save()
+            first.record("uid-4", KIND, 600.0)
+            assert not await first.save()
+            assert await first.save()
+            third = RuntimeBook(api, namespace)
+            await third.load()
+            assert third.history.predict(KIND) == first.history.predict(KIND)
+        finally:
+            await api.close()
+
+    asyncio.run(scenario())
