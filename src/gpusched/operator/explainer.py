@@ -109,6 +109,8 @@ def render(e: Explanation, status: Mapping[str, Any]) -> list[str]:
         out.append(f"    {e.message}")
     if e.queue_position:
         out.append(f"  queue: position {e.queue_position} of {e.queue_length} in tenant {e.tenant}")
+    if e.decision == "waiting":
+        out.extend(_expected_lines(e))
     t = e.tenant_summary
     if t:
         limit = t["borrowing_limit"] if t["borrowing_limit"] is not None else "none"
@@ -132,4 +134,33 @@ def render(e: Explanation, status: Mapping[str, Any]) -> list[str]:
         out.extend(
             f"    {v.node} ({v.free_gpus} free): {v.reason}: {v.detail}" for v in e.nodes[:5]
         )
+    return out
+
+
+def _when(epoch: float, now: float) -> str:
+    at = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    ahead = max(0.0, epoch - now)
+    span = f"{ahead / 3600:.1f} h" if ahead >= 5400 else f"{round(ahead / 60)} min"
+    return f"{at} (in about {span})"
+
+
+def _expected_lines(e: Explanation) -> list[str]:
+    """When the job is expected to start, on what evidence, and what would start it sooner."""
+    out = []
+    if e.expected_start is not None:
+        out.append(f"  expected start: {_when(e.expected_start, e.now)}")
+    else:
+        out.append(
+            "  expected start: unknown (GPUs it could use are held by jobs with no predicted "
+            "end, or no node can hold it)"
+        )
+    r = e.reservation
+    if r is not None:
+        where = ", ".join(f"{p['node']} GPUs {p['gpus']}" for p in r["placement"])
+        out.append(
+            f"  reserved: {where} from {_when(r['start'], e.now)}; {r['idle_gpus']} of them idle "
+            "until then (jobs expected to end before it may use them)"
+        )
+    if e.counterfactual:
+        out.append(f"  sooner: {e.counterfactual}")
     return out

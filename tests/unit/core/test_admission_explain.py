@@ -79,3 +79,33 @@ def test_node_whose_wiring_never_meets_the_scope_says_the_scope_not_free_gpus() 
     verdict = e.nodes[0]
     assert (verdict.reason, verdict.free_gpus) == ("ScopeUnsatisfiable", 4)
     assert "never give 5 GPUs scope nvlink (required)" in verdict.detail
+
+
+def test_waiting_job_gets_its_expected_start_and_a_change_that_starts_it_sooner() -> None:
+    # Node a frees its other 4 GPUs in 2 h; node b is held by a job with no known end.
+    tenants = [Tenant("a", guaranteed=16)]
+    nodes = [node("a"), node("b")]
+    jobs = [
+        job("a/r", "a", 4, running_on=[("a", (0, 1, 2, 3))], expected_end=NOW + 7200),
+        job("a/forever", "a", 8, running_on=[("b", tuple(range(8)))]),
+        job("a/j", "a", 8, submitted=1, expected_runtime=600.0),
+    ]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), tuple(nodes)), "a/j")
+    assert e.decision == "waiting"
+    assert e.expected_start == NOW + 7200
+    assert e.reservation is not None
+    assert e.reservation["start"] == NOW + 7200
+    assert e.reservation["idle_gpus"] == 4
+    assert e.counterfactual == "4 GPUs per replica instead of 8: now (2 h earlier)"
+
+
+def test_no_change_is_offered_when_none_starts_the_job_markedly_sooner() -> None:
+    tenants = [Tenant("a", guaranteed=16)]
+    nodes = [node("a")]
+    jobs = [
+        job("a/r", "a", 8, running_on=[("a", tuple(range(8)))], expected_end=NOW + 7200),
+        job("a/j", "a", 2, submitted=1, expected_runtime=600.0),
+    ]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), tuple(nodes)), "a/j")
+    assert e.expected_start == NOW + 7200
+    assert e.counterfactual is None

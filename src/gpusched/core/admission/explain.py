@@ -2,21 +2,23 @@
 
 ``gpusched explain`` runs exactly the cycle the operator runs over the same snapshot, then looks
 at the job in the state the cycle left: its decision and reason, its tenant's standing, whether it
-may preempt and whom, and what every node would say to one of its replicas right now.
+may preempt and whom, and what every node would say to one of its replicas right now. A waiting
+job also gets its expected start (its reservation's, or the forecast's), and one change to it
+that would start it markedly sooner, when there is one (:func:`counterfactual`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpusched.api.gpujob import TopologyScope
 from gpusched.core.admission.cycle import Cycle
-from gpusched.core.admission.model import JobState, Node, Snapshot
+from gpusched.core.admission.model import Job, JobState, Node, Snapshot, WaitReason
 from gpusched.core.admission.pool import Request
 from gpusched.core.admission.preemption import by_cost, may_be_victim, protected_until
-from gpusched.core.placement import Placement, RefusalReason, place
+from gpusched.core.placement import SCOPES, Placement, RefusalReason, place
 
 #: Nodes listed in detail (the rest are counted by reason).
 DETAIL_NODES = 5
@@ -60,6 +62,13 @@ class Explanation:
     """Sentences on who this job may preempt (waiting) or who may preempt it (holding GPUs)."""
     nodes: list[NodeVerdict] = field(default_factory=list)
     node_summary: dict[str, int] = field(default_factory=dict)
+    expected_start: float | None = None
+    """Waiting: when it is expected to start (epoch seconds; None: nobody can say)."""
+    reservation: dict[str, Any] | None = None
+    """Waiting with GPUs reserved: start, nodes and GPUs, idle GPUs."""
+    counterfactual: str | None = None
+    """One change to the job that would start it markedly sooner, and how much sooner."""
+    now: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -122,6 +131,19 @@ def explain(snapshot: Snapshot, key: str) -> Explanation:
         if tenant is not None:
             out.preemption = _may_preempt(cycle, key)
         out.nodes, out.node_summary = _nodes(cycle, request)
+        out.now = snapshot.now
+        reservation = next((r for r in result.reservations if r.job == key), None)
+        if reservation is not None:
+            out.reservation = {
+                "start": reservation.start,
+                "placement": [
+                    {"node": p.node, "gpus": list(p.gpus)} for p in reservation.placement
+                ],
+                "idle_gpus": reservation.idle_gpus,
+            }
+        out.expected_start = cycle.forecast().get(key)
+        if waiting.reason in _GPU_BOUND:
+            out.counterfactual = counterfactual(snapshot, job, out.expected_start)
         return out
     if job.state is JobState.ADMITTED:
         out.decision = "running"
@@ -274,3 +296,68 @@ def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str,
     order = {"Fits": 0, "ScopeUnsatisfiable": 1, "NotEnoughFreeGpus": 2}
     verdicts.sort(key=lambda v: (order.get(v.reason, 3), -v.free_gpus, v.node))
     return verdicts, dict(Counter(v.reason for v in verdicts).most_common())
+
+
+#: Waits that an earlier start of the same job could end (not quota, not a missing tenant).
+_GPU_BOUND = frozenset({WaitReason.WAITING_FOR_CAPACITY, WaitReason.TOPOLOGY_UNSATISFIABLE})
+#: A variant counts when it starts at least this much sooner (seconds, or share of the wait).
+SOONER_SECONDS = 600.0
+SOONER_SHARE = 0.25
+
+
+def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str | None:
+    """The one change to ``job`` that starts it soonest, when markedly sooner than
+    ``baseline``: a looser topology scope (the next one) or half the GPUs per replica. Each
+    variant is decided by a cycle of its own over the same snapshot, then forecast."""
+    variants: list[tuple[str, Job]] = []
+    policy = job.policy
+    rank = SCOPES.index(policy.scope)
+    if rank + 1 < len(SCOPES):
+        looser = SCOPES[rank + 1]
+        variants.append(
+            (
+                f"scope `{looser.value}` instead of `{policy.scope.value}`",
+                replace(job, policy=replace(policy, scope=looser)),
+            )
+        )
+    if job.gpus_per_replica > 1 and job.gpus_per_replica % 2 == 0:
+        half = job.gpus_per_replica // 2
+        variants.append(
+            (
+                f"{half} GPUs per replica instead of {job.gpus_per_replica}",
+                replace(job, gpus_per_replica=half),
+            )
+        )
+    best: tuple[float, str] | None = None
+    for text, variant in variants:
+        jobs = tuple(variant if j.key == job.key else j for j in snapshot.jobs)
+        cycle = Cycle(replace(snapshot, jobs=jobs))
+        result = cycle.run()
+        start: float | None
+        if result.admission_of(job.key) is not None:
+            start = snapshot.now
+        else:
+            start = cycle.forecast().get(job.key)
+        if start is not None and (best is None or start < best[0]):
+            best = (start, text)
+    if best is None:
+        return None
+    start, text = best
+    if baseline is not None:
+        gain = baseline - start
+        if gain < max(SOONER_SECONDS, SOONER_SHARE * (baseline - snapshot.now)):
+            return None
+        if start <= snapshot.now:
+            return f"{text}: now ({_span(gain)} earlier)"
+        return f"{text}: about {_span(gain)} earlier"
+    return (
+        f"{text}: now"
+        if start <= snapshot.now
+        else f"{text}: in about {_span(start - snapshot.now)}"
+    )
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{max(1, round(seconds / 60))} min"
