@@ -7,6 +7,7 @@ import click
 from gpusched.dev.bench.admission import admission
 from gpusched.dev.bench.admission_e2e import admission_e2e
 from gpusched.dev.bench.apiserver_cost import apiserver_cost
+from gpusched.dev.bench.explain import explain_bench
 from gpusched.dev.bench.extender import extender
 from gpusched.dev.bench.node_agent import node_agent
 from gpusched.dev.bench.operator_cycle import operator_cycle
@@ -26,6 +27,7 @@ bench.add_command(extender)
 bench.add_command(scheduling)
 bench.add_command(admission)
 bench.add_command(admission_e2e)
+bench.add_command(explain_bench)
 bench.add_command(apiserver_cost)
 bench.add_command(operator_cycle)
 bench.add_command(node_agent)

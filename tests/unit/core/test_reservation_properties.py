@@ -192,9 +192,14 @@ def test_a_job_on_reserved_gpus_can_be_made_to_leave_by_the_reservations_start(
             # Not backfilled: the reservation was planned after it, around its predicted end.
             assert j.expected_runtime is not None or j.max_runtime_seconds is not None, admission
             continue
-        # Reservations planned after it start after its predicted end (the first test); those
-        # it was backfilled under start no earlier than ``until``, by which it can be made to go.
-        assert any(until <= start + 1e-6 for start in starts), (admission, starts)
+        # Each reservation on its GPUs starts no earlier than ``until`` (it was backfilled under
+        # it), or was planned after it, around its predicted end.
+        runtime = min(
+            j.expected_runtime if j.expected_runtime is not None else math.inf,
+            j.max_runtime_seconds if j.max_runtime_seconds is not None else math.inf,
+        )
+        for start in starts:
+            assert until <= start + 1e-6 or now + runtime <= start + 1e-6, (admission, starts)
         evictable = j.preemptible and j.min_runtime_seconds <= until - now
         limited = j.max_runtime_seconds is not None and now + j.max_runtime_seconds <= until
         assert evictable or limited, admission

@@ -295,8 +295,12 @@ def test_operator_metrics_have_the_documented_names() -> None:
         metrics.gpu_seconds,
         metrics.gpus_pending,
         metrics.oldest_wait,
+        metrics.reservations,
+        metrics.reserved_idle_gpus,
     ):
         gauge.labels("t").set(1)
+    metrics.expected_start_error.labels("late").observe(60)
+    metrics.runtime_history_kinds.set(3)
     metrics.cycle_seconds.labels("decide").observe(0.1)
     metrics.api_errors.labels("job-status").inc()
     metrics.count_request("GET", "/api/v1/pods", 200)

@@ -60,6 +60,10 @@ UNKNOWN_MODEL = "unknown"
 #: Key prefix of a reservation's GPUs in the pool (never a job key: those hold a ``/``
 #: after a namespace, and namespaces do not start with a space).
 RESERVED_PREFIX = " reserved:"
+#: Blocked jobs of one tenant per cycle whose reservation search may end past the tenant's
+#: entitlement before it gets no more searches (Slurm's ``bf_max_job_user`` plays this part):
+#: bounds the cycle's cost when a tenant's whole queue is past its share.
+RESERVATION_ATTEMPTS_PER_TENANT = 4
 #: A job keeps last cycle's reserved GPUs while they are expected free no later than this many
 #: seconds (or this fraction of the wait) after the start expected then: reservations do not
 #: move for small changes in predicted ends.
@@ -195,6 +199,8 @@ class Cycle:
         self._unheld: dict[str, dict[str, int]] = {}
         """GPUs released for a carried-over reservation's own job while it is decided."""
         self._reserving: dict[str, int] = dict.fromkeys(self.tenants, 0)
+        self._attempts: dict[str, int] = dict.fromkeys(self.tenants, 0)
+        """Reservation searches per tenant that ended past its entitlement."""
         self._reserved_gpus: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self.ends: dict[str, float | None] = {}
         """Expected end of everything holding GPUs (jobs, reservations)."""
@@ -556,7 +562,26 @@ class Cycle:
             return False
         if self._reserving[job.tenant] >= config.reservations_per_tenant:
             return False
-        return len(self._confirmed) < config.max_reservations
+        if len(self._confirmed) >= config.max_reservations:
+            return False
+        if self._attempts[job.tenant] >= RESERVATION_ATTEMPTS_PER_TENANT:
+            return False
+        return self._may_be_entitled(job)
+
+    def _may_be_entitled(self, job: Job) -> bool:
+        """A cheap bound of :meth:`_entitled_at` before any search: even if every running job
+        of the tenant with a predicted end had ended, would the job fit its entitlement?"""
+        assert job.tenant is not None
+        if self.snapshot.config.reserve_beyond_entitlement:
+            return True
+        never = sum(
+            other.total_gpus
+            for other in self.admitted[job.tenant].values()
+            if self.ends.get(other.key) is None
+        )
+        held = never + self._reserved_gpus[job.tenant]
+        entitled = max(float(self.tenants[job.tenant].guaranteed), self.entitlement(job.tenant))
+        return held + job.total_gpus <= entitled + 1e-9
 
     def _entitled_at(self, job: Job, start: float) -> bool:
         """Whether the tenant stays within its entitlement (or guarantee) when ``job`` starts
@@ -607,6 +632,7 @@ class Cycle:
                 slotting = Slotting(prior, profile.plans_of(job.reservation, request))
                 is_kept = True
         if not self._entitled_at(job, slotting.start):
+            self._attempts[job.tenant] += 1
             return None
         return self._confirm(job, self._hold(job, slotting, is_kept))
 

@@ -56,6 +56,9 @@ class Workload:
     queued: int = 10_000
     fill: float = 0.75
     """Share of GPUs held by running jobs."""
+    runtimes: bool = False
+    """Running jobs have predicted ends and queued jobs predicted run times (up to 10 h), as
+    in a cluster with run-time history: reservations and forecasts have work to do."""
 
 
 def _nvswitch_matrix() -> str:
@@ -163,6 +166,7 @@ def build_snapshot(workload: Workload, seed: int) -> Snapshot:
                     placement=(assignment,),
                     started_at=rng.uniform(0, 10_000),
                     last_checkpoint_at=rng.choice([None, rng.uniform(5_000, 10_000)]),
+                    expected_end=30_000.0 + rng.uniform(60, 36_000) if workload.runtimes else None,
                 )
             )
             held += k
@@ -187,6 +191,7 @@ def build_snapshot(workload: Workload, seed: int) -> Snapshot:
                 priority=rng.randrange(4),
                 preemptible=rng.random() < 0.9,
                 submitted_at=20_000.0 + q,
+                expected_runtime=rng.uniform(600, 36_000) if workload.runtimes else None,
             )
         )
     return Snapshot(now=30_000.0, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
