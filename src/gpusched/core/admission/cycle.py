@@ -514,6 +514,8 @@ class Cycle:
         assert job.tenant is not None
         tenant = self.tenants[job.tenant]
         cap = tenant.borrowing_limit if job.preemptible else tenant.guaranteed
+        if cap is not None and sum(n for _, _, n in planned) + job.total_gpus <= cap:
+            cap = None  # all of the tenant's jobs at once would fit: nothing to check
         floor = max(self.now, job.not_before or self.now)
         for _ in range(_FORECAST_ROUNDS):
             found = profile.earliest(request, floor)
@@ -1113,10 +1115,14 @@ def _quota_allows(
     ``gpus`` under ``cap`` (None: never)."""
     when = at
     for _ in range(_FORECAST_ROUNDS):
-        active = [(end, n) for start, end, n in planned if start <= when < end]
-        if sum(n for _, n in active) + gpus <= cap:
+        used = 0
+        upcoming = NEVER
+        for start, end, n in planned:
+            if start <= when < end:
+                used += n
+                upcoming = min(upcoming, end)
+        if used + gpus <= cap:
             return when
-        upcoming = min((end for end, _ in active), default=NEVER)
         if upcoming == NEVER:
             return None
         when = upcoming

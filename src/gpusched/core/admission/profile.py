@@ -62,7 +62,21 @@ class Profile:
         self._claims_on: dict[str, set[str]] = {}
         """Node -> keys of the claims on it."""
         self._version: dict[str, int] = {}
-        self._times: dict[tuple[str, int, int, Policy, int], tuple[float, ...]] = {}
+        self._times: dict[tuple[str, int, int, int], tuple[int, tuple[float, ...]]] = {}
+        """(node, GPUs, policy id, replicas) -> (node version, times)."""
+        self._policies: dict[Policy, int] = {}
+        """Each distinct policy's small id: jobs carry equal but distinct Policy objects, and
+        comparing those in cache keys costs more than the answer."""
+        self._policy_ids: dict[int, int] = {}
+        self._keep: list[Policy] = []
+        """The policies seen (their ids stay theirs while the profile lives)."""
+        self._changes: list[str] = []
+        """Nodes in the order their times changed (gang caches catch up from it)."""
+        self._gang_times: dict[
+            tuple[int, int, int, FilterKey], tuple[int, dict[str, tuple[float, ...]]]
+        ] = {}
+        """Per gang request: how far into :attr:`_changes` it is current, and each eligible
+        node's times."""
         self._heaps: dict[tuple[int, Policy, FilterKey], list[_HeapEntry]] = {}
         for name, slot in pool.slots.items():
             topo = slot.node.topology
@@ -151,6 +165,7 @@ class Profile:
                 at[p] = max(at[p], until)
         self.free_at[node] = at
         self._version[node] += 1
+        self._changes.append(node)
 
     # --- questions -----------------------------------------------------------------------
 
@@ -263,14 +278,12 @@ class Profile:
     # --- gangs ---------------------------------------------------------------------------
 
     def _earliest_gang(self, request: Request, floor: float) -> Slotting | None:
-        k = request.gpus_per_replica
         r = request.replicas
-        policy = request.policy
-        names = self.pool.eligible_nodes(request).names
-        pairs: list[tuple[float, str]] = []
-        for name in names:
-            for t in self._node_times(name, k, policy, r):
-                pairs.append((max(floor, t), name))
+        pairs = [
+            (max(floor, t), name)
+            for name, times in self._gang_node_times(request).items()
+            for t in times
+        ]
         across = request.across
         if across is not None and across.required:
             best: tuple[float, str, list[tuple[float, str]]] | None = None
@@ -305,6 +318,32 @@ class Profile:
         if plans is None:
             return None
         return Slotting(start, plans)
+
+    def _gang_node_times(self, request: Request) -> dict[str, tuple[float, ...]]:
+        """Every eligible node's times for the gang's replicas, brought up to date with only
+        the nodes that changed since the last request alike."""
+        k, r, policy = request.gpus_per_replica, request.replicas, request.policy
+        key = (k, self._policy_id(policy), r, request.filter_key)
+        found = self._gang_times.get(key)
+        if found is None:
+            times = {
+                name: t
+                for name in self.pool.eligible_nodes(request).names
+                if (t := self._node_times(name, k, policy, r))
+            }
+        else:
+            seen, times = found
+            eligible = self.pool.eligible_nodes(request).name_set
+            for name in set(self._changes[seen:]):
+                if name not in eligible:
+                    continue
+                t = self._node_times(name, k, policy, r)
+                if t:
+                    times[name] = t
+                else:
+                    times.pop(name, None)
+        self._gang_times[key] = (len(self._changes), times)
+        return times
 
     def _gang_at(
         self, order: Sequence[str], request: Request, start: float
@@ -350,12 +389,22 @@ class Profile:
         found = place(slot.node.topology, k, policy, free_mask=self._mask_at(name, when) & ~taken)
         return found if isinstance(found, Placement) else None
 
+    def _policy_id(self, policy: Policy) -> int:
+        found = self._policy_ids.get(id(policy))
+        if found is None:
+            found = self._policies.setdefault(policy, len(self._policies))
+            self._policy_ids[id(policy)] = found
+            self._keep.append(policy)
+        return found
+
     def _node_times(self, name: str, k: int, policy: Policy, most: int) -> tuple[float, ...]:
         """When the node can first host 1, 2, ... up to ``most`` replicas of ``k`` GPUs."""
-        key = (name, self._version[name], k, policy, most)
+        pid = self._policy_id(policy)
+        key = (name, k, pid, most)
+        version = self._version[name]
         found = self._times.get(key)
-        if found is not None:
-            return found
+        if found is not None and found[0] == version:
+            return found[1]
         at = self.free_at[name]
         topo = self.pool.slots[name].node.topology
         out: list[float] = []
@@ -378,10 +427,10 @@ class Profile:
             if len(out) >= most:
                 break
         times = tuple(out)
-        self._times[key] = times
+        self._times[key] = (version, times)
         if len(self._times) > _MAX_TIMES:
             self._times.clear()
-            self._times[key] = times
+            self._times[key] = (version, times)
         return times
 
 
