@@ -34,6 +34,13 @@ Conventions (docs/simulator.md, "Reading the report"):
   waits (a drain tail with an empty queue does not count as idle GPUs).
 * **Makespan** = last completion - first submission. GPU-hours of attempts still running at the
   end count up to the end.
+* **Expected-start accuracy** judges the first expected start a job was told (``estimate``, told
+  at ``estimated_at``; only policies that tell any) against its first start, over the jobs that
+  started after waiting more than an hour (first start - submission > 3600 s) and were told one
+  before starting. The signed error is ``first start - estimate`` (positive: later than told);
+  the start is *within* when ``|error| <= max(3600, 0.25 * (first start - estimated_at))``: a
+  quarter of the wait that remained when the job was told, or an hour, whichever is larger.
+  Jobs that never started are not judged (their start is unknown).
 """
 
 from __future__ import annotations
@@ -64,6 +71,15 @@ SERIES_POINTS = 2000
 CDF_POINTS = 1000
 #: How many never-started reasons are kept (most frequent first).
 TOP_REASONS = 5
+#: Expected starts are judged for jobs that waited longer than this (s): a short wait's estimate
+#: is right or wrong by minutes nobody plans around.
+ESTIMATE_MIN_WAIT = 3600.0
+#: An expected start is within when off by at most the larger of this (s) ...
+ESTIMATE_SLACK = 3600.0
+#: ... and this share of the wait that remained when the job was told.
+ESTIMATE_SHARE = 0.25
+#: Percentiles of the signed error kept (nearest rank).
+ESTIMATE_PERCENTILES = (10, 25, 50, 75, 90)
 
 _HOUR = 3600.0
 
@@ -253,6 +269,52 @@ class Rho:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class EstimateAccuracy:
+    """How well the first expected start each job was told matched its first start (module
+    docstring); the errors are seconds."""
+
+    estimated: int
+    """Jobs told an expected start at all."""
+    long_waits: int
+    """Jobs that started after waiting more than :data:`ESTIMATE_MIN_WAIT`."""
+    judged: int
+    """Of those, the ones told an expected start before starting (the errors are theirs)."""
+    within: int
+    """Of ``judged``, started within max(:data:`ESTIMATE_SLACK`, :data:`ESTIMATE_SHARE` x the
+    wait remaining when told) of it."""
+    share: float | None
+    """within / judged: how far a told expected start can be trusted."""
+    share_of_long_waits: float | None
+    """within / long_waits: the same counting the long waiters told nothing as misses (a policy
+    that tells only some jobs scores lower here)."""
+    error_percentiles: tuple[tuple[int, float | None], ...]
+    """(p, nearest-rank p-th percentile of the signed error first start - estimate), for each
+    p of :data:`ESTIMATE_PERCENTILES`."""
+    error_cdf: Series
+    """Signed errors and the fraction of judged jobs <= each."""
+
+    def error(self, p: int) -> float | None:
+        """The p-th percentile of the signed error (p one of :data:`ESTIMATE_PERCENTILES`)."""
+        return dict(self.error_percentiles).get(p)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> EstimateAccuracy:
+        """Inverse of ``asdict`` (no estimates when absent: a results.json from before)."""
+        if d is None:
+            return estimate_accuracy(())
+        return cls(
+            int(d["estimated"]),
+            int(d["long_waits"]),
+            int(d["judged"]),
+            int(d["within"]),
+            d["share"],
+            d["share_of_long_waits"],
+            tuple((int(p), v) for p, v in d["error_percentiles"]),
+            Series.from_json(d["error_cdf"]),
+        )
+
+
 @dataclass(frozen=True)
 class Figures:
     """Everything the report shows of one policy's replay (see the module docstring)."""
@@ -306,6 +368,8 @@ class Figures:
     jct_cdf: Series
     """JCT distribution: ``times`` are JCTs (s), ``values`` the fraction of finished jobs <= it."""
     cpu_seconds: float
+    estimates: EstimateAccuracy
+    """Accuracy of the first expected start each job was told."""
 
     def to_json(self) -> dict[str, Any]:
         """A dict of plain JSON types; :meth:`from_json` reads it back."""
@@ -346,6 +410,7 @@ class Figures:
             makespan=d["makespan"],
             jct_cdf=Series.from_json(d["jct_cdf"]),
             cpu_seconds=float(d["cpu_seconds"]),
+            estimates=EstimateAccuracy.from_json(d.get("estimates")),
         )
 
 
@@ -370,6 +435,55 @@ def queueing_delay(job: JobRecord) -> float | None:
     """First start - submission, if it ever started."""
     start = job.first_start
     return None if start is None else start - job.submit
+
+
+def estimate_error(job: JobRecord) -> float | None:
+    """First start - the first expected start the job was told (positive: it started later
+    than told); None when it was told nothing or never started."""
+    start = job.first_start
+    if start is None or job.estimate is None:
+        return None
+    return start - job.estimate
+
+
+def estimate_within(job: JobRecord) -> bool | None:
+    """Whether the job started within max(1 h, 25 % of the wait remaining when told) of its
+    first expected start; None when it was told nothing or never started."""
+    error = estimate_error(job)
+    start = job.first_start
+    if error is None or start is None or job.estimated_at is None:
+        return None
+    return abs(error) <= max(ESTIMATE_SLACK, ESTIMATE_SHARE * (start - job.estimated_at))
+
+
+def estimate_accuracy(jobs: Iterable[JobRecord]) -> EstimateAccuracy:
+    """The accuracy of the first expected starts of ``jobs`` (module docstring)."""
+    estimated = long_waits = within = 0
+    errors: list[float] = []
+    for j in jobs:
+        if j.estimate is not None:
+            estimated += 1
+        delay = queueing_delay(j)
+        if delay is None or delay <= ESTIMATE_MIN_WAIT:
+            continue
+        long_waits += 1
+        error = estimate_error(j)
+        if error is None:
+            continue
+        errors.append(error)
+        if estimate_within(j):
+            within += 1
+    judged = len(errors)
+    return EstimateAccuracy(
+        estimated=estimated,
+        long_waits=long_waits,
+        judged=judged,
+        within=within,
+        share=within / judged if judged else None,
+        share_of_long_waits=within / long_waits if long_waits else None,
+        error_percentiles=tuple((p, nearest_rank(errors, p)) for p in ESTIMATE_PERCENTILES),
+        error_cdf=cdf(errors),
+    )
 
 
 def widths(samples: Sequence[Sample]) -> list[float]:
@@ -538,6 +652,7 @@ def figures(run: RunResult) -> Figures:
         makespan=makespan,
         jct_cdf=cdf(jcts),
         cpu_seconds=run.cpu_seconds,
+        estimates=estimate_accuracy(jobs),
     )
 
 

@@ -15,7 +15,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpusched.simulator.figures import SIZE_BUCKETS, Figures, Series, figures, replay_end
+from gpusched.simulator.figures import (
+    ESTIMATE_MIN_WAIT,
+    ESTIMATE_PERCENTILES,
+    ESTIMATE_SHARE,
+    ESTIMATE_SLACK,
+    SIZE_BUCKETS,
+    Figures,
+    Series,
+    figures,
+    replay_end,
+)
 from gpusched.simulator.model import LINK_ORDER, RunResult
 from gpusched.simulator.whatif import Change, WhatIf, diff_figures
 
@@ -32,6 +42,7 @@ PLOTS: tuple[tuple[str, str], ...] = (
     ("queue_length.png", "Queue length over time"),
     ("tenant_share.png", "Tenant share vs entitlement"),
     ("rho_cdf.png", "Finish-time fairness (CDF)"),
+    ("estimate_error.png", "Expected start error (CDF)"),
 )
 
 DEFINITIONS = (
@@ -65,6 +76,12 @@ DEFINITIONS = (
     "GPU-hours lost to preemption = GPUs * run time of the attempts preemption ended (no "
     "checkpoints: their work is redone); also as % of all GPU-hours run.",
     "Makespan = last completion - first submission.",
+    "Expected starts: of the jobs that started after waiting more than "
+    f"{ESTIMATE_MIN_WAIT / _HOUR:g} h and were told an expected start before, the share that "
+    f"started within max({ESTIMATE_SLACK / _HOUR:g} h, {100 * ESTIMATE_SHARE:g} % of the wait "
+    "remaining when told) of the first one they were told; signed error = first start - that "
+    "expected start (positive: later than told). Only policies that tell expected starts are "
+    "judged; 'of long waits' counts the long waiters told nothing as misses.",
 )
 
 
@@ -294,6 +311,43 @@ def _rho_cdf(figs: Sequence[Figures], path: Path) -> Path | None:
     return _plot(path, draw)
 
 
+def _estimate_error(figs: Sequence[Figures], path: Path) -> Path | None:
+    """The signed error of the first expected start, CDF per policy that told any (x in
+    hours on a symmetric log scale: minutes and weeks on one axis, early and late apart)."""
+    told = [(k, f) for k, f in enumerate(figs) if f.estimates.error_cdf.times]
+    if not told:
+        return None
+
+    def draw(fig: Any) -> None:
+        ax = fig.subplots()
+        for k, f in told:
+            s = f.estimates.error_cdf
+            ax.step(
+                [t / _HOUR for t in s.times],
+                s.values,
+                where="post",
+                color=f"C{k}",
+                label=f"{f.policy} ({f.estimates.judged} jobs)",
+            )
+        ax.axvline(0.0, color="0.3", linestyle=":", linewidth=1)
+        for edge in (-ESTIMATE_SLACK / _HOUR, ESTIMATE_SLACK / _HOUR):
+            ax.axvline(edge, color="0.6", linestyle=":", linewidth=0.8)
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlabel(
+            "first start - first expected start (hours, symmetric log; < 0 earlier than told)"
+        )
+        ax.set_ylabel("fraction of judged jobs")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(
+            f"Expected start error of jobs that waited > {ESTIMATE_MIN_WAIT / _HOUR:g} h "
+            f"(dotted: 0 and +/-{ESTIMATE_SLACK / _HOUR:g} h)"
+        )
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+
+    return _plot(path, draw)
+
+
 def _plotted_tenants(figs: Sequence[Figures]) -> list[str]:
     """The tenants with most GPU-hours over all policies (at most PLOT_TENANTS)."""
     total: dict[str, float] = {}
@@ -327,6 +381,7 @@ def plot(figs: Sequence[Figures], out_dir: Path) -> dict[str, Path]:
         ),
         "tenant_share.png": _tenant_share(figs, out_dir / "tenant_share.png"),
         "rho_cdf.png": _rho_cdf(figs, out_dir / "rho_cdf.png"),
+        "estimate_error.png": _estimate_error(figs, out_dir / "estimate_error.png"),
     }
     return {k: v for k, v in made.items() if v is not None}
 
@@ -501,6 +556,7 @@ def _details(figs: Sequence[Figures]) -> list[str]:
             for f in figs
         ],
     )
+    out += ["", *_expected_starts(figs)]
     out += ["", "## Tenants", ""]
     for f in figs:
         out += [f"**{f.policy}** (Jain {_num(f.jain, 3)})", ""]
@@ -536,6 +592,49 @@ def _details(figs: Sequence[Figures]) -> list[str]:
             ],
         )
         out.append("")
+    return out
+
+
+def _expected_starts(figs: Sequence[Figures]) -> list[str]:
+    """The accuracy of the expected starts, for each policy that told any."""
+    out = ["## Expected starts", ""]
+    told = [f for f in figs if f.estimates.estimated]
+    silent = [f.policy for f in figs if not f.estimates.estimated]
+    if not told:
+        return [*out, "No policy told jobs an expected start."]
+    slack = f"{ESTIMATE_SLACK / _HOUR:g} h"
+    out += [
+        f"Jobs that waited more than {ESTIMATE_MIN_WAIT / _HOUR:g} h: did they start within "
+        f"max({slack}, {100 * ESTIMATE_SHARE:g} % of the wait remaining when told) of the first "
+        "expected start they were told? Signed error = first start - that expected start "
+        "(hours; positive: later than told).",
+        "",
+    ]
+    percentiles = " / ".join(f"p{p}" for p in ESTIMATE_PERCENTILES)
+    out += _table(
+        (
+            "policy",
+            "jobs told",
+            f"waited > {ESTIMATE_MIN_WAIT / _HOUR:g} h",
+            "of them told",
+            "within (% of told; % of long waits)",
+            f"signed error {percentiles} (h)",
+        ),
+        [
+            (
+                f.policy,
+                str(e.estimated),
+                str(e.long_waits),
+                str(e.judged),
+                f"{e.within} ({_pct(e.share)}; {_pct(e.share_of_long_waits)})",
+                " / ".join(_hours(e.error(p)) for p in ESTIMATE_PERCENTILES),
+            )
+            for f in told
+            for e in (f.estimates,)
+        ],
+    )
+    if silent:
+        out += ["", f"No expected starts from: {', '.join(silent)}."]
     return out
 
 

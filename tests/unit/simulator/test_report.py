@@ -13,6 +13,7 @@ from gpusched.simulator.figures import Figures
 from gpusched.simulator.model import RunResult, Sample
 from gpusched.simulator.report import PLOTS, write_report
 from gpusched.simulator.whatif import diff
+from tests.unit.simulator.estimate_testdata import ESTIMATED
 from tests.unit.simulator.sim_testdata import JOBS, SAMPLES, run
 
 H = 3600.0
@@ -20,7 +21,8 @@ COMMAND = "gpusched simulate --trace tiny.csv --cluster one-node --out out"
 
 
 def test_report_writes_every_file_and_embeds_each_plot(tmp_path: Path) -> None:
-    runs = [run("gpusched"), run("kube-default")]
+    # The expected-start plot needs jobs told an expected start that waited over an hour.
+    runs = [run("gpusched", jobs=(*JOBS, *ESTIMATED)), run("kube-default")]
     path = write_report(runs, tmp_path / "out", command=COMMAND, title="Tiny replay")
     assert path == tmp_path / "out" / "report.md"
     out = path.parent

@@ -10,6 +10,7 @@ from gpusched.core.admission import Tenant
 from gpusched.simulator.model import SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, SimPolicy, Start
 from gpusched.simulator.policies.book import NodeRule
+from gpusched.simulator.policies.easy_backfill import EasyBackfillPolicy
 from gpusched.simulator.policies.gpusched import GpuschedPolicy
 from gpusched.simulator.policies.kubedefault import KubeDefaultPolicy
 from gpusched.simulator.policies.kueue import KueueLikePolicy
@@ -24,6 +25,8 @@ POLICIES: Final[dict[str, Build]] = {
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),
     "first-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.FIRST_FIT, seed),
     "random": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.RANDOM, seed),
+    # Oracle run times under the default speed model (the one `gpusched simulate` replays with).
+    "easy-backfill": lambda nodes, tenants, seed: EasyBackfillPolicy(nodes, seed),
 }
 
 

@@ -1,11 +1,11 @@
 """EASY backfill with oracle run times: the Slurm-like baseline for large jobs.
 
 Best fit (``packing.py``) backfills without reservations, so a large job at the head of the queue
-waits until small jobs happen to leave a node empty: it can starve. EASY backfill (Lifka 1995,
-Slurm's ``sched/backfill``) fixes that with one reservation. This policy is EASY in its classic
-form, with the *oracle* run times that make it the best case of the method (real clusters only
-have user estimates or predictions, as gpusched has), so the comparison with gpusched's
-predicted reservations is against what reservations can achieve at best.
+waits until small jobs happen to leave a node empty: it can starve. EASY backfill (Lifka 1995;
+Slurm's backfill scheduler generalises it to many reservations) fixes that with one
+reservation. This policy is EASY in its classic form, with the *oracle* run times that make it
+the best case of the method (real clusters only have user estimates or predictions, as gpusched
+has), so gpusched's predicted reservations are compared with what reservations can do at best.
 
 Semantics (one pass, at every decision):
 
@@ -33,21 +33,25 @@ well-wired set) times the speed model's slowdown of the placement it gets: ``spe
 speed(measured_on, gpus)`` (1.0 for one GPU), ``link`` the worst link of its GPUs
 (:func:`gpusched.simulator.engine.worst_link`). This policy computes exactly that, with the same
 expression the engine uses, so its ends are the replay's to the bit when both use the same speed
-model: :data:`gpusched.simulator.speed.DEFAULT`, which ``gpusched simulate`` uses unless
-``--speed-model none`` (the registry cannot pass the replay's model to a policy; under ``none``
-or on openb, where the engine charges no slowdown, the oracle still holds for every 1-GPU job and
-for jobs placed on the link they were measured on, and is off by the speed factor otherwise).
-A job that runs past its oracle end is expected to end at once; one that ends before it frees
-its GPUs then, and the next decision plans from there.
+model: :data:`gpusched.simulator.speed.DEFAULT`, which ``gpusched simulate`` uses for Philly and
+trace files unless ``--speed-model none``. On openb the engine charges no slowdown, and the oracle
+agrees: its count-only nodes' link is the one the durations were measured on (factor 1). Under
+``--speed-model none`` (the registry cannot pass the replay's model to a policy) the oracle is
+off by the speed factor for multi-GPU jobs placed on another link than they were measured on. A
+job that runs past its oracle end is expected to end at once; one that ends before it frees its
+GPUs then, and the next decision plans from there. The policy asks the engine to wake it at the
+shadow time (:attr:`Decisions.wake_at`), which matters only when ends are not exact.
 
 With exact ends the reservation never moves: every job that got an expected start (the head's
 shadow time, told once in :attr:`Decisions.estimates`) starts exactly then.
 
-**Cost.** A pass decides the whole queue only when GPUs were freed (or the shadow time was
-reached); between completions only new arrivals are looked at, against the standing reservation
-(GPUs only got fewer and the clock later, so every job that waited still waits). Within a pass a
-shape (replicas, GPUs per replica, model) that does not fit now is not tried again, nor, among
-jobs that would end after the shadow time, one that does not fit in the extra GPUs.
+**Cost.** Every decision looks at the whole queue again (the oracle end depends on the
+placement, and a gang can end sooner on fewer free GPUs that force it onto one node, so a job
+that had to wait may start without anything ending). Within a pass, a shape (replicas, GPUs per
+replica, model) that does not fit now is not tried again, nor, among jobs that cannot end by the
+shadow time on any set, one that does not fit in the extra GPUs; once the reservation is made
+and no GPU is free, the pass stops. The whole Philly trace replays in about the time best fit
+takes.
 """
 
 from __future__ import annotations
@@ -105,12 +109,14 @@ class _Running:
     """Its entry in the policy's list of ends."""
 
 
-#: Why a job waited, as stored per job (formatted only when asked): (what, head job, shadow).
-Wait = tuple[str, str, float]
+#: Why a job waited behind the reservation or held it, stored per job and formatted only when
+#: asked: (what, the reserved job, its shadow time, the pass). A job with no entry of the pass
+#: asked about waited because no node had room for it (most of the queue: nothing is stored).
+Wait = tuple[str, str, float, int]
 _NO_FIT: Final = "no-fit"
 _RESERVED: Final = "reserved"
 _DELAYS: Final = "delays"
-_NO_FIT_WAIT: Final[Wait] = (_NO_FIT, "", 0.0)
+_NO_FIT_WAIT: Final[Wait] = (_NO_FIT, "", 0.0, 0)
 
 
 class EasyBackfillPolicy:
@@ -136,10 +142,9 @@ class EasyBackfillPolicy:
         self.nodes = {n.name: n for n in nodes}
         self.capacity = {name: len(slot.free) for name, slot in self.book.slots.items()}
         """Placeable GPUs per node (the empty cluster)."""
-        self.queue: dict[str, TraceJob] = {}
-        """Waiting jobs in submission order (dicts keep insertion order)."""
-        self.new: list[str] = []
-        self.freed = False
+        self.queue: dict[str, tuple[TraceJob, Shape, float]] = {}
+        """Waiting jobs in submission order (dicts keep insertion order), with their shape and
+        their shortest run time on any set (:meth:`least_run`)."""
         self.running: dict[str, _Running] = {}
         self.ends: list[tuple[float, int, str]] = []
         """(oracle end, sequence, job) of running jobs, ascending."""
@@ -147,21 +152,21 @@ class EasyBackfillPolicy:
         self.reservation: Reservation | None = None
         self.told: set[str] = set()
         self.waits: dict[str, Wait] = {}
-        """Why each waiting job waited in the last pass that looked at it."""
+        """Why a job waited behind the reservation, or held it (see :data:`Wait`)."""
+        self.passes = 0
         self._possible: dict[Shape, bool] = {}
 
     # --- events ----------------------------------------------------------------------------
 
     def submit(self, job: TraceJob, now: float) -> None:
-        self.queue[job.id] = job
-        self.new.append(job.id)
+        shape = (job.replicas, job.gpus_per_replica, job.gpu_model)
+        self.queue[job.id] = (job, shape, self.least_run(job))
 
     def finished(self, job: str, now: float) -> None:
         done = self.running.pop(job)
         for placed in done.placed:
             self.book.give_back(placed)
         del self.ends[bisect_left(self.ends, done.key)]
-        self.freed = True
 
     # --- oracle ----------------------------------------------------------------------------
 
@@ -178,79 +183,75 @@ class EasyBackfillPolicy:
             slowdown = factor / measured
         return now + job.duration * slowdown
 
-    def _earliest_end(self, job: TraceJob, now: float) -> float:
-        """A lower bound of :meth:`oracle_end` over every placement (the best link)."""
+    def least_run(self, job: TraceJob) -> float:
+        """The shortest run time ``job`` has on any set (the best link): ``now`` plus it bounds
+        :meth:`oracle_end` from below without placing the job."""
         if not math.isfinite(job.duration):
             return math.inf
         if self.speed is None or job.gpus <= 1:
-            return now + job.duration
+            return job.duration
         measured = self.speed(job.measured_on, job.gpus) if job.measured_on else 1.0
-        return now + job.duration * (self.speed(Link.NVLINK, job.gpus) / measured)
+        return job.duration * (self.speed(Link.NVLINK, job.gpus) / measured)
 
     # --- the pass --------------------------------------------------------------------------
 
     def schedule(self, now: float) -> Decisions:
-        res = self.reservation
-        full = self.freed or res is None or now >= res.shadow
-        order = list(self.queue) if full else self.new
-        self.new = []
-        self.freed = False
-        if full:
-            res = None
+        self.passes += 1
+        res: Reservation | None = None
+        delays: Wait = _NO_FIT_WAIT
         starts: list[Start] = []
         estimates: list[tuple[str, float]] = []
         no_fit: set[Shape] = set()
         no_extra: set[Shape] = set()
         unreservable: set[Shape] = set()
-        for job_id in order:
-            job = self.queue.get(job_id)
-            if job is None:
-                continue
-            shape = (job.replicas, job.gpus_per_replica, job.gpu_model)
+        free = sum(len(slot.free) for slot in self.book.slots.values())
+        for job_id, (job, shape, least) in self.queue.items():
+            if res is not None and not free:
+                break  # nothing later can start; absent from ``waits``: no node had room
             if shape in no_fit:
-                self.waits[job_id] = _NO_FIT_WAIT
                 continue
-            if res is not None and shape in no_extra and self._earliest_end(job, now) > res.shadow:
+            if res is not None and shape in no_extra and now + least > res.shadow:
                 # Its shape fits only where the reservation needs the GPUs, and on no set does
                 # it end by the shadow time: no need to place it.
-                self.waits[job_id] = (_DELAYS, res.job, res.shadow)
+                self.waits[job_id] = delays
                 continue
             placed = self.book.place_gang(job)
             if placed is None:
                 no_fit.add(shape)
                 if res is None and shape not in unreservable:
                     res = self._reserve(job, now)
-                    if res is not None:
-                        self.waits[job_id] = (_RESERVED, job_id, res.shadow)
-                        if job_id not in self.told:
-                            self.told.add(job_id)
-                            estimates.append((job_id, res.shadow))
+                    if res is None:
+                        unreservable.add(shape)
                         continue
-                    unreservable.add(shape)
-                self.waits[job_id] = _NO_FIT_WAIT
+                    delays = (_DELAYS, job_id, res.shadow, self.passes)
+                    self.waits[job_id] = (_RESERVED, job_id, res.shadow, self.passes)
+                    if job_id not in self.told:
+                        self.told.add(job_id)
+                        estimates.append((job_id, res.shadow))
                 continue
-            if res is not None:
-                end = self.oracle_end(job, placed, now)
-                if end > res.shadow:
-                    inside = self._place_within(job, res.extra)
-                    if inside is None:
-                        no_extra.add(shape)
-                        self.waits[job_id] = (_DELAYS, res.job, res.shadow)
-                        continue
-                    placed = inside
-                    for p in placed:
-                        if p.node in res.extra:
-                            res.extra[p.node] -= len(p.gpus)
+            if res is not None and self.oracle_end(job, placed, now) > res.shadow:
+                inside = self._place_within(job, res.extra)
+                if inside is None:
+                    no_extra.add(shape)
+                    self.waits[job_id] = delays
+                    continue
+                placed = inside
+                for p in placed:
+                    if p.node in res.extra:
+                        res.extra[p.node] -= len(p.gpus)
             self._start(job, placed, now)
+            free -= job.gpus
             starts.append(Start(job_id, placed))
+        for start in starts:
+            del self.queue[start.job]
         self.reservation = res
         wake = res.shadow if res is not None and now < res.shadow < math.inf else None
         return Decisions(starts=tuple(starts), estimates=tuple(estimates), wake_at=wake)
 
     def _start(self, job: TraceJob, placed: tuple[Placed, ...], now: float) -> None:
+        """Take the GPUs and note the oracle end (the caller removes it from the queue)."""
         for p in placed:
             self.book.take(p)
-        del self.queue[job.id]
         self.seq += 1
         key = (self.oracle_end(job, placed, now), self.seq, job.id)
         insort(self.ends, key)
@@ -342,18 +343,25 @@ class EasyBackfillPolicy:
         found = self.queue.get(job)
         if found is None:
             return None
-        why = self.waits.get(job, _NO_FIT_WAIT)
-        return _format(why, found.replicas, found.gpus_per_replica)
+        job_spec = found[0]
+        return _format(
+            self._wait_in(job, self.passes), job_spec.replicas, job_spec.gpus_per_replica
+        )
 
     def last_wait(self, job: str) -> str | None:
-        # Asked just after its start; the job is running then.
-        why = self.waits.pop(job, None)
-        if why is None:
-            return None
+        # Asked just after the pass that started it: it waited in the pass before (every pass
+        # looks at every waiting job).
         running = self.running.get(job)
         if running is None:
             return None
+        why = self._wait_in(job, self.passes - 1)
+        self.waits.pop(job, None)
         return _format(why, len(running.placed), len(running.placed[0].gpus))
+
+    def _wait_in(self, job: str, when: int) -> Wait:
+        """Why ``job`` waited in pass ``when``."""
+        why = self.waits.get(job)
+        return why if why is not None and why[3] == when else _NO_FIT_WAIT
 
 
 def _format(why: Wait, replicas: int, gpus: int) -> str:
