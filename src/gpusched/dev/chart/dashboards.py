@@ -407,6 +407,65 @@ TENANTS: Final = Dashboard(
             ),
         ),
         Row(
+            "Reservations and expected starts",
+            (
+                Panel(
+                    "Reservations held",
+                    "Waiting jobs holding GPUs reserved for them (the head of each tenant's "
+                    "blocked jobs, usually a large gang).",
+                    "timeseries",
+                    "short",
+                    (
+                        Query(
+                            f"max by (tenant) (gpusched_reservations{{{_TENANT}}})",
+                            "{{tenant}}",
+                        ),
+                    ),
+                    width=8,
+                    core=True,
+                    stacked=True,
+                ),
+                Panel(
+                    "GPUs idle because reserved",
+                    "Free GPUs kept for reservations: the price of starting large gangs on "
+                    "time (jobs expected to end before a reservation starts may still use them).",
+                    "timeseries",
+                    "short",
+                    (
+                        Query(
+                            f"max by (tenant) (gpusched_reserved_idle_gpus{{{_TENANT}}})",
+                            "{{tenant}}",
+                        ),
+                    ),
+                    width=8,
+                    core=True,
+                    stacked=True,
+                ),
+                Panel(
+                    "Expected-start error p50 / p90",
+                    "How far jobs admitted recently started from the first expected start they "
+                    "were given, late and early.",
+                    "timeseries",
+                    "s",
+                    (
+                        Query(
+                            "histogram_quantile(0.5, sum by (direction, le) "
+                            "(rate(gpusched_expected_start_error_seconds_bucket"
+                            "[$__rate_interval])))",
+                            "p50 {{direction}}",
+                        ),
+                        Query(
+                            "histogram_quantile(0.9, sum by (direction, le) "
+                            "(rate(gpusched_expected_start_error_seconds_bucket"
+                            "[$__rate_interval])))",
+                            "p90 {{direction}}",
+                        ),
+                    ),
+                    width=8,
+                ),
+            ),
+        ),
+        Row(
             "Consumption, admission and preemption",
             (
                 Panel(
