@@ -78,6 +78,7 @@ class OperatorProcess:
                 f"--metrics-port={self.metrics_port}",
                 "--resync=1",
                 f"--pods-ready-timeout={pods_ready_timeout}",
+                "--reservations-per-tenant=1",
                 f"--backoff-base={backoff_base}",
                 f"--node-selector={POOL_LABEL}={POOL}",
             ],

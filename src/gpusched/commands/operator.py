@@ -100,6 +100,14 @@ def _labels(value: str) -> dict[str, str]:
     "(reservations' starts are worked out every cycle).",
 )
 @click.option(
+    "--reservations-per-tenant",
+    type=click.IntRange(min=0, max=16),
+    default=0,
+    show_default=True,
+    help="Blocked jobs per tenant that hold GPUs reserved where they fit soonest, with "
+    "backfill of jobs that end before (0: none; docs/quotas.md).",
+)
+@click.option(
     "--runtime-history",
     default="gpusched-runtime-history",
     show_default=True,
@@ -123,6 +131,7 @@ def operator(
     record_delay: float,
     max_node_rejections: int,
     forecast_interval: float,
+    reservations_per_tenant: int,
     runtime_history: str,
     verbose: bool,
 ) -> None:
@@ -147,6 +156,7 @@ def operator(
                 record_delay=record_delay,
                 max_node_rejections=max_node_rejections,
                 forecast_interval=forecast_interval,
+                reservations_per_tenant=reservations_per_tenant,
             ),
             metrics_port=metrics_port,
             resync=resync,

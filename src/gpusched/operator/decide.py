@@ -65,6 +65,8 @@ class OperatorConfig:
     forecast_interval: float = 60.0
     """Least seconds between two forecasts of every waiting job's expected start (a forward
     replay of the queue; reservations' starts are worked out every cycle)."""
+    reservations_per_tenant: int = 0
+    """Blocked jobs per tenant holding a reservation (0: none; see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""
 
@@ -254,7 +256,10 @@ def decide(
         world.quotas,
         nodes.nodes(world.nodes, world.topologies, busy_gpus),
         now,
-        CycleConfig(max_preemption_searches=config.max_preemption_searches),
+        CycleConfig(
+            max_preemption_searches=config.max_preemption_searches,
+            reservations_per_tenant=config.reservations_per_tenant,
+        ),
     )
     t2 = time.perf_counter()
     cycle = Cycle(snapshot)

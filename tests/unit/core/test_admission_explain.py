@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
-from gpusched.core.admission import Snapshot, Tenant
+from gpusched.core.admission import CycleConfig, Snapshot, Tenant
 from gpusched.core.admission.explain import explain
 from tests.unit.core.admission_testdata import job, node
 
@@ -90,7 +90,8 @@ def test_waiting_job_gets_its_expected_start_and_a_change_that_starts_it_sooner(
         job("a/forever", "a", 8, running_on=[("b", tuple(range(8)))]),
         job("a/j", "a", 8, submitted=1, expected_runtime=600.0),
     ]
-    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), tuple(nodes)), "a/j")
+    on = CycleConfig(reservations_per_tenant=1)
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), tuple(nodes), config=on), "a/j")
     assert e.decision == "waiting"
     assert e.expected_start == NOW + 7200
     assert e.reservation is not None

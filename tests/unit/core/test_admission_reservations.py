@@ -36,12 +36,17 @@ def queued(key: str, tenant: str, gpus: int, runtime: float | None, **kwargs: ob
     return job(key, tenant, gpus, expected_runtime=runtime, **kwargs)
 
 
+#: The setting reservations are built for (off by default).
+ON = CycleConfig(reservations_per_tenant=1)
+
+
 def snapshot(*jobs: Job, now: float = 0.0, tenants: tuple[Tenant, ...] | None = None) -> Snapshot:
     return Snapshot(
         now=now,
         tenants=tenants or (Tenant("t", guaranteed=32),),
         jobs=jobs,
         nodes=(node("a"), node("b")),
+        config=ON,
     )
 
 
@@ -193,6 +198,7 @@ def _carried(hint: bool) -> Snapshot:
             gang,
         ),
         nodes=(node("a"), node("b")),
+        config=ON,
     )
 
 
@@ -219,6 +225,7 @@ def test_a_job_decided_later_does_not_preempt_its_way_onto_reserved_gpus() -> No
                 queued("t2/high", "t2", 8, None, submitted=2.0, priority=1),
             ),
             nodes=(node("a"), node("b")),
+            config=ON,
         )
     )
     assert not result.admissions
@@ -254,6 +261,7 @@ def test_gpus_a_dropped_reservation_held_stay_reserved_for_the_next_one_claiming
                 queued("u/small", "u", 1, None, submitted=3.0),
             ),
             nodes=(node("a"), node("b")),
+            config=ON,
         )
     )
     assert not result.admissions
@@ -288,6 +296,7 @@ def test_a_tenant_past_its_entitlement_gets_no_reservation() -> None:
                 queued("b/big", "b", 6, 100.0, submitted=2.0),
             ),
             nodes=(node("a"), node("b")),
+            config=ON,
         )
     )
     assert [r.job for r in result.reservations] == ["b/big"]
@@ -303,8 +312,9 @@ def test_a_tenant_past_its_entitlement_gets_no_reservation() -> None:
                     queued("a/big", "a", 8, 100.0, submitted=1.0),
                 ),
                 nodes=(node("a"), node("b")),
+                config=ON,
             ),
-            config=CycleConfig(reserve_beyond_entitlement=True),
+            config=CycleConfig(reservations_per_tenant=1, reserve_beyond_entitlement=True),
         )
     )
     assert [r.job for r in beyond.reservations] == ["a/big"]
@@ -359,6 +369,7 @@ def test_expected_starts_follow_predicted_ends_in_queue_order() -> None:
                 queued("t/C", "t", 4, 30.0, submitted=3.0),
             ),
             nodes=(node("a"),),
+            config=ON,
         )
     )
     cycle.run()
@@ -378,6 +389,7 @@ def test_expected_start_waits_for_the_tenants_borrowing_limit() -> None:
                 queued("t/q", "t", 4, 60.0, submitted=1.0),
             ),
             nodes=(node("a"), node("b")),
+            config=ON,
         )
     )
     result = cycle.run()

@@ -258,9 +258,11 @@ class CycleConfig:
     decisions_only: bool = False
     """Return the admissions only: no waiting records, no tenant usage. Decisions are the same;
     a replay that asks thousands of cycles over long queues only needs what starts."""
-    reservations_per_tenant: int = 1
+    reservations_per_tenant: int = 0
     """Blocked jobs per tenant that get a reservation: the first in the tenant's queue order
-    that only GPUs stand in the way of (0: no reservations, no backfill rule)."""
+    that only GPUs stand in the way of (0: no reservations, no backfill rule). Off by default:
+    on the Philly replay reservations with predicted run times lengthen large jobs' waits
+    (docs/benchmarks.md); 1 is the setting they are built and tested for."""
     max_reservations: int = 64
     """Reservations in the whole cluster at once (bounds the GPUs held idle and the cycle's
     work on clusters with many tenants)."""

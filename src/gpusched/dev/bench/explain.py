@@ -4,7 +4,7 @@ Over the admission benchmark's busy cluster (default 1,000 nodes, 50 tenants, 10
 jobs), with predicted ends for running jobs and predicted run times for queued ones, each trial
 times, side by side on the same snapshot:
 
-* the admission cycle alone (what every operator cycle does; reservations included);
+* the admission cycle alone (what every operator cycle does), with one reservation per tenant;
 * the cycle plus the forecast of every waiting job's expected start (what the operator does once
   per ``--forecast-interval``, and what it then writes into the jobs' status);
 * ``explain`` of one waiting job drawn at random: the cycle, the forecast and the
@@ -22,11 +22,12 @@ import json
 import platform
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 import click
 
-from gpusched.core.admission import Cycle
+from gpusched.core.admission import Cycle, CycleConfig
 from gpusched.core.admission.explain import explain
 from gpusched.dev.bench.admission import Workload, _percentile, build_snapshot
 
@@ -41,6 +42,7 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     for trial in range(trials):
         snapshot = build_snapshot(workload, seed + trial)
+        snapshot = replace(snapshot, config=CycleConfig(reservations_per_tenant=1))
         gc.collect()
         gc.disable()
         try:

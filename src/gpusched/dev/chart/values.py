@@ -337,6 +337,10 @@ class Operator(Placement):
     """Times in a row a node's kubelet may refuse to admit a job's pod (no container ran, e.g.
     after a kubelet restart) before the job fails; each refusal requeues the gang with backoff
     (0: never fails)."""
+    reservationsPerTenant: int = Field(0, ge=0, le=16)
+    """Blocked jobs per tenant that hold GPUs reserved where they fit soonest, with backfill of
+    jobs expected to end before (0: none). Off by default: see docs/quotas.md and the Philly
+    figures in docs/benchmarks.md before turning it on."""
     forecastInterval: float = Field(60.0, gt=0, le=3600)
     """Least seconds between two forecasts of every waiting job's expected start (a forward
     replay of the queue); reservations' starts are worked out every cycle."""

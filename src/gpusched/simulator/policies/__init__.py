@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from gpusched.core.admission import Tenant
+from gpusched.core.admission import CycleConfig, Tenant
 from gpusched.simulator.model import SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, SimPolicy, Start
 from gpusched.simulator.policies.book import NodeRule
@@ -20,6 +20,10 @@ Build = Callable[[Sequence[SimNode], Sequence[Tenant], int], SimPolicy]
 
 POLICIES: Final[dict[str, Build]] = {
     "gpusched": lambda nodes, tenants, seed: GpuschedPolicy(nodes, tenants),
+    # The same with one reservation per tenant (--reservations-per-tenant=1).
+    "gpusched-reservations": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, CycleConfig(reservations_per_tenant=1)
+    ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),
