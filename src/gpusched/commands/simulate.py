@@ -28,7 +28,7 @@ PHILLY_NODES = (
     "pcie-8x-rtx4090-2socket-allsys-2nic=24"
 )
 DEFAULT_POLICIES = {
-    "philly": "gpusched,kube-default,kueue-like,best-fit",
+    "philly": "gpusched,kube-default,kueue-like,best-fit,easy-backfill",
     "openb": "gpusched,best-fit,first-fit,random,kube-default",
     "file": "gpusched,kube-default,kueue-like,best-fit",
 }
