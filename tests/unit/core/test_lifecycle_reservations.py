@@ -17,6 +17,7 @@ from gpusched.core.admission import (
     WaitReason,
 )
 from gpusched.core.lifecycle import (
+    Action,
     DeletePod,
     Event,
     JobContext,
@@ -86,7 +87,7 @@ def _waiting(expected: float | None) -> Waiting:
     return Waiting("ns/train", "t", WaitReason.WAITING_FOR_CAPACITY, "needs 8 GPUs", 1, expected)
 
 
-def _plan(facts: JobFacts, reservation: Reservation | None, expected: float | None) -> list:  # type: ignore[type-arg]
+def _plan(facts: JobFacts, reservation: Reservation | None, expected: float | None) -> list[Action]:
     settled = {facts.key: settle(facts, OK, NOW, CONFIG)}
     result = CycleResult(
         admissions=(),

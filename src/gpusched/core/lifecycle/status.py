@@ -20,7 +20,13 @@ from gpusched.api.gpujob import (
     ReservedGpus,
 )
 from gpusched.api.meta import Condition, ConditionStatus
-from gpusched.core.admission import Admission, Preemption, Reservation, WaitReason
+from gpusched.core.admission import (
+    Admission,
+    Preemption,
+    ReplicaPlan,
+    Reservation,
+    WaitReason,
+)
 from gpusched.core.lifecycle.facts import JobFacts, PodFacts
 from gpusched.core.placement import SCOPES, scope_rank
 
@@ -250,16 +256,7 @@ def admitted(
     The admission number follows both the status's and ``after`` (the highest admission of a
     pod the job still has): pods of an admission that was carried out but never written keep
     their names until they are gone, and the new admission's pods must not collide with them."""
-    placement = [
-        ReplicaPlacement(
-            replica=p.replica,
-            node=p.node,
-            gpu_indices=[] if p.node in counts_only else list(p.gpus),
-            topology_class=p.topology_class.value,
-            score=round(p.score, 2),
-        )
-        for p in admission.placement
-    ]
+    placement = replica_placements(admission.placement, counts_only)
     worst = max(admission.placement, key=lambda p: scope_rank(p.topology_class))
     t.set(
         phase=JobPhase.ADMITTED,
@@ -463,15 +460,22 @@ def reserved_gpus(reservation: Reservation, counts_only: Collection[str] = ()) -
     """A core reservation as the job's status shows it."""
     return ReservedGpus(
         start=datetime.fromtimestamp(reservation.start, UTC).replace(microsecond=0),
-        placement=[
-            ReplicaPlacement(
-                replica=p.replica,
-                node=p.node,
-                gpu_indices=[] if p.node in counts_only else list(p.gpus),
-                topology_class=p.topology_class.value,
-                score=round(p.score, 2),
-            )
-            for p in reservation.placement
-        ],
+        placement=replica_placements(reservation.placement, counts_only),
         idle_gpus=reservation.idle_gpus,
     )
+
+
+def replica_placements(
+    plans: Sequence[ReplicaPlan], counts_only: Collection[str] = ()
+) -> list[ReplicaPlacement]:
+    """The core's replica plans as a status shows them (no GPU indices on count-only nodes)."""
+    return [
+        ReplicaPlacement(
+            replica=p.replica,
+            node=p.node,
+            gpu_indices=[] if p.node in counts_only else list(p.gpus),
+            topology_class=p.topology_class.value,
+            score=round(p.score, 2),
+        )
+        for p in plans
+    ]
