@@ -22,7 +22,7 @@ KIND = JobKind("team-a", "team-a-ns", "bert-ft", 8)
 def namespace(kube: Any) -> Iterator[str]:
     name = f"runtimes-{int(time.time() * 1000) % 10**8}"
     core = client.CoreV1Api(kube)
-    core.create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name, grace_period_seconds=0)
 

@@ -130,10 +130,7 @@ async def serve(options: RunOptions, stop: asyncio.Event) -> None:
         else None
     )
     store = Store()
-    runtimes = RuntimeBook(client, options.lease_namespace, options.runtime_history or DEFAULT_NAME)
-    if options.runtime_history is None:
-        runtimes.loaded = True  # nothing to read; saves are skipped below
-        runtimes.save_interval = float("inf")
+    runtimes = RuntimeBook(client, options.lease_namespace, options.runtime_history)
     loop = AdmissionLoop(
         api,
         store,

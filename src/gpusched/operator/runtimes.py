@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import datetime
 from typing import Any, Final
 
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
@@ -53,13 +52,14 @@ class RuntimeBook:
         self,
         api: AsyncApi,
         namespace: str,
-        name: str = DEFAULT_NAME,
+        name: str | None = DEFAULT_NAME,
         *,
         save_interval: float = 60.0,
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
+        """The ConfigMap's name; None: the history is kept in memory only."""
         self.save_interval = save_interval
         self.history = RuntimeHistory()
         self.loaded = False
@@ -76,6 +76,9 @@ class RuntimeBook:
     async def load(self) -> None:
         """Read the persisted history (an empty one when there is none or it cannot be read:
         predictions start over rather than the operator not starting)."""
+        if self.name is None:
+            self.loaded = True
+            return
         try:
             found = await self.api.request("GET", self.path)
         except ApiError as err:
@@ -119,13 +122,17 @@ class RuntimeBook:
             self._recorded.pop(next(iter(self._recorded)))
 
     def due(self) -> bool:
-        return self._dirty and time.monotonic() - self._saved_at >= self.save_interval
+        return (
+            self.name is not None
+            and self._dirty
+            and time.monotonic() - self._saved_at >= self.save_interval
+        )
 
-    async def save(self, now: datetime | None = None) -> bool:
+    async def save(self) -> bool:
         """Write the history if it changed; True when written. Conditional on the version
         read or last written; on a conflict the next save starts from a fresh read of the
         version (this history wins: only the leader records)."""
-        if not self._dirty:
+        if not self._dirty or self.name is None:
             return False
         body: dict[str, Any] = {
             "apiVersion": "v1",

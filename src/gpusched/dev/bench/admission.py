@@ -77,6 +77,11 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def percentile_ms(values: list[float], q: float) -> float:
+    """The ``q`` percentile of ``values`` (seconds) in milliseconds, to 0.1 ms."""
+    return round(_percentile(values, q) * 1000, 1)
+
+
 def _prepared(kind: str, name: str, model: str) -> PreparedNode:
     if kind == "nvswitch":
         return prepare(replace(parse_topo_matrix(_nvswitch_matrix()), node_name=name))
@@ -230,9 +235,6 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         preempted.append(len(result.preemptions))
         searches.append(result.preemption_searches)
 
-    def ms(values: list[float], q: float) -> float:
-        return round(_percentile(values, q) * 1000, 1)
-
     return {
         "nodes": workload.nodes,
         "gpus": workload.nodes * 8,
@@ -240,13 +242,13 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         "queued_jobs": workload.queued,
         "running_jobs_fill": workload.fill,
         "trials": trials,
-        "cycle_p50_ms": ms(warm, 0.5),
-        "cycle_p99_ms": ms(warm, 0.99),
-        "cycle_cpu_p50_ms": ms(warm_cpu, 0.5),
-        "cycle_cpu_p99_ms": ms(warm_cpu, 0.99),
-        "cycle_cold_p50_ms": ms(cold, 0.5),
-        "cycle_cold_p99_ms": ms(cold, 0.99),
-        "snapshot_build_p50_ms": ms(builds, 0.5),
+        "cycle_p50_ms": percentile_ms(warm, 0.5),
+        "cycle_p99_ms": percentile_ms(warm, 0.99),
+        "cycle_cpu_p50_ms": percentile_ms(warm_cpu, 0.5),
+        "cycle_cpu_p99_ms": percentile_ms(warm_cpu, 0.99),
+        "cycle_cold_p50_ms": percentile_ms(cold, 0.5),
+        "cycle_cold_p99_ms": percentile_ms(cold, 0.99),
+        "snapshot_build_p50_ms": percentile_ms(builds, 0.5),
         "admissions_per_cycle": round(statistics.mean(admitted), 1),
         "preemptions_per_cycle": round(statistics.mean(preempted), 1),
         "preemption_searches_per_cycle": round(statistics.mean(searches), 1),

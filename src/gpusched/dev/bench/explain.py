@@ -29,7 +29,7 @@ import click
 
 from gpusched.core.admission import Cycle, CycleConfig
 from gpusched.core.admission.explain import explain
-from gpusched.dev.bench.admission import Workload, _percentile, build_snapshot
+from gpusched.dev.bench.admission import Workload, build_snapshot, percentile_ms
 
 
 def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
@@ -65,20 +65,17 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         known.append(sum(1 for v in forecast.values() if v is not None) / max(1, len(forecast)))
         counterfactuals += answer.counterfactual is not None
 
-    def ms(values: list[float], q: float) -> float:
-        return round(_percentile(values, q) * 1000, 1)
-
     return {
         "nodes": workload.nodes,
         "tenants": workload.tenants,
         "queued_jobs": workload.queued,
         "trials": trials,
-        "cycle_p50_ms": ms(cycle_s, 0.5),
-        "cycle_p99_ms": ms(cycle_s, 0.99),
-        "cycle_and_forecast_p50_ms": ms(forecast_s, 0.5),
-        "cycle_and_forecast_p99_ms": ms(forecast_s, 0.99),
-        "explain_p50_ms": ms(explain_s, 0.5),
-        "explain_p99_ms": ms(explain_s, 0.99),
+        "cycle_p50_ms": percentile_ms(cycle_s, 0.5),
+        "cycle_p99_ms": percentile_ms(cycle_s, 0.99),
+        "cycle_and_forecast_p50_ms": percentile_ms(forecast_s, 0.5),
+        "cycle_and_forecast_p99_ms": percentile_ms(forecast_s, 0.99),
+        "explain_p50_ms": percentile_ms(explain_s, 0.5),
+        "explain_p99_ms": percentile_ms(explain_s, 0.99),
         "reservations_per_cycle": round(sum(reservations) / len(reservations), 1),
         "share_with_expected_start": round(sum(known) / len(known), 3),
         "explains_with_counterfactual": counterfactuals,

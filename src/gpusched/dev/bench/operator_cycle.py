@@ -31,8 +31,8 @@ from gpusched.core.admission import Job, JobState, Snapshot
 from gpusched.dev.bench.admission import (
     Workload,
     _nvswitch_matrix,
-    _percentile,
     build_snapshot,
+    percentile_ms,
 )
 from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
@@ -266,24 +266,21 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         decide(world, {}, config, reader, memo=memo)
         one_changed.append(time.perf_counter() - started)
 
-    def ms(values: list[float], q: float) -> float:
-        return round(_percentile(values, q) * 1000, 1)
-
     return {
         "nodes": workload.nodes,
         "tenants": workload.tenants,
         "queued_jobs": workload.queued,
         "jobs_in_store": len(world.jobs),
         "trials": trials,
-        "cold_p50_ms": ms(cold, 0.5),
-        "cold_p99_ms": ms(cold, 0.99),
-        "steady_p50_ms": ms(steady, 0.5),
-        "steady_p99_ms": ms(steady, 0.99),
-        "steady_cpu_p50_ms": ms(steady_cpu, 0.5),
-        "steady_cpu_p99_ms": ms(steady_cpu, 0.99),
-        "one_job_changed_p50_ms": ms(one_changed, 0.5),
-        "one_job_changed_p99_ms": ms(one_changed, 0.99),
-        "steady_stages_p50_ms": {k: ms(v, 0.5) for k, v in stages.items()},
+        "cold_p50_ms": percentile_ms(cold, 0.5),
+        "cold_p99_ms": percentile_ms(cold, 0.99),
+        "steady_p50_ms": percentile_ms(steady, 0.5),
+        "steady_p99_ms": percentile_ms(steady, 0.99),
+        "steady_cpu_p50_ms": percentile_ms(steady_cpu, 0.5),
+        "steady_cpu_p99_ms": percentile_ms(steady_cpu, 0.99),
+        "one_job_changed_p50_ms": percentile_ms(one_changed, 0.5),
+        "one_job_changed_p99_ms": percentile_ms(one_changed, 0.99),
+        "steady_stages_p50_ms": {k: percentile_ms(v, 0.5) for k, v in stages.items()},
         "admissions_per_cycle": round(sum(admissions) / max(1, len(admissions)), 1),
     }
 
