@@ -197,6 +197,21 @@ def _wait_healthy(node: KubeletNode, timeout: float = 120.0) -> None:
     raise ClusterError(f"kubelet {node.name} not healthy after {timeout:.0f}s")
 
 
+def _wait_registered(node: KubeletNode, timeout: float = 120.0) -> None:
+    from kubernetes import client  # optional dependency, as in LocalCluster.api_client
+
+    core = client.CoreV1Api(node.cluster.api_client())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_running(node.kubelet):
+            log = Path(node.kubelet.log).read_text(errors="replace")[-3000:]
+            raise ClusterError(f"kubelet {node.name} exited before registering:\n{log}")
+        if core.list_node(field_selector=f"metadata.name={node.name}").items:
+            return
+        time.sleep(0.2)
+    raise ClusterError(f"kubelet {node.name} did not register its Node in {timeout:.0f}s")
+
+
 @dataclass(frozen=True)
 class RunProcesses:
     """Containers of these images run as real processes on this machine, each pod in a network
@@ -241,8 +256,9 @@ def start_kubelet_node(
     run: RunProcesses | None = None,
 ) -> KubeletNode:
     """Start a fake runtime and a real kubelet registering Node ``name``; return once the kubelet
-    is healthy (wait for the Node's Ready condition separately). ``run``: containers of some
-    images run as processes."""
+    is healthy and its Node object exists (wait for the Node's Ready condition separately: a
+    healthy kubelet may not have registered yet, and reading the Node then is a 404). ``run``:
+    containers of some images run as processes."""
     if shutil.which("unshare") is None:
         raise ClusterError("a real kubelet node needs `unshare` (util-linux) and root")
     directory = cluster.state_dir / "kubelets" / name
@@ -277,4 +293,5 @@ def start_kubelet_node(
         healthz,
     )
     _wait_healthy(node)
+    _wait_registered(node)
     return node
