@@ -827,19 +827,18 @@ class Cycle:
         ``reserving``: the job would get a reservation, so jobs that were started on reserved
         GPUs and ran past the start they were expected to end by may be evicted for it."""
         out: list[Candidate] = []
+        penalty = self.snapshot.config.restart_penalty_seconds
+
+        def candidate(victim: Job, reason: PreemptReason, borrowed: bool) -> Candidate:
+            lost = gpu_seconds_lost(victim, self.now)
+            return Candidate(victim, reason, borrowed, lost, penalty * victim.total_gpus)
+
         if reserving:
             for name in self.tenants:
                 for victim in self.admitted[name].values():
                     until = victim.backfill_until
                     if until is not None and until <= self.now and may_be_victim(victim, self.now):
-                        out.append(
-                            Candidate(
-                                victim,
-                                PreemptReason.BACKFILL_OVERRUN,
-                                True,
-                                gpu_seconds_lost(victim, self.now),
-                            )
-                        )
+                        out.append(candidate(victim, PreemptReason.BACKFILL_OVERRUN, True))
         seen = {c.job.key for c in out}
         own_borrowed = self.borrowed_jobs(tenant.name)
         if tenant.within_tenant is WithinTenantPreemption.LOWER_PRIORITY:
@@ -848,12 +847,7 @@ class Cycle:
                     continue
                 if victim.priority < job.priority and may_be_victim(victim, self.now):
                     out.append(
-                        Candidate(
-                            victim,
-                            PreemptReason.HIGHER_PRIORITY,
-                            victim.key in own_borrowed,
-                            gpu_seconds_lost(victim, self.now),
-                        )
+                        candidate(victim, PreemptReason.HIGHER_PRIORITY, victim.key in own_borrowed)
                     )
         cross = False
         if tenant.reclaim is not ReclaimPolicy.NEVER and job.key in self.claims[tenant.name]:
@@ -862,13 +856,14 @@ class Cycle:
             for name in self.tenants:
                 if name == tenant.name or self.ledgers[name].borrowed() <= 0:
                     continue
-                borrowed = self.borrowed_jobs(name)
-                claimed = self.claims[name]
-                admitted = self.admitted[name]
-                for key in borrowed:
-                    if key in claimed or key in seen:
+                spare = self.ledgers[name].used - self._inside(name)
+                # Any of a borrowing tenant's jobs may go, the cheapest first, as long as what
+                # it keeps covers its guarantee as before (:meth:`lenders_ok` checks the whole
+                # set); which of its jobs came last in its queue says nothing about what
+                # evicting them costs or where they run.
+                for victim in self.admitted[name].values():
+                    if victim.key in seen or victim.total_gpus > spare:
                         continue
-                    victim = admitted[key]
                     if lower_only and victim.priority >= job.priority:
                         continue
                     # Another tenant's job helps only if it frees GPUs the job may use.
@@ -876,18 +871,51 @@ class Cycle:
                         continue
                     if may_be_victim(victim, self.now, reclaim=True):
                         cross = True
-                        out.append(
-                            Candidate(
-                                victim,
-                                PreemptReason.RECLAIM_GUARANTEE,
-                                True,
-                                gpu_seconds_lost(victim, self.now),
-                            )
-                        )
+                        out.append(candidate(victim, PreemptReason.RECLAIM_GUARANTEE, True))
         if self.reserved and self._profile is not None:
             out = [c for c in out if not self._on_reserved(c.job, job)]
             cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in out)
         return out, cross
+
+    def _inside(self, tenant: str) -> int:
+        """GPUs of the tenant's running jobs inside its guarantee (taken in queue order)."""
+        borrowed = self.borrowed_jobs(tenant)
+        admitted = self.admitted[tenant]
+        return self.ledgers[tenant].used - sum(admitted[k].total_gpus for k in borrowed)
+
+    def lenders_ok(self, victims: Sequence[Candidate]) -> bool:
+        """Whether every tenant losing jobs to a reclaim keeps covering its guarantee as much
+        as its jobs inside it did (it loses borrowed capacity only), however many of its jobs
+        the eviction takes. A tenant whose running jobs fit its guarantee never loses one."""
+        taken: dict[str, list[Job]] = {}
+        for c in victims:
+            if c.reason is PreemptReason.RECLAIM_GUARANTEE and c.job.tenant is not None:
+                taken.setdefault(c.job.tenant, []).append(c.job)
+        for name, jobs in taken.items():
+            if self.ledgers[name].covered(None, jobs) < self._inside(name):
+                return False
+        return True
+
+    def _gain(self, job: Job, request: Request, candidates: Sequence[Candidate]) -> float:
+        """GPU-seconds the tenant's own lower-priority jobs may lose for ``job``: its GPUs times
+        the wait it would have without evicting them (its earliest start on the running jobs'
+        expected ends, under its tenant's limit; inf when no end is known). A priority
+        preemption that costs more than that waits instead. Reclaiming a guarantee and evicting
+        backfill overruns are not weighed: the guarantee and the reservation were promised."""
+        if not any(c.reason is PreemptReason.HIGHER_PRIORITY for c in candidates):
+            return float("inf")
+        return job.total_gpus * self._wait_without_preemption(job, request)
+
+    def _wait_without_preemption(self, job: Job, request: Request) -> float:
+        """Seconds until ``job`` is expected to fit without evicting anyone (inf: never, as
+        far as the running jobs' expected ends tell)."""
+        assert job.tenant is not None
+        planned = [
+            (self.now, _end(self.ends.get(j.key)), j.total_gpus)
+            for j in self.admitted[job.tenant].values()
+        ]
+        found = self._plan_one(job, request, self.profile(), planned)
+        return float("inf") if found is None or found.start >= NEVER else found.start - self.now
 
     def _on_reserved(self, victim: Job, preemptor: Job) -> bool:
         """Whether ``victim`` holds GPUs another job's reservation claims: evicting it would
@@ -940,7 +968,21 @@ class Cycle:
                 return ledger.fits_within(job, own)
             return True
 
-        found = find_victims(self.pool, job, request, candidates, quota_ok)
+        budget = self._gain(job, request, candidates)
+
+        def worth_it(victims: Sequence[Candidate]) -> bool:
+            priced = (c.price for c in victims if c.reason is PreemptReason.HIGHER_PRIORITY)
+            return sum(priced) <= budget
+
+        found = find_victims(
+            self.pool,
+            job,
+            request,
+            candidates,
+            quota_ok,
+            lenders_ok=self.lenders_ok,
+            worth_it=worth_it,
+        )
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)
             return None

@@ -207,6 +207,9 @@ class Job:
     """QUEUED: the GPUs the previous cycle reserved for the job (kept when still as early)."""
     reservation_start: float | None = None
     """QUEUED: the start the previous cycle expected for that reservation."""
+    preemptions: int = 0
+    """How many times the job was preempted (``status.preemptionCount``): a job preempted
+    before is protected longer against priority preemption (no thrash)."""
     request_memo: object = field(default=None, init=False, repr=False, compare=False)
     """The cycle's request of this job, built on first use: a snapshot reuses its job objects
     from cycle to cycle, so the request is computed once per job, not once per cycle."""
@@ -266,6 +269,10 @@ class CycleConfig:
     max_reservations: int = 64
     """Reservations in the whole cluster at once (bounds the GPUs held idle and the cycle's
     work on clusters with many tenants)."""
+    restart_penalty_seconds: float = 300.0
+    """What restarting an evicted job costs besides its lost work, per GPU (rescheduling,
+    image pulls, loading its checkpoint): part of every victim's cost, so a set of many
+    victims costs more than one victim losing the same work."""
     reserve_beyond_entitlement: bool = False
     """Also reserve for jobs that would take their tenant past its entitlement (guarantee plus
     weighted share of what others leave idle). Off: a tenant borrowing beyond its fair share

@@ -1,29 +1,58 @@
-"""Choosing the victims that make a blocked gang placeable.
+"""Choosing the victims that make a blocked job placeable, at the least cost.
 
-Candidates come sorted cheapest first (lower priority, borrowed before guaranteed, fewest
-GPU-hours lost since the victim's start or last checkpoint). The search is the one Kueue uses,
-made topology-aware by testing real placements instead of GPU counts:
+**What a victim costs**: the GPU-seconds of work it loses (GPUs x time since its start or its
+last reported checkpoint) plus a restart penalty (GPUs x ``CycleConfig.restart_penalty_seconds``:
+rescheduling, image pulls, loading the checkpoint). **Its rank** comes before its cost: jobs
+that overran a reservation they were backfilled onto first, then other tenants' borrowed jobs
+(for a tenant reclaiming its guarantee, evicting its own jobs brings it no closer to it), then
+lower priority, then the tenant's own borrowed jobs before its guaranteed ones. A victim set is
+compared by (highest rank in it, total cost, size): a set of lower-ranked victims wins whatever
+it costs, then the cheaper one.
 
-1. release every candidate and place the gang; if it does not fit even then, give up at once;
-2. release candidates one by one, cheapest first, until the gang is placeable;
-3. walk the chosen victims back, most expensive first, and keep each one only if the gang stops
-   being placeable without it (so no victim is evicted for nothing).
+**The search.** Every test runs the placement engine on the GPUs as they would be, so what is
+freed is what the job can use under its topology policy, not a GPU count.
 
-Every test runs the placement engine on the pool as it would be, so the GPUs freed are GPUs the
-gang can use under its topology policy, not just a count.
+* One replica (most jobs, and gangs that fit one node): node by node, the cheapest set of the
+  node's victims that frees a placement there; exact (every subset, cheapest first) for up to
+  :data:`EXACT_VICTIMS` victims on a node, greedy then minimised beyond; nodes whose cheapest
+  conceivable set already costs more than the best found are skipped. The node chosen is the
+  one whose victims cost least: a tenant reclaiming its guarantee for an 8-GPU NVLink job gets
+  the node whose borrowers lose least, freed whole, not GPUs scattered over many nodes.
+* Several replicas (the search Kueue uses, with real placements): release every candidate and
+  place the gang, give up at once if even that fails; release cheapest first until placeable;
+  walk the chosen back, most expensive first, keeping each only if needed.
+
+A victim set must also keep the quota rules (:data:`QuotaCheck`) and leave every lending tenant
+at or above its guarantee (:data:`LenderCheck`): reclaim takes borrowed GPUs only, however many
+victims one eviction needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import combinations
+from typing import Final
 
 from gpusched.core.admission.model import Job, PreemptReason, ReplicaPlan
 from gpusched.core.admission.pool import GangFailure, Pool, Request
+from gpusched.core.placement import Placement, place
 
 #: Full placement checks one search may make during the greedy pass before it falls back to the
 #: victims under the all-released placement (keeps a cycle bounded on huge clusters).
 MAX_GREEDY_CHECKS = 48
+#: Victims on one node up to which the cheapest set there is found exactly (2^n subsets, tried
+#: cheapest first, most rejected by GPU count alone); beyond it greedy, then minimised.
+EXACT_VICTIMS: Final = 6
+#: Protection against priority preemption after a restart, for a job preempted before: this
+#: long after its first preemption, doubling with each further one up to
+#: :data:`REPREEMPT_PROTECTION_CAP_SECONDS` (never below its own ``minRuntimeSeconds``). A job
+#: evicted once is not the cheapest victim again the moment it restarts; reclaiming a guarantee
+#: is bounded by the job's protection on borrowed GPUs instead.
+REPREEMPT_PROTECTION_SECONDS: Final = 1800.0
+REPREEMPT_PROTECTION_CAP_SECONDS: Final = 8 * 3600.0
+
+Rank = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,22 +65,50 @@ class Candidate:
     """Whether it runs on capacity borrowed from another tenant."""
     lost: float
     """GPU-seconds of work since its start or last checkpoint."""
+    penalty: float = 0.0
+    """GPU-seconds a restart costs besides the lost work."""
 
     @property
-    def cost(self) -> tuple[int, int, int, float, float]:
-        """Sort key, cheapest first: jobs that overran a reservation they were backfilled onto
-        (they were admitted on the understanding that they leave by then), then by priority,
-        borrowed before guaranteed, least work lost; ties go to the job submitted last. (Sort
-        by key, reversed, first: among equals the job last in queue order is the cheapest.)"""
-        job = self.job
+    def price(self) -> float:
+        """GPU-seconds its eviction costs: lost work plus the restart penalty."""
+        return self.lost + self.penalty
+
+    @property
+    def rank(self) -> Rank:
+        """Lower goes first, whatever the price (see the module docstring)."""
         overrun = 0 if self.reason is PreemptReason.BACKFILL_OVERRUN else 1
-        return (overrun, job.priority, 0 if self.borrowed else 1, self.lost, -job.submitted_at)
+        own = 1 if self.reason is PreemptReason.HIGHER_PRIORITY else 0
+        return (overrun, own, self.job.priority, 0 if self.borrowed else 1)
+
+    @property
+    def cost(self) -> tuple[Rank, float, float]:
+        """Sort key, cheapest first: rank, price; ties go to the job submitted last."""
+        return (self.rank, self.price, -self.job.submitted_at)
 
     def own(self, preemptor: Job) -> bool:
         """Whether its GPUs count against the preemptor's own tenant's quota."""
         return self.reason is PreemptReason.HIGHER_PRIORITY or (
             self.reason is PreemptReason.BACKFILL_OVERRUN and self.job.tenant == preemptor.tenant
         )
+
+
+SetKey = tuple[Rank, float, int]
+
+
+def set_key(victims: Sequence[Candidate]) -> SetKey:
+    """How a victim set compares: its highest rank, its total price, its size."""
+    if not victims:
+        return ((0, 0, 0, 0), 0.0, 0)
+    return (max(c.rank for c in victims), sum(c.price for c in victims), len(victims))
+
+
+def _tie(victims: Sequence[Candidate]) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    """Among equally costly sets, the one holding the job submitted last (as single victims
+    tie), then by name."""
+    return (
+        tuple(sorted(-c.job.submitted_at for c in victims)),
+        tuple(sorted(c.job.key for c in victims)),
+    )
 
 
 def by_cost(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -70,20 +127,34 @@ def gpu_seconds_lost(job: Job, now: float) -> float:
     return max(0.0, now - since) * job.total_gpus
 
 
+def repreempt_protection(job: Job) -> float:
+    """Seconds after a restart during which a job preempted before is no priority victim."""
+    if job.preemptions <= 0:
+        return 0.0
+    return min(
+        REPREEMPT_PROTECTION_SECONDS * 2.0 ** (job.preemptions - 1),
+        REPREEMPT_PROTECTION_CAP_SECONDS,
+    )
+
+
 def protected_until(job: Job, *, reclaim: bool = False) -> float | None:
-    """When the job's minimum runtime ends (None: not started, so not yet counting); against a
-    tenant reclaiming its guarantee, the job's (shorter) protection on borrowed GPUs."""
+    """When the job's protection ends (None: not started, so not yet counting): its minimum
+    runtime, longer after earlier preemptions; against a tenant reclaiming its guarantee, the
+    job's (shorter) protection on borrowed GPUs."""
     if job.started_at is None:
         return None
     seconds = job.min_runtime_seconds
-    if reclaim and job.reclaim_min_runtime_seconds is not None:
-        seconds = min(seconds, job.reclaim_min_runtime_seconds)
+    if reclaim:
+        if job.reclaim_min_runtime_seconds is not None:
+            seconds = min(seconds, job.reclaim_min_runtime_seconds)
+    else:
+        seconds = max(seconds, repreempt_protection(job))
     return job.started_at + seconds
 
 
 def may_be_victim(job: Job, now: float, *, reclaim: bool = False) -> bool:
-    """Preemptible, running, and past its minimum runtime (``reclaim``: as it protects
-    borrowed GPUs against a guarantee)."""
+    """Preemptible, running, and past its protection (``reclaim``: as it protects borrowed
+    GPUs against a guarantee)."""
     if not job.preemptible or job.started_at is None:
         return False
     until = protected_until(job, reclaim=reclaim)
@@ -109,6 +180,9 @@ def _overlaps(pool: Pool, held: dict[str, int], plans: Sequence[ReplicaPlan]) ->
 QuotaCheck = Callable[[Sequence[Job], bool], bool]
 """``quota_ok(own_victims, any_reclaim_victim)``: may the preemptor's tenant admit it once
 those victims are gone?"""
+LenderCheck = Callable[[Sequence[Candidate]], bool]
+"""``lenders_ok(victims)``: does every other tenant losing victims keep its guarantee? Adding
+victims never makes a failing set pass."""
 
 
 def _reclaims(victims: Sequence[Candidate]) -> bool:
@@ -121,13 +195,26 @@ def find_victims(
     request: Request,
     candidates: Sequence[Candidate],
     quota_ok: QuotaCheck,
+    *,
+    lenders_ok: LenderCheck = lambda _: True,
+    worth_it: LenderCheck = lambda _: True,
 ) -> VictimSearch | GangFailure | None:
     """The cheapest minimal victim set that makes the gang placeable.
 
     On success the pool holds the preemptor's GPUs under its key and the victims' other GPUs
     stay held by them (they are terminating). Returns None when no subset works, or the
-    placement failure with every candidate gone (for the wait message).
+    placement failure with every candidate gone (for the wait message). ``worth_it``: whether
+    a set's gain outweighs its cost (adding victims never makes a failing set pass).
     """
+    if request.replicas == 1 and request.across is None:
+        return _one_replica(
+            pool,
+            preemptor,
+            request,
+            by_cost(candidates),
+            quota_ok=quota_ok,
+            lenders_ok=lambda v: lenders_ok(v) and worth_it(v),
+        )
     ordered = by_cost(candidates)
     own_all = [c.job for c in ordered if c.own(preemptor)]
     if not ordered or not quota_ok(own_all, _reclaims(ordered)):
@@ -157,7 +244,7 @@ def find_victims(
 
     def ok(victims: Sequence[Candidate]) -> bool:
         own = [c.job for c in victims if c.own(preemptor)]
-        return quota_ok(own, _reclaims(victims))
+        return quota_ok(own, _reclaims(victims)) and lenders_ok(victims) and worth_it(victims)
 
     # 1. Upper bound: everything released.
     for c in ordered:
@@ -183,6 +270,8 @@ def find_victims(
     for c in ordered:
         if plans is not None:
             break
+        if not lenders_ok([*chosen, c]):
+            continue
         release(c)
         chosen.append(c)
         if c.own(preemptor):
@@ -251,3 +340,180 @@ def find_victims(
             chosen = trial
         pool.restore(c.job.key, released.pop(c.job.key))
     return VictimSearch(result, chosen)
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeOption:
+    """A victim set that frees a placement on one node."""
+
+    key: SetKey
+    node: str
+    victims: tuple[Candidate, ...]
+    placement: Placement
+
+
+def _one_replica(
+    pool: Pool,
+    preemptor: Job,
+    request: Request,
+    ordered: Sequence[Candidate],
+    *,
+    quota_ok: QuotaCheck,
+    lenders_ok: LenderCheck,
+) -> VictimSearch | GangFailure | None:
+    """A single replica: the node whose cheapest freeing victim set costs least."""
+    static = pool.static_failure(request)
+    if static is not None:
+        return static
+    eligible = pool.eligible_nodes(request).name_set
+    on_node: dict[str, list[tuple[Candidate, int]]] = {}
+    for c in ordered:
+        for node, mask in pool.holdings(c.job.key).items():
+            if node in eligible:
+                on_node.setdefault(node, []).append((c, mask))
+
+    def ok(victims: Sequence[Candidate]) -> bool:
+        own = [c.job for c in victims if c.own(preemptor)]
+        return lenders_ok(victims) and quota_ok(own, _reclaims(victims))
+
+    k = request.gpus_per_replica
+    bounds = []
+    for node, options in on_node.items():
+        slot = pool.slots[node]
+        placeable = slot.node.topology.placeable_mask
+        need = k - slot.free_count
+        bound = _bound(options, need, placeable)
+        if bound is not None:
+            bounds.append((bound, node))
+    bounds.sort()
+    best: _NodeOption | None = None
+    for bound, node in bounds:
+        if best is not None and bound > best.key:
+            break
+        found = _cheapest_on_node(
+            pool, node, request, on_node[node], ok=ok, lenders=lenders_ok, best=best
+        )
+        if found is not None and (
+            best is None
+            or (found.key, _tie(found.victims), node) < (best.key, _tie(best.victims), best.node)
+        ):
+            best = found
+    if best is None:
+        return None
+    slot = pool.slots[best.node]
+    released = {c.job.key: pool.release(c.job.key) for c in best.victims}
+    pool.hold(preemptor.key, best.node, best.placement.gpus)
+    for key, held in released.items():
+        pool.restore(key, held)
+    plan = ReplicaPlan(
+        replica=0,
+        node=best.node,
+        gpus=best.placement.gpus,
+        topology_class=best.placement.topology_class,
+        score=best.placement.score,
+        count_only=slot.node.count_only,
+    )
+    return VictimSearch([plan], list(best.victims))
+
+
+def _bound(options: Sequence[tuple[Candidate, int]], need: int, placeable: int) -> SetKey | None:
+    """A key no victim set on the node can beat: the lowest rank any set freeing ``need`` GPUs
+    must reach and the cheapest prices that free as many (None: the node's victims together
+    do not hold enough GPUs)."""
+    if need <= 0:
+        return ((0, 0, 0, 0), 0.0, 0)
+    gpus = [((mask & placeable).bit_count(), c) for c, mask in options]
+    if sum(n for n, _ in gpus) < need:
+        return None
+    # The highest rank a set must include: the rank at which cheapest-ranked victims first
+    # hold enough GPUs.
+    held = 0
+    rank = (0, 0, 0, 0)
+    for n, c in sorted(gpus, key=lambda g: g[1].rank):
+        held += n
+        rank = c.rank
+        if held >= need:
+            break
+    # The fewest victims that can hold enough GPUs, each at its cheapest price.
+    prices = sorted(c.price for _, c in gpus)
+    biggest = sorted((n for n, _ in gpus), reverse=True)
+    fewest = 0
+    total = 0
+    while total < need:
+        total += biggest[fewest]
+        fewest += 1
+    return (rank, sum(prices[:fewest]), fewest)
+
+
+def _cheapest_on_node(
+    pool: Pool,
+    node: str,
+    request: Request,
+    options: Sequence[tuple[Candidate, int]],
+    *,
+    ok: LenderCheck,
+    lenders: LenderCheck,
+    best: _NodeOption | None,
+) -> _NodeOption | None:
+    """The cheapest victim set among ``options`` (cheapest first) that frees a placement on
+    ``node`` and passes ``ok``; exact for few victims, greedy then minimised beyond."""
+    slot = pool.slots[node]
+    topology = slot.node.topology
+    placeable = topology.placeable_mask
+    k = request.gpus_per_replica
+
+    def fits(victims: Sequence[tuple[Candidate, int]]) -> Placement | None:
+        free = slot.free
+        for _, mask in victims:
+            free |= mask & placeable
+        if free.bit_count() < k:
+            return None
+        result = place(topology, k, request.policy, free_mask=free)
+        return result if isinstance(result, Placement) else None
+
+    def option(victims: Sequence[tuple[Candidate, int]], placement: Placement) -> _NodeOption:
+        chosen = tuple(c for c, _ in victims)
+        return _NodeOption(set_key(chosen), node, chosen, placement)
+
+    if len(options) <= EXACT_VICTIMS:
+        for subset in _subsets_cheapest_first(options):
+            key = set_key([c for c, _ in subset])
+            if best is not None and key > best.key:
+                return None
+            found = fits(subset)
+            if found is not None and ok([c for c, _ in subset]):
+                return option(subset, found)
+        return None
+    chosen: list[tuple[Candidate, int]] = []
+    placement: Placement | None = None
+    for item in options:
+        # Another tenant's job that would break its tenant's guarantee never passes later;
+        # the preemptor's own jobs may (more own victims bring its tenant within its limit).
+        if not lenders([c for c, _ in chosen] + [item[0]]):
+            continue
+        chosen.append(item)
+        placement = fits(chosen)
+        if placement is not None and ok([c for c, _ in chosen]):
+            break
+        placement = None
+    if placement is None:
+        return None
+    for item in sorted(chosen, key=lambda i: i[0].cost, reverse=True):
+        trial = [i for i in chosen if i is not item]
+        if not trial:
+            continue
+        again = fits(trial)
+        if again is not None and ok([c for c, _ in trial]):
+            chosen, placement = trial, again
+    return option(chosen, placement)
+
+
+def _subsets_cheapest_first(
+    options: Sequence[tuple[Candidate, int]],
+) -> Iterator[list[tuple[Candidate, int]]]:
+    """Every non-empty subset, ordered by :func:`set_key` (then by member keys)."""
+    subsets = [
+        list(combo) for size in range(1, len(options) + 1) for combo in combinations(options, size)
+    ]
+    subsets.sort(key=lambda s: (set_key([c for c, _ in s]), _tie([c for c, _ in s])))
+    yield from subsets

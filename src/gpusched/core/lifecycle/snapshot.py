@@ -107,6 +107,7 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
             else ()
         ),
         reservation_start=reservation.start.timestamp() if reservation is not None else None,
+        preemptions=status.preemption_count,
         **job_shape(job.job, context.protection),
     )
 

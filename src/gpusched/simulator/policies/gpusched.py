@@ -188,6 +188,7 @@ class GpuschedPolicy:
                     started_at=None,
                     expected_end=None,
                     backfill_until=None,
+                    preemptions=job.preemptions + 1,
                 )
                 preempted.append(job_id)
             job_id = self.ids[admission.job]
