@@ -190,6 +190,7 @@ class Cycle:
         self._admitted_version = 0
         self.searches = 0
         self._borrowed: dict[str, set[str]] = {}
+        self._inside_gpus: dict[str, int] = {}
         self._heads: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._versions: dict[str, int] = dict.fromkeys(self.tenants, 0)
         # Reservations and backfill.
@@ -879,9 +880,12 @@ class Cycle:
 
     def _inside(self, tenant: str) -> int:
         """GPUs of the tenant's running jobs inside its guarantee (taken in queue order)."""
-        borrowed = self.borrowed_jobs(tenant)
-        admitted = self.admitted[tenant]
-        return self.ledgers[tenant].used - sum(admitted[k].total_gpus for k in borrowed)
+        found = self._inside_gpus.get(tenant)
+        if found is None:
+            admitted = self.admitted[tenant]
+            borrowed = sum(admitted[k].total_gpus for k in self.borrowed_jobs(tenant))
+            found = self._inside_gpus[tenant] = self.ledgers[tenant].used - borrowed
+        return found
 
     def lenders_ok(self, victims: Sequence[Candidate]) -> bool:
         """Whether every tenant losing jobs to a reclaim keeps covering its guarantee as much
@@ -896,7 +900,7 @@ class Cycle:
                 return False
         return True
 
-    def _gain(self, job: Job, request: Request, candidates: Sequence[Candidate]) -> float:
+    def gain(self, job: Job, request: Request, candidates: Sequence[Candidate]) -> float:
         """GPU-seconds the tenant's own lower-priority jobs may lose for ``job``: its GPUs times
         the wait it would have without evicting them (its earliest start on the running jobs'
         expected ends, under its tenant's limit; inf when no end is known). A priority
@@ -968,11 +972,20 @@ class Cycle:
                 return ledger.fits_within(job, own)
             return True
 
-        budget = self._gain(job, request, candidates)
+        # The wait without preemption is worked out on the pool as it is, so before a gang's
+        # search (which releases victims as it goes); a one-replica search leaves the pool
+        # alone until it commits, so there only when a set needs it.
+        budget: list[float] = []
+        if request.replicas > 1 or request.across is not None:
+            budget.append(self.gain(job, request, candidates))
 
         def worth_it(victims: Sequence[Candidate]) -> bool:
-            priced = (c.price for c in victims if c.reason is PreemptReason.HIGHER_PRIORITY)
-            return sum(priced) <= budget
+            priced = [c.price for c in victims if c.reason is PreemptReason.HIGHER_PRIORITY]
+            if not priced:
+                return True
+            if not budget:
+                budget.append(self.gain(job, request, candidates))
+            return sum(priced) <= budget[0]
 
         found = find_victims(
             self.pool,
@@ -1003,6 +1016,7 @@ class Cycle:
             del self.admitted[victim.tenant][victim.key]
             self._admitted_version += 1
             self._borrowed.pop(victim.tenant, None)
+            self._inside_gpus.pop(victim.tenant, None)
             preemptions.append(
                 Preemption(
                     victim=victim.key,
@@ -1051,6 +1065,7 @@ class Cycle:
         self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
         self._borrowed.pop(job.tenant, None)
+        self._inside_gpus.pop(job.tenant, None)
         nodes = sorted({p.node for p in plans})
         where = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
         text = f"placed {Request.of(job).describe()} on {where}; " + (

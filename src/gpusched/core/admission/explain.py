@@ -183,6 +183,18 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
             "beyond the tenant's guarantee (given its higher-priority and older jobs): may not "
             "reclaim lent GPUs"
         )
+    own = [c for c in candidates if c.reason.value == "HigherPriority"]
+    if own:
+        budget = cycle.gain(job, Request.of(job), candidates)
+        lines.append(
+            "may evict its own tenant's lower-priority jobs only if the work they lose (plus a "
+            "restart each) is less than its GPUs times the wait it would have without them: "
+            + (
+                "no running job's end is known, so any such eviction is worth it"
+                if budget == float("inf")
+                else f"at most {budget / 3600:.1f} GPU-hours now"
+            )
+        )
     if candidates:
         names = ", ".join(f"{c.job.key} ({c.reason.value})" for c in by_cost(candidates)[:5])
         more = f" and {len(candidates) - 5} more" if len(candidates) > 5 else ""
@@ -192,7 +204,8 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
             + (
                 "but this cycle's victim searches went to jobs ahead of it"
                 if searched_out
-                else "no set of them makes the gang placeable within the tenant's quota"
+                else "no set of them makes the gang placeable within the tenant's quota, "
+                "leaves every lending tenant its guarantee and is worth its cost"
             )
         )
     else:
@@ -207,7 +220,8 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
         soonest = min(protected, key=lambda j: protected_until(j) or 0.0)
         until = (protected_until(soonest) or cycle.now) - cycle.now
         lines.append(
-            f"{len(protected)} running job(s) are inside their minimum runtime; the first "
+            f"{len(protected)} running job(s) are inside their minimum runtime (longer after "
+            f"an earlier preemption); the first "
             f"({soonest.key}) becomes preemptible in {until:.0f}s"
         )
     return lines
@@ -222,13 +236,21 @@ def _may_be_preempted(cycle: Cycle, key: str) -> list[str]:
     if until is None:
         lines.append("not started yet: protected until all its pods run")
     elif until > cycle.now:
-        lines.append(f"protected by its minimum runtime for another {until - cycle.now:.0f}s")
+        lines.append(
+            f"protected by its minimum runtime for another {until - cycle.now:.0f}s"
+            + (
+                f" (longer after its {job.preemptions} earlier preemption(s))"
+                if job.preemptions
+                else ""
+            )
+        )
     tenant = cycle.tenants.get(job.tenant or "")
     if tenant is not None:
-        borrowed = key in cycle.borrowed_jobs(tenant.name)
+        borrowed = cycle.ledgers[tenant.name].borrowed() > 0
         lines.append(
-            "runs on borrowed GPUs: a tenant reclaiming its guarantee may preempt it"
-            if borrowed and key not in cycle.claims[tenant.name]
+            "its tenant runs on borrowed GPUs beyond its guarantee: a tenant reclaiming its "
+            "own may preempt this job as long as its tenant keeps its guarantee"
+            if borrowed
             else "runs inside its tenant's guarantee: other tenants cannot reclaim it"
         )
         if tenant.within_tenant.value == "LowerPriority":

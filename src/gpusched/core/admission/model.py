@@ -271,8 +271,8 @@ class CycleConfig:
     work on clusters with many tenants)."""
     restart_penalty_seconds: float = 300.0
     """What restarting an evicted job costs besides its lost work, per GPU (rescheduling,
-    image pulls, loading its checkpoint): part of every victim's cost, so a set of many
-    victims costs more than one victim losing the same work."""
+    image pulls, loading its checkpoint): part of every victim's cost, so evicting more GPUs
+    than needed costs more even when they lost little work."""
     reserve_beyond_entitlement: bool = False
     """Also reserve for jobs that would take their tenant past its entitlement (guarantee plus
     weighted share of what others leave idle). Off: a tenant borrowing beyond its fair share

@@ -42,8 +42,13 @@ from gpusched.core.placement import Placement, place
 #: victims under the all-released placement (keeps a cycle bounded on huge clusters).
 MAX_GREEDY_CHECKS = 48
 #: Victims on one node up to which the cheapest set there is found exactly (2^n subsets, tried
-#: cheapest first, most rejected by GPU count alone); beyond it greedy, then minimised.
-EXACT_VICTIMS: Final = 6
+#: cheapest first); beyond it greedy, then minimised, which can miss the cheapest set when
+#: victims differ in size (a bound on the cycle's work: searches that fail try every node).
+EXACT_VICTIMS: Final = 4
+#: Nodes one single-replica search examines, those whose cheapest conceivable victim set costs
+#: least first: a search that fails (every set breaks a lender's guarantee or is not worth its
+#: cost) would otherwise try every node of the cluster in every cycle.
+MAX_NODES_SEARCHED: Final = 16
 #: Protection against priority preemption after a restart, for a job preempted before: this
 #: long after its first preemption, doubling with each further one up to
 #: :data:`REPREEMPT_PROTECTION_CAP_SECONDS` (never below its own ``minRuntimeSeconds``). A job
@@ -383,11 +388,18 @@ def _one_replica(
         placeable = slot.node.topology.placeable_mask
         need = k - slot.free_count
         bound = _bound(options, need, placeable)
-        if bound is not None:
+        if bound is None:
+            continue
+        # Freeing more never hurts a placement: if all of the node's victims together do not
+        # free one, no subset does.
+        freed = slot.free
+        for _, mask in options:
+            freed |= mask & placeable
+        if isinstance(place(slot.node.topology, k, request.policy, free_mask=freed), Placement):
             bounds.append((bound, node))
     bounds.sort()
     best: _NodeOption | None = None
-    for bound, node in bounds:
+    for bound, node in bounds[:MAX_NODES_SEARCHED]:
         if best is not None and bound > best.key:
             break
         found = _cheapest_on_node(

@@ -1,0 +1,270 @@
+"""Preemption by cost: what a victim costs, which set is cheapest, when priority preemption is
+worth it, and protection after a restart."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpusched.core.admission import Snapshot, Tenant, run_cycle
+from gpusched.core.admission.model import PreemptReason
+from gpusched.core.admission.pool import Pool, Request
+from gpusched.core.admission.preemption import (
+    REPREEMPT_PROTECTION_SECONDS,
+    Candidate,
+    VictimSearch,
+    find_victims,
+    may_be_victim,
+)
+from gpusched.core.placement import Placement, place
+from tests.unit.core.admission_testdata import job, node
+
+NOW = 100_000.0
+
+
+def snap(tenants: list[Tenant], jobs: list[Any], nodes: list[Any]) -> Snapshot:
+    return Snapshot(now=NOW, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
+
+
+# --- priority preemption weighs its cost against the wait it saves ---------------------------
+
+
+def test_priority_preemption_waits_when_the_victim_ends_sooner_than_its_work_is_worth() -> None:
+    """A low-priority job 10 h into its run, expected to end in 10 minutes: evicting it would
+    throw away 80 GPU-hours to save the high-priority job 80 GPU-minutes of waiting."""
+    tenants = [Tenant("a", guaranteed=8)]
+    low = job(
+        "a/low",
+        "a",
+        8,
+        running_on=[("n0", tuple(range(8)))],
+        started=NOW - 36_000,
+        expected_end=NOW + 600,
+    )
+    high = job("a/high", "a", 8, priority=10, submitted=1)
+    result = run_cycle(snap(tenants, [low, high], [node("n0")]))
+    assert result.admission_of("a/high") is None
+    # The same victim expected to run for another week is worth evicting.
+    for_long = replace(low, expected_end=NOW + 7 * 86_400)
+    admission = run_cycle(snap(tenants, [for_long, high], [node("n0")])).admission_of("a/high")
+    assert admission is not None
+    assert [v.victim for v in admission.victims] == ["a/low"]
+
+
+def test_priority_preemption_with_no_known_end_evicts_as_before() -> None:
+    tenants = [Tenant("a", guaranteed=8)]
+    low = job("a/low", "a", 8, running_on=[("n0", tuple(range(8)))], started=NOW - 36_000)
+    high = job("a/high", "a", 8, priority=10, submitted=1)
+    admission = run_cycle(snap(tenants, [low, high], [node("n0")])).admission_of("a/high")
+    assert admission is not None
+
+
+def test_reclaim_is_not_weighed_against_the_owners_wait() -> None:
+    """The borrower ends in 10 minutes and lost 10 h of work; the guarantee still comes back."""
+    tenants = [Tenant("owner", guaranteed=8), Tenant("borrower", guaranteed=0)]
+    borrowed = job(
+        "borrower/b",
+        "borrower",
+        8,
+        running_on=[("n0", tuple(range(8)))],
+        started=NOW - 36_000,
+        expected_end=NOW + 600,
+    )
+    owner = job("owner/o", "owner", 8, submitted=1)
+    admission = run_cycle(snap(tenants, [borrowed, owner], [node("n0")])).admission_of("owner/o")
+    assert admission is not None
+    assert admission.victims[0].reason is PreemptReason.RECLAIM_GUARANTEE
+
+
+# --- guarantees in shape: the cheapest node, freed whole -------------------------------------
+
+
+def test_reclaim_frees_the_node_whose_borrowers_lose_least() -> None:
+    """One-GPU borrowers fill two nodes; those on n1 started an hour ago, those on n0 a day
+    ago. The owner's 8-GPU job gets n1, all of it, and nothing on n0 is touched."""
+    tenants = [Tenant("owner", guaranteed=8), Tenant("borrower", guaranteed=0)]
+    jobs = []
+    for n, started in (("n0", NOW - 86_400), ("n1", NOW - 3_600)):
+        for g in range(8):
+            jobs.append(
+                job(f"borrower/{n}-{g}", "borrower", 1, running_on=[(n, (g,))], started=started)
+            )
+    jobs.append(job("owner/train", "owner", 8, submitted=NOW - 10))
+    admission = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")])).admission_of("owner/train")
+    assert admission is not None
+    assert admission.placement[0].node == "n1"
+    assert sorted(v.victim for v in admission.victims) == [f"borrower/n1-{g}" for g in range(8)]
+
+
+def test_reclaim_takes_a_whole_node_of_borrowed_jobs_whatever_their_queue_order() -> None:
+    """The borrower (guarantee 8) runs 16 one-GPU jobs submitted alternately on n0 and n1, so
+    its last 8 in queue order are spread over both nodes. Evicting the 8 on one node leaves it
+    exactly at its guarantee and frees a whole node for the owner's 8-GPU job."""
+    tenants = [
+        Tenant("owner", guaranteed=8),
+        Tenant("borrower", guaranteed=8),
+        Tenant("idle", guaranteed=8),
+    ]
+    jobs = [
+        job(
+            f"borrower/j{i:02d}",
+            "borrower",
+            1,
+            running_on=[(f"n{i % 2}", (i // 2,))],
+            started=NOW - 3_600,
+            submitted=float(i),
+        )
+        for i in range(16)
+    ]
+    jobs.append(job("owner/train", "owner", 8, submitted=100.0))
+    result = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")]))
+    admission = result.admission_of("owner/train")
+    assert admission is not None
+    assert len(admission.victims) == 8
+    assert len({int(v.victim[-2:]) % 2 for v in admission.victims}) == 1
+
+
+def test_a_lender_at_its_guarantee_loses_nothing_to_reclaim() -> None:
+    tenants = [Tenant("owner", guaranteed=8), Tenant("lender", guaranteed=8)]
+    jobs = [
+        job(f"lender/j{g}", "lender", 1, running_on=[("n0", (g,))], started=NOW - 3_600)
+        for g in range(8)
+    ]
+    jobs.append(job("owner/train", "owner", 8, submitted=100.0))
+    assert run_cycle(snap(tenants, jobs, [node("n0")])).admission_of("owner/train") is None
+
+
+# --- no thrash --------------------------------------------------------------------------------
+
+
+def test_a_job_preempted_before_is_protected_after_it_restarts() -> None:
+    restarted = job(
+        "a/low", "a", 8, running_on=[("n0", tuple(range(8)))], started=NOW - 600, preemptions=1
+    )
+    fresh = replace(restarted, preemptions=0)
+    assert may_be_victim(fresh, NOW)
+    assert not may_be_victim(restarted, NOW)
+    assert may_be_victim(restarted, NOW - 600 + REPREEMPT_PROTECTION_SECONDS)
+    twice = replace(restarted, preemptions=2)
+    assert not may_be_victim(twice, NOW - 600 + REPREEMPT_PROTECTION_SECONDS)
+    assert may_be_victim(twice, NOW - 600 + 2 * REPREEMPT_PROTECTION_SECONDS)
+    # Reclaiming a guarantee is bounded by the job's protection on borrowed GPUs instead.
+    assert may_be_victim(restarted, NOW, reclaim=True)
+
+
+def test_a_restarted_victim_is_not_evicted_again_by_the_next_high_priority_job() -> None:
+    tenants = [Tenant("a", guaranteed=8)]
+    restarted = job(
+        "a/low", "a", 8, running_on=[("n0", tuple(range(8)))], started=NOW - 60, preemptions=1
+    )
+    high = job("a/high", "a", 8, priority=10, submitted=1)
+    assert run_cycle(snap(tenants, [restarted, high], [node("n0")])).admission_of("a/high") is None
+    fresh = replace(restarted, preemptions=0)
+    assert run_cycle(snap(tenants, [fresh, high], [node("n0")])).admission_of("a/high")
+
+
+# --- the chosen set is the cheapest (brute force on small cases) ------------------------------
+
+
+@st.composite
+def small_cases(draw: Any) -> tuple[list[Any], list[Candidate], int]:
+    """One or two NVSwitch nodes, up to 6 running one-replica jobs, a request of 1-8 GPUs."""
+    names = ["n0", "n1"][: draw(st.integers(1, 2))]
+    nodes = [node(n) for n in names]
+    candidates: list[Candidate] = []
+    for n in names:
+        free = list(range(8))
+        for i in range(draw(st.integers(0, 3))):
+            if not free:
+                break
+            size = draw(st.integers(1, min(4, len(free))))
+            gpus, free = tuple(free[:size]), free[size:]
+            victim = job(
+                f"t/{n}-{i}",
+                "t",
+                size,
+                running_on=[(n, gpus)],
+                started=NOW - draw(st.integers(0, 10)) * 600,
+                submitted=float(draw(st.integers(0, 5))),
+                priority=draw(st.integers(0, 1)),
+            )
+            lost = (NOW - victim.started_at) * size
+            candidates.append(
+                Candidate(victim, PreemptReason.HIGHER_PRIORITY, False, lost, 300.0 * size)
+            )
+    return nodes, candidates, draw(st.integers(1, 8))
+
+
+def _brute_force_key(nodes: list[Any], candidates: list[Candidate], k: int) -> Any:
+    """The least (highest priority, total price, size) over every subset that frees a
+    placement of ``k`` GPUs on some node, worked out from the jobs' GPU lists alone."""
+    best = None
+    for size in range(1, len(candidates) + 1):
+        for subset in itertools.combinations(candidates, size):
+            for n in nodes:
+                busy = {
+                    g
+                    for c in candidates
+                    if c not in subset
+                    for a in c.job.placement
+                    if a.node == n.name
+                    for g in a.gpus
+                }
+                free = sum(1 << g for g in range(8) if g not in busy)
+                request = Request.of(job("t/p", "t", k))
+                if isinstance(place(n.topology, k, request.policy, free_mask=free), Placement):
+                    key = (
+                        max(c.job.priority for c in subset),
+                        sum(c.lost + c.penalty for c in subset),
+                        size,
+                    )
+                    best = key if best is None else min(best, key)
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_cases())
+def test_the_chosen_victims_cost_no_more_than_any_other_set(case: Any) -> None:
+    nodes, candidates, k = case
+    holdings = [(c.job.key, a) for c in candidates for a in c.job.placement]
+    pool = Pool(nodes, holdings)
+    preemptor = job("t/p", "t", k, priority=5)
+    request = Request.of(preemptor)
+    if not isinstance(pool.place_gang("probe", request), list):
+        found = find_victims(pool, preemptor, request, candidates, lambda _own, _cross: True)
+        expected = _brute_force_key(nodes, candidates, k)
+        if expected is None:
+            assert not isinstance(found, VictimSearch)
+            return
+        assert isinstance(found, VictimSearch)
+        chosen = found.victims
+        key = (
+            max(c.job.priority for c in chosen),
+            sum(c.lost + c.penalty for c in chosen),
+            len(chosen),
+        )
+        assert key == expected
+
+
+def test_reclaim_never_takes_a_lender_below_its_guarantee_however_many_victims() -> None:
+    """The lender (guarantee 8) runs 12 one-GPU jobs, 6 on each node: it borrows 4. Freeing a
+    whole node for the owner would take 6 of them, 2 below its guarantee, so the owner waits."""
+    tenants = [Tenant("owner", guaranteed=8), Tenant("lender", guaranteed=8)]
+    jobs = [
+        job(f"lender/{n}-{g}", "lender", 1, running_on=[(n, (g,))], started=NOW - 3_600)
+        for n in ("n0", "n1")
+        for g in range(6)
+    ]
+    jobs.append(job("owner/train", "owner", 8, submitted=100.0))
+    result = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")]))
+    assert result.admission_of("owner/train") is None
+    # Four GPUs fit what the lender borrows: its jobs on one node go, two of them.
+    small = job("owner/small", "owner", 4, submitted=100.0)
+    admission = run_cycle(snap(tenants, [*jobs[:-1], small], [node("n0"), node("n1")]))
+    found = admission.admission_of("owner/small")
+    assert found is not None
+    assert len(found.victims) == 2
