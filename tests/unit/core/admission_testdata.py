@@ -111,7 +111,8 @@ def across(label: str, required: bool = True) -> AcrossReplicas:
 
 def replay(snapshot: Snapshot, result: CycleResult, dt: float) -> Snapshot:
     """The next snapshot with unchanged demand: admitted jobs run at once, victims' pods are
-    gone at once and they are queued again; time moves on by ``dt``."""
+    gone at once and they are queued again (their preemption counted); time moves on by
+    ``dt``."""
     jobs = {j.key: j for j in snapshot.jobs}
     now = snapshot.now + dt
     for admission in result.admissions:
@@ -121,6 +122,7 @@ def replay(snapshot: Snapshot, result: CycleResult, dt: float) -> Snapshot:
                 state=JobState.QUEUED,
                 placement=(),
                 started_at=None,
+                preemptions=jobs[victim.victim].preemptions + 1,
             )
         jobs[admission.job] = replace(
             jobs[admission.job],
