@@ -342,6 +342,24 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.preempted_gpu_seconds = Counter(
+            "preempted_gpu_seconds",
+            "Work thrown away by preemption: each victim's GPUs x time since its start or last "
+            "checkpoint, by the victim's tenant and reason (divide by the rate of "
+            "tenant_gpu_seconds_total for the share of GPU time run).",
+            ["tenant", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.below_guarantee = Gauge(
+            "tenant_below_guarantee",
+            "1 while the tenant holds fewer GPUs than its guarantee and wants more (queued jobs) "
+            "while another tenant borrows beyond its own guarantee, else 0 (the stretches "
+            "reclaim should keep short).",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.requeues = Counter(
             "requeues",
             "Admitted gangs released and queued again, by tenant and reason (PodsReadyTimeout, "

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +24,7 @@ from prometheus_client import Gauge
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.api.meta import ConditionStatus
 from gpusched.api.tenantquota import TenantQuotaStatus
-from gpusched.core.admission import AdmitReason, PreemptReason
+from gpusched.core.admission import AdmitReason, PreemptReason, TenantUsage
 from gpusched.core.lifecycle import (
     CreatePod,
     MeteredJob,
@@ -333,6 +333,9 @@ class AdmissionLoop:
             m.admissions.labels(admission.tenant, admission.reason.value).inc()
             for victim in admission.victims:
                 m.preemptions.labels(victim.victim_tenant or "", victim.reason.value).inc()
+                m.preempted_gpu_seconds.labels(victim.victim_tenant or "", victim.reason.value).inc(
+                    victim.gpu_seconds_lost
+                )
             job = jobs[admission.job]
             told = job.status.first_expected_start
             if told is not None:
@@ -352,6 +355,7 @@ class AdmissionLoop:
                 m.admissions.labels(u.name, admit.value)
             for preempt in PreemptReason:
                 m.preemptions.labels(u.name, preempt.value)
+                m.preempted_gpu_seconds.labels(u.name, preempt.value)
             for requeue in (
                 st.Reason.PODS_READY_TIMEOUT,
                 st.Reason.PODS_LOST,
@@ -383,7 +387,18 @@ class AdmissionLoop:
         set_tenant_series(m.reservations, reservations)
         set_tenant_series(m.reserved_idle_gpus, idle)
         set_tenant_series(m.gpus_pending, pending)
+        set_tenant_series(m.below_guarantee, below_guarantee(decision.result.tenants))
         set_tenant_series(m.oldest_wait, oldest)
+
+
+def below_guarantee(tenants: Sequence[TenantUsage]) -> dict[str, float]:
+    """1 for each tenant holding less than its guarantee while it wants more and another
+    tenant borrows, else 0 (the simulator's "below guarantee" figure, live)."""
+    borrowing = {u.name for u in tenants if u.borrowed > 0}
+    return {
+        u.name: float(u.used < min(u.guaranteed, u.demand) and bool(borrowing - {u.name}))
+        for u in tenants
+    }
 
 
 def set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from gpusched.operator.loop import set_tenant_series
+from gpusched.core.admission import TenantUsage
+from gpusched.operator.loop import below_guarantee, set_tenant_series
 
 
 def _series(gauge: Gauge) -> dict[str, float]:
@@ -17,3 +18,34 @@ def test_tenant_series_follow_the_latest_values_and_drop_departed_tenants() -> N
     assert _series(gauge) == {"a": 4, "b": 8}
     set_tenant_series(gauge, {"b": 0, "c": 2})
     assert _series(gauge) == {"b": 0, "c": 2}
+
+
+def _usage(
+    name: str, guaranteed: int, used: int, demand: int, borrowed: int | None = None
+) -> TenantUsage:
+    return TenantUsage(
+        name=name,
+        guaranteed=guaranteed,
+        borrowing_limit=None,
+        weight=1.0,
+        used=used,
+        borrowed=max(0, used - guaranteed) if borrowed is None else borrowed,
+        used_by_model={},
+        fair_share=float(guaranteed),
+        pending=0,
+        running=0,
+        demand=demand,
+    )
+
+
+def test_a_tenant_is_below_its_guarantee_only_while_it_wants_more_and_another_borrows() -> None:
+    owner = _usage("owner", guaranteed=16, used=8, demand=24)
+    borrower = _usage("borrower", guaranteed=0, used=8, demand=8)
+    assert below_guarantee([owner, borrower]) == {"owner": 1.0, "borrower": 0.0}
+    # Nobody borrows: GPUs are simply short.
+    assert below_guarantee([owner, _usage("other", 8, 8, 8)])["owner"] == 0.0
+    # It wants no more than it holds.
+    assert below_guarantee([_usage("owner", 16, 8, 8), borrower])["owner"] == 0.0
+    # Its own borrowing does not count (per-model guarantees: it borrows A100s while short of
+    # its H100 guarantee).
+    assert below_guarantee([_usage("solo", 16, 8, 24, borrowed=2)]) == {"solo": 0.0}

@@ -286,6 +286,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
     metrics.queue_wait.labels("t", "0").observe(3)
     metrics.admissions.labels("t", "Borrowing").inc()
     metrics.preemptions.labels("t", "HigherPriority").inc()
+    metrics.preempted_gpu_seconds.labels("t", "HigherPriority").inc(3600)
     metrics.requeues.labels("t", "PodsLost").inc()
     for gauge in (
         metrics.gpus_used,
@@ -297,6 +298,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
         metrics.oldest_wait,
         metrics.reservations,
         metrics.reserved_idle_gpus,
+        metrics.below_guarantee,
     ):
         gauge.labels("t").set(1)
     metrics.expected_start_error.labels("late").observe(60)

@@ -520,6 +520,37 @@ TENANTS: Final = Dashboard(
                     width=8,
                     core=True,
                 ),
+                Panel(
+                    "Work thrown away by preemption",
+                    "GPU time preemption threw away (each victim's GPUs x time since its start "
+                    "or last checkpoint), as a share of the GPU time tenants ran, by the "
+                    "victim's tenant.",
+                    "timeseries",
+                    "percentunit",
+                    (
+                        Query(
+                            "sum by (tenant) (rate(gpusched_preempted_gpu_seconds_total"
+                            f"{{{_TENANT}}}[$__rate_interval])) / scalar(clamp_min(sum("
+                            "rate(gpusched_tenant_gpu_seconds[$__rate_interval])), 1e-9))",
+                            "{{tenant}}",
+                        ),
+                    ),
+                    width=12,
+                ),
+                Panel(
+                    "Below guarantee while others borrow",
+                    "1 while the tenant holds fewer GPUs than its guarantee, wants more, and "
+                    "another tenant borrows: stretches reclaim should keep short.",
+                    "timeseries",
+                    "short",
+                    (
+                        Query(
+                            f"max by (tenant) (gpusched_tenant_below_guarantee{{{_TENANT}}})",
+                            "{{tenant}}",
+                        ),
+                    ),
+                    width=12,
+                ),
             ),
         ),
     ),
