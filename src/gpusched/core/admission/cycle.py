@@ -236,6 +236,7 @@ class Cycle:
         return queue[i] if i < len(queue) else None
 
     def _entry(self, tenant: str) -> tuple[int, float, tuple[int, float, str], str, int] | None:
+        self._park_unstartable(tenant)
         job = self._head(tenant)
         if job is None:
             return None
@@ -245,6 +246,21 @@ class Cycle:
         borrowed_after = ledger.used + job.total_gpus - ledger.covered(job)
         share = borrowed_after / self.tenants[tenant].weight
         return (1, share, job.order, tenant, self._versions[tenant])
+
+    def _park_unstartable(self, tenant: str) -> None:
+        """Park the jobs at the head of the tenant's queue that cannot start in this cycle
+        whatever others do (no node could ever hold them, or in requeue backoff) before the
+        tenant's turn is ranked: the tenant is ranked by the first job that can start. Ranked
+        by an unplaceable head, a tenant below its guarantee would let a borrower take the idle
+        GPUs first and then reclaim them from it for the job behind that head."""
+        while (job := self._head(tenant)) is not None and (
+            not self._feasible_request[self.requests[job.key]]
+            or (job.not_before is not None and job.not_before > self.now)
+        ):
+            touched = self._decide(job)
+            assert not touched, "a job that cannot start changed another tenant's standing"
+            self._remember(tenant, job, touched)
+            self._heads[tenant] += 1
 
     def _refresh(
         self, heap: list[tuple[int, float, tuple[int, float, str], str, int]], tenant: str

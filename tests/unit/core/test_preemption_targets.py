@@ -1,0 +1,125 @@
+"""Which jobs a preemption takes: cases translated from a peer scheduler's preemption tables
+(a tenant below its guarantee, borrowers, its own lower-priority jobs) where an earlier admission
+core chose wrongly. Each test names the wrong choice it rules out."""
+
+from __future__ import annotations
+
+from gpusched.api.gpujob import TopologyMode, TopologyScope
+from gpusched.core.admission import (
+    AdmitReason,
+    PreemptReason,
+    Snapshot,
+    Tenant,
+    run_cycle,
+)
+from tests.unit.core.admission_testdata import job, node, replay
+
+NOW = 50_000.0
+
+
+def snap(tenants, jobs, nodes, now: float = NOW) -> Snapshot:
+    return Snapshot(now=now, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
+
+
+def test_a_tenant_below_its_guarantee_reclaims_rather_than_evicting_its_own_job() -> None:
+    """The owner (guarantee 8) runs a 4-GPU low-priority job; a borrower holds the other 4.
+    The owner's 4-GPU high-priority job is inside the guarantee: it takes the borrower's GPUs.
+    Evicting the owner's own job instead leaves it at 4 of 8 for good (the evicted job cannot
+    come back while the borrower keeps borrowing)."""
+    tenants = [Tenant("owner", guaranteed=8), Tenant("borrower", guaranteed=0)]
+    jobs = [
+        job("owner/low", "owner", 4, running_on=[("n0", (0, 1, 2, 3))], started=NOW - 600),
+        job("borrower/b", "borrower", 4, running_on=[("n0", (4, 5, 6, 7))], started=NOW - 600),
+        job("owner/high", "owner", 4, priority=10, submitted=NOW - 10),
+    ]
+    first = run_cycle(snap(tenants, jobs, [node("n0")]))
+    admission = first.admission_of("owner/high")
+    assert admission is not None
+    assert admission.reason is AdmitReason.WITHIN_GUARANTEE
+    assert [(v.victim, v.reason) for v in admission.victims] == [
+        ("borrower/b", PreemptReason.RECLAIM_GUARANTEE)
+    ]
+    # And the owner stays at its guarantee: nothing of its own is queued again.
+    after = replay(snap(tenants, jobs, [node("n0")]), first, dt=60)
+    usage = {u.name: u.used for u in run_cycle(after).tenants}
+    assert usage["owner"] == 8
+
+
+def test_two_one_gpu_borrowers_go_rather_than_one_six_gpu_borrower() -> None:
+    """The owner needs 2 GPUs of a full node where a borrower runs one 6-GPU job and two 1-GPU
+    jobs, all started together: the two small ones lose a third of the work."""
+    tenants = [Tenant("owner", guaranteed=2), Tenant("borrower", guaranteed=0)]
+    jobs = [
+        job(
+            "borrower/big", "borrower", 6, running_on=[("n0", tuple(range(6)))], started=NOW - 3600
+        ),
+        job("borrower/s6", "borrower", 1, running_on=[("n0", (6,))], started=NOW - 3600),
+        job("borrower/s7", "borrower", 1, running_on=[("n0", (7,))], started=NOW - 3600),
+        job("owner/pair", "owner", 2, submitted=NOW - 10),
+    ]
+    admission = run_cycle(snap(tenants, jobs, [node("n0")])).admission_of("owner/pair")
+    assert admission is not None
+    assert sorted(v.victim for v in admission.victims) == ["borrower/s6", "borrower/s7"]
+
+
+def test_a_job_inside_the_guarantee_behind_an_unplaceable_head_gets_the_idle_gpu() -> None:
+    """The owner's head job asks 8 NVLinked GPUs of a model no node has; its next job (1 GPU)
+    is inside the guarantee. The one idle GPU goes to it, not to a borrower, and nothing
+    another tenant runs inside its own guarantee is evicted."""
+    tenants = [
+        Tenant("owner", guaranteed=4),
+        Tenant("steady", guaranteed=4),
+        Tenant("borrower", guaranteed=0, weight=10.0),
+    ]
+    jobs = [
+        *(
+            job(f"steady/s{g}", "steady", 1, running_on=[("n0", (g,))], started=NOW - 600)
+            for g in range(4)
+        ),
+        *(
+            job(f"borrower/r{g}", "borrower", 1, running_on=[("n0", (g,))], started=NOW - 600)
+            for g in range(4, 7)
+        ),
+        job(
+            "owner/head",
+            "owner",
+            8,
+            submitted=NOW - 100,
+            scope=TopologyScope.NVLINK,
+            mode=TopologyMode.REQUIRED,
+            gpu_model="B200",
+        ),
+        job("owner/small", "owner", 1, submitted=NOW - 90),
+        job("borrower/more", "borrower", 1, submitted=NOW - 95),
+    ]
+    result = run_cycle(snap(tenants, jobs, [node("n0")]))
+    assert result.admission_of("owner/small") is not None
+    assert result.admission_of("borrower/more") is None
+    assert not any(p.victim.startswith("steady/") for p in result.preemptions)
+
+
+def test_a_foreign_victim_is_not_kept_beside_the_own_victim_the_quota_needs() -> None:
+    """The owner (guarantee and limit 8) runs a 4-GPU low-priority job on n0 beside a
+    borrower's 4-GPU job; n1 has 4 free GPUs next to a job nobody may evict. The owner's
+    2 x 4-GPU gang must evict its own low-priority job to stay within its limit, and that job's
+    GPUs complete the gang: evicting the borrower too (or instead) is for nothing."""
+    tenants = [
+        Tenant("owner", guaranteed=8, borrowing_limit=8),
+        Tenant("borrower", guaranteed=0),
+    ]
+    jobs = [
+        job("owner/low", "owner", 4, running_on=[("n0", (0, 1, 2, 3))], started=NOW - 600),
+        job("borrower/b", "borrower", 4, running_on=[("n0", (4, 5, 6, 7))], started=NOW - 600),
+        job(
+            "borrower/pinned",
+            "borrower",
+            4,
+            running_on=[("n1", (0, 1, 2, 3))],
+            started=NOW - 600,
+            preemptible=False,
+        ),
+        job("owner/gang", "owner", 4, 2, priority=5, submitted=NOW - 10),
+    ]
+    admission = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")])).admission_of("owner/gang")
+    assert admission is not None
+    assert [v.victim for v in admission.victims] == ["owner/low"]
