@@ -9,6 +9,9 @@ for the simulated runtime in their template.
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 import pytest
 from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
@@ -104,6 +107,57 @@ def test_borrowed_gpus_go_back_to_their_owner_by_preemption(sc: Scenario) -> Non
         "owner usage",
     )
     assert usage["borrowedGpus"] == 0
+
+
+def test_a_returning_owner_gets_a_whole_nvlink_node_from_the_borrowers_that_lose_least(
+    sc: Scenario, local_cluster: LocalCluster
+) -> None:
+    """One-GPU jobs of a borrower fill both nodes; those on one node have just checkpointed.
+    The owner's 8-GPU NVLink gang comes back for its guarantee: it runs on that node, freed
+    whole, and only that node's jobs are evicted (the least work lost), with events and
+    `explain` saying so."""
+    nodes = sc.nodes(2)
+    _, owner_ns = sc.tenant("owner", guaranteed=8)
+    _, borrower_ns = sc.tenant("borrower", guaranteed=0)
+    small = [sc.submit(borrower_ns, f"s{i:02d}", 1, grace=2) for i in range(16)]
+    for name in small:
+        sc.wait_phase(borrower_ns, name, "Running", timeout=120)
+    on = {name: sc.status(borrower_ns, name)["placement"][0]["node"] for name in small}
+    assert sorted(on.values()).count(nodes[1]) == 8
+    time.sleep(3)  # work the jobs on the other node would lose
+    checkpoint = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cheap = sorted(n for n, node in on.items() if node == nodes[1])
+    for name in cheap:
+        sc.custom.patch_namespaced_custom_object(
+            "gpusched.io",
+            "v1alpha1",
+            borrower_ns,
+            "gpujobs",
+            name,
+            {"metadata": {"annotations": {keys.ANNOTATION_LAST_CHECKPOINT: checkpoint}}},
+        )
+    time.sleep(2)  # the operator's cache sees the checkpoints
+
+    sc.submit(owner_ns, "gang", 8, topology={"scope": "nvlink", "mode": "required"})
+    running = sc.wait_phase(owner_ns, "gang", "Running", timeout=90)
+    assert {p["node"] for p in running["placement"]} == {nodes[1]}
+    assert running["placementQuality"] == "nvlink"
+    evicted = sorted(n for n in small if sc.status(borrower_ns, n).get("preemptionCount"))
+    assert evicted == cheap
+    for name in evicted:
+        record = sc.status(borrower_ns, name)["preemptions"][-1]
+        assert (record["preemptor"], record["reason"]) == (f"{owner_ns}/gang", "ReclaimGuarantee")
+        assert any(reason == "PreemptedBy" for reason, _ in sc.events(borrower_ns, name))
+    result = CliRunner().invoke(
+        main, ["explain", f"{borrower_ns}/{evicted[0]}", f"--kubeconfig={local_cluster.kubeconfig}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"by {owner_ns}/gang (ReclaimGuarantee)" in result.output
+    result = CliRunner().invoke(
+        main, ["explain", f"{owner_ns}/gang", f"--kubeconfig={local_cluster.kubeconfig}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"replica 0: node {nodes[1]}" in result.output
 
 
 def test_higher_priority_job_preempts_after_the_victims_grace_period(sc: Scenario) -> None:

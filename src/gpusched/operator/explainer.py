@@ -123,6 +123,7 @@ def render(e: Explanation, status: Mapping[str, Any]) -> list[str]:
     elif e.tenant is None:
         out.append("  tenant: none (no TenantQuota lists this namespace)")
     out.append(f"  priority {e.priority}")
+    out.extend(_preempted_lines(status))
     for p in e.placement:
         extra = f", {p['topology_class']}, score {p['score']:.1f}" if "score" in p else ""
         out.append(f"  replica {p['replica']}: node {p['node']} GPUs {p['gpus']}{extra}")
@@ -133,6 +134,22 @@ def render(e: Explanation, status: Mapping[str, Any]) -> list[str]:
         out.append(f"  nodes for one replica: {summary}")
         out.extend(
             f"    {v.node} ({v.free_gpus} free): {v.reason}: {v.detail}" for v in e.nodes[:5]
+        )
+    return out
+
+
+def _preempted_lines(status: Mapping[str, Any]) -> list[str]:
+    """How often the job was evicted, and the last eviction: by whom, why, what it cost."""
+    records = status.get("preemptions") or []
+    count = status.get("preemptionCount") or len(records)
+    if not count:
+        return []
+    out = [f"  preempted {count} time(s)"]
+    if records:
+        last = records[-1]
+        out.append(
+            f"    last at {last.get('time')} by {last.get('preemptor')} ({last.get('reason')}): "
+            f"{last.get('message', '')}"
         )
     return out
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpusched.api import keys
 from gpusched.api.gpujob import JobPhase
-from gpusched.operator.explainer import assume_unwritten_admissions, explain_job
+from gpusched.operator.explainer import assume_unwritten_admissions, explain_job, render
 from gpusched.operator.store import Store
 from tests.unit.operator.test_store import job, pod
 
@@ -57,3 +57,28 @@ def test_terminating_pods_are_not_an_admission() -> None:
     store = _store(old)
     assume_unwritten_admissions(store)
     assert store.job("ns/a").unwritten is None
+
+
+def test_explain_says_how_often_a_job_was_preempted_and_by_whom_last() -> None:
+    store = _store()
+    explanation, status = explain_job(store, "ns/a")
+    assert not any("preempted" in line for line in render(explanation, status))
+    status = {
+        **status,
+        "preemptionCount": 2,
+        "preemptions": [
+            {"time": "2026-03-01T10:00:00Z", "preemptor": "x/first", "reason": "HigherPriority"},
+            {
+                "time": "2026-03-01T11:00:00Z",
+                "preemptor": "owner/gang",
+                "reason": "ReclaimGuarantee",
+                "message": "tenant owner reclaims guaranteed GPUs (0.01 GPU-hours lost)",
+            },
+        ],
+    }
+    lines = render(explanation, status)
+    assert "  preempted 2 time(s)" in lines
+    assert any(
+        "by owner/gang (ReclaimGuarantee)" in line and "0.01 GPU-hours lost" in line
+        for line in lines
+    )
