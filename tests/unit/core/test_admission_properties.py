@@ -46,6 +46,7 @@ from gpusched.core.admission import (
 )
 from gpusched.core.admission.model import AdmitReason
 from gpusched.core.admission.quota import Ledger
+from tests.examples import examples
 from tests.unit.core.admission_testdata import across, job, node, replay
 
 MODELS = ("H100", "A100")
@@ -347,7 +348,7 @@ def _settle(snapshot: Snapshot, cycles: int, edges: dict[str, set[str]]) -> Snap
     raise AssertionError(f"preemptions still happening after {cycles} cycles")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_replays_never_preempt_back_and_keep_every_invariant(
     workload: tuple[list[Any], list[Tenant], list[Job], list[Job]],
@@ -360,7 +361,7 @@ def test_replays_never_preempt_back_and_keep_every_invariant(
     _settle(snapshot, 4 * (len(early) + len(late)) + 4, edges)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.randoms(use_true_random=False))
 def test_decisions_are_deterministic_for_a_snapshot(
     workload: tuple[list[Any], list[Tenant], list[Job], list[Job]], rnd: Any
@@ -430,7 +431,7 @@ def scattered_workloads(draw: Any) -> tuple[list[Any], list[Tenant], list[Job], 
     return nodes, tenants, early, late
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scattered_workloads())
 def test_reclaim_among_scattered_borrowers_keeps_every_invariant(
     workload: tuple[list[Any], list[Tenant], list[Job], list[Job]],

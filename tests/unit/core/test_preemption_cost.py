@@ -21,6 +21,7 @@ from gpusched.core.admission.preemption import (
     may_be_victim,
 )
 from gpusched.core.placement import Placement, place
+from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
 
 NOW = 100_000.0
@@ -226,7 +227,7 @@ def _brute_force_key(nodes: list[Any], candidates: list[Candidate], k: int) -> A
     return best
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(small_cases())
 def test_the_chosen_victims_cost_no_more_than_any_other_set(case: Any) -> None:
     nodes, candidates, k = case

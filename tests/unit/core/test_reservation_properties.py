@@ -34,6 +34,7 @@ from gpusched.core.admission import (
     Tenant,
     run_cycle,
 )
+from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
 
 SIZES = (1, 2, 4, 8)
@@ -141,7 +142,7 @@ def _holders(
     return out
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(states())
 def test_reservations_are_never_delayed_by_what_the_cycle_admits(snapshot: Snapshot) -> None:
     result = run_cycle(snapshot)
@@ -156,7 +157,7 @@ def test_reservations_are_never_delayed_by_what_the_cycle_admits(snapshot: Snaps
                 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(states())
 def test_reservations_sharing_a_gpu_do_not_overlap_in_time(snapshot: Snapshot) -> None:
     result = run_cycle(snapshot)
@@ -169,7 +170,7 @@ def test_reservations_sharing_a_gpu_do_not_overlap_in_time(snapshot: Snapshot) -
                 assert first.end <= second.start or second.end <= first.start, (first, second)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(states())
 def test_a_job_on_reserved_gpus_can_be_made_to_leave_by_the_reservations_start(
     snapshot: Snapshot,
@@ -205,7 +206,7 @@ def test_a_job_on_reserved_gpus_can_be_made_to_leave_by_the_reservations_start(
         assert evictable or limited, admission
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(states())
 def test_reservations_per_tenant_are_bounded_and_reserving_jobs_wait(snapshot: Snapshot) -> None:
     result = run_cycle(snapshot)
