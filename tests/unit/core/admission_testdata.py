@@ -17,6 +17,7 @@ from gpusched.core.admission import (
     JobState,
     Node,
     Snapshot,
+    Tenant,
     count_only_topology,
 )
 from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
@@ -103,6 +104,13 @@ def job(
         )
         fields["started_at"] = started
     return Job(**fields)  # type: ignore[arg-type]
+
+
+def snap(
+    tenants: Iterable[Tenant], jobs: Iterable[Job], nodes: Iterable[Node], now: float
+) -> Snapshot:
+    """The snapshot of a cycle at ``now``."""
+    return Snapshot(now=now, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
 
 
 def across(label: str, required: bool = True) -> AcrossReplicas:

@@ -8,17 +8,12 @@ from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.admission import (
     AdmitReason,
     PreemptReason,
-    Snapshot,
     Tenant,
     run_cycle,
 )
-from tests.unit.core.admission_testdata import job, node, replay
+from tests.unit.core.admission_testdata import job, node, replay, snap
 
 NOW = 50_000.0
-
-
-def snap(tenants, jobs, nodes, now: float = NOW) -> Snapshot:
-    return Snapshot(now=now, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
 
 
 def test_a_tenant_below_its_guarantee_reclaims_rather_than_evicting_its_own_job() -> None:
@@ -32,7 +27,7 @@ def test_a_tenant_below_its_guarantee_reclaims_rather_than_evicting_its_own_job(
         job("borrower/b", "borrower", 4, running_on=[("n0", (4, 5, 6, 7))], started=NOW - 600),
         job("owner/high", "owner", 4, priority=10, submitted=NOW - 10),
     ]
-    first = run_cycle(snap(tenants, jobs, [node("n0")]))
+    first = run_cycle(snap(tenants, jobs, [node("n0")], NOW))
     admission = first.admission_of("owner/high")
     assert admission is not None
     assert admission.reason is AdmitReason.WITHIN_GUARANTEE
@@ -40,7 +35,7 @@ def test_a_tenant_below_its_guarantee_reclaims_rather_than_evicting_its_own_job(
         ("borrower/b", PreemptReason.RECLAIM_GUARANTEE)
     ]
     # And the owner stays at its guarantee: nothing of its own is queued again.
-    after = replay(snap(tenants, jobs, [node("n0")]), first, dt=60)
+    after = replay(snap(tenants, jobs, [node("n0")], NOW), first, dt=60)
     usage = {u.name: u.used for u in run_cycle(after).tenants}
     assert usage["owner"] == 8
 
@@ -57,7 +52,7 @@ def test_two_one_gpu_borrowers_go_rather_than_one_six_gpu_borrower() -> None:
         job("borrower/s7", "borrower", 1, running_on=[("n0", (7,))], started=NOW - 3600),
         job("owner/pair", "owner", 2, submitted=NOW - 10),
     ]
-    admission = run_cycle(snap(tenants, jobs, [node("n0")])).admission_of("owner/pair")
+    admission = run_cycle(snap(tenants, jobs, [node("n0")], NOW)).admission_of("owner/pair")
     assert admission is not None
     assert sorted(v.victim for v in admission.victims) == ["borrower/s6", "borrower/s7"]
 
@@ -92,7 +87,7 @@ def test_a_job_inside_the_guarantee_behind_an_unplaceable_head_gets_the_idle_gpu
         job("owner/small", "owner", 1, submitted=NOW - 90),
         job("borrower/more", "borrower", 1, submitted=NOW - 95),
     ]
-    result = run_cycle(snap(tenants, jobs, [node("n0")]))
+    result = run_cycle(snap(tenants, jobs, [node("n0")], NOW))
     assert result.admission_of("owner/small") is not None
     assert result.admission_of("borrower/more") is None
     assert not any(p.victim.startswith("steady/") for p in result.preemptions)
@@ -120,6 +115,8 @@ def test_a_foreign_victim_is_not_kept_beside_the_own_victim_the_quota_needs() ->
         ),
         job("owner/gang", "owner", 4, 2, priority=5, submitted=NOW - 10),
     ]
-    admission = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")])).admission_of("owner/gang")
+    admission = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")], NOW)).admission_of(
+        "owner/gang"
+    )
     assert admission is not None
     assert [v.victim for v in admission.victims] == ["owner/low"]
