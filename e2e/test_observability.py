@@ -332,10 +332,10 @@ def test_every_alert_evaluates_and_the_failed_gpu_alerts(observed: Observed) -> 
         assert states[quiet] == "inactive", quiet
 
 
-def _value(prometheus: LocalPrometheus, expr: str) -> dict[str, float]:
+def _value(prometheus: LocalPrometheus, expr: str, at: float | None = None) -> dict[str, float]:
     return {
         ",".join(f"{k}={v}" for k, v in sorted(s["metric"].items())): float(s["value"][1])
-        for s in prometheus.query(expr)
+        for s in prometheus.query(expr, at=at)
     }
 
 
@@ -375,11 +375,17 @@ def test_tenant_series_match_the_gpujobs(observed: Observed, kube: Any) -> None:
     assert list(pending.values()) == [queued] == [24]
     # The first preemption of a tenant counts in increase() (its series existed at 0).
     window = observed.window.range
-    preempted = _value(observed.prometheus, f"sum(increase(gpusched_preemptions_total[{window}]))")
+    # Over the scenario's window, evaluated at its end: evaluated later (after the tests before
+    # this one), the range would slide past the scenario's first placements.
+    end = observed.window.end
+    preempted = _value(
+        observed.prometheus, f"sum(increase(gpusched_preemptions_total[{window}]))", at=end
+    )
     assert next(iter(preempted.values())) >= 0.9
     placed = _value(
         observed.prometheus,
         f'sum(increase(gpusched_placements_total{{topology_class="nvlink"}}[{window}]))',
+        at=end,
     )
     assert next(iter(placed.values())) >= 3.5  # the sweeps and the finetune job
 

@@ -536,6 +536,7 @@ TENANTS: Final = Dashboard(
                         ),
                     ),
                     width=12,
+                    core=True,
                 ),
                 Panel(
                     "Below guarantee while others borrow",
@@ -550,6 +551,7 @@ TENANTS: Final = Dashboard(
                         ),
                     ),
                     width=12,
+                    core=True,
                 ),
             ),
         ),
