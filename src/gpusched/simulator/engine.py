@@ -159,6 +159,8 @@ class Replay:
         self.running = 0
         self.held_by_tenant: Counter[str] = Counter()
         self.queued_by_tenant: Counter[str] = Counter()
+        self.queued_sizes: dict[str, Counter[int]] = {}
+        """Per tenant, how many of its waiting jobs ask each total GPU count."""
         self.samples: list[Sample] = []
         self.preemptions = 0
         self.events: list[tuple[float, int, int, str, int]] = [
@@ -197,6 +199,7 @@ class Replay:
         self.waiting[job.id] = job
         self.waiting_sizes[job.gpus_per_replica] += 1
         self.queued_by_tenant[job.tenant] += job.gpus
+        self.queued_sizes.setdefault(job.tenant, Counter())[job.gpus] += 1
 
     def _unqueue(self, job: TraceJob) -> None:
         del self.waiting[job.id]
@@ -204,6 +207,10 @@ class Replay:
         if not self.waiting_sizes[job.gpus_per_replica]:
             del self.waiting_sizes[job.gpus_per_replica]
         self.queued_by_tenant[job.tenant] -= job.gpus
+        sizes = self.queued_sizes[job.tenant]
+        sizes[job.gpus] -= 1
+        if not sizes[job.gpus]:
+            del sizes[job.gpus]
 
     # --- events --------------------------------------------------------------------------
 
@@ -377,6 +384,7 @@ class Replay:
     def _sample(self, now: float) -> None:
         held = {t: n for t, n in self.held_by_tenant.items() if n}
         queued = {t: n for t, n in self.queued_by_tenant.items() if n}
+        smallest_by_tenant = {t: min(sizes) for t, sizes in self.queued_sizes.items() if sizes}
         smallest = min(self.waiting_sizes) if self.waiting_sizes else 0
         stranded = sum(k * c for k, c in self.free_hist.items() if 0 < k < smallest)
         sample = Sample(
@@ -387,6 +395,7 @@ class Replay:
             by_tenant=held,
             stranded=stranded,
             queued_by_tenant=queued,
+            smallest_queued_by_tenant=smallest_by_tenant,
         )
         last = self.samples[-1] if self.samples else None
         if last is not None and (
@@ -395,7 +404,15 @@ class Replay:
             last.stranded,
             last.by_tenant,
             last.queued_by_tenant,
-        ) == (sample.allocated, sample.queued_jobs, sample.stranded, held, queued):
+            last.smallest_queued_by_tenant,
+        ) == (
+            sample.allocated,
+            sample.queued_jobs,
+            sample.stranded,
+            held,
+            queued,
+            smallest_by_tenant,
+        ):
             return
         self.samples.append(sample)
 

@@ -196,6 +196,12 @@ class TenantFigures:
     its own guarantee (demand: GPUs held + asked by queued jobs)."""
     longest_below_hours: float
     """The longest such stretch without a break."""
+    below_fitting_hours: float
+    """Hours it held fewer GPUs than its guarantee while one of its waiting jobs fitted in what
+    was left of the guarantee and another tenant held more than its own guarantee: what reclaim
+    can act on (a job larger than what is left of the guarantee borrows, and waits its turn)."""
+    longest_below_fitting_hours: float
+    """The longest such stretch without a break."""
     unmet_guarantee_gpu_hours: float
     """GPU-hours of guarantee it wanted and did not hold over those stretches."""
     never_started: bool
@@ -217,6 +223,8 @@ class TenantFigures:
             mean_entitlement=d["mean_entitlement"],
             below_guarantee_hours=float(d["below_guarantee_hours"]),
             longest_below_hours=float(d["longest_below_hours"]),
+            below_fitting_hours=float(d.get("below_fitting_hours", 0.0)),
+            longest_below_fitting_hours=float(d.get("longest_below_fitting_hours", 0.0)),
             unmet_guarantee_gpu_hours=float(d["unmet_guarantee_gpu_hours"]),
             never_started=bool(d["never_started"]),
             share=Series.from_json(d["share"]),
@@ -786,6 +794,9 @@ def _tenant_figures(
     unmet: dict[str, float] = dict.fromkeys(names, 0.0)
     stretch: dict[str, float] = dict.fromkeys(names, 0.0)
     longest: dict[str, float] = dict.fromkeys(names, 0.0)
+    fitting: dict[str, float] = dict.fromkeys(names, 0.0)
+    fitting_stretch: dict[str, float] = dict.fromkeys(names, 0.0)
+    fitting_longest: dict[str, float] = dict.fromkeys(names, 0.0)
     for s, width in zip(samples, w, strict=True):
         held = {n: s.by_tenant.get(n, 0) for n in names}
         demand = {n: held[n] + s.queued_by_tenant.get(n, 0) for n in names}
@@ -803,6 +814,14 @@ def _tenant_figures(
                     longest[n] = max(longest[n], stretch[n])
             else:
                 stretch[n] = 0.0
+            smallest = s.smallest_queued_by_tenant.get(n)
+            if borrowing and smallest is not None and held[n] + smallest <= guarantee[n]:
+                if width > 0:
+                    fitting[n] += width
+                    fitting_stretch[n] += width
+                    fitting_longest[n] = max(fitting_longest[n], fitting_stretch[n])
+            else:
+                fitting_stretch[n] = 0.0
 
     times = [s.time for s in samples]
     out = []
@@ -828,6 +847,8 @@ def _tenant_figures(
                 mean_entitlement=time_mean(ent_series[n], ent_weights),
                 below_guarantee_hours=below[n] / _HOUR,
                 longest_below_hours=longest[n] / _HOUR,
+                below_fitting_hours=fitting[n] / _HOUR,
+                longest_below_fitting_hours=fitting_longest[n] / _HOUR,
                 unmet_guarantee_gpu_hours=unmet[n] / _HOUR,
                 never_started=bool(mine) and not any(j.attempts for j in mine),
                 share=step_series(times, share[n], SERIES_POINTS),

@@ -181,6 +181,9 @@ class Sample:
     """Free GPUs that no waiting job can use (fragmentation)."""
     queued_by_tenant: Mapping[str, int] = field(default_factory=dict)
     """GPUs asked for by each tenant's jobs that are not running (its unmet demand)."""
+    smallest_queued_by_tenant: Mapping[str, int] = field(default_factory=dict)
+    """GPUs of each tenant's smallest waiting job: whether a job that fits what is left of its
+    guarantee is waiting."""
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,10 @@ DEFINITIONS = (
     "equal part of its tenant's entitlement at submission; above 1 it did worse than that.",
     "Below guarantee = time a tenant held fewer GPUs than min(guarantee, demand) while another "
     "tenant held more than its own guarantee; longest = the longest such stretch; unmet = the "
-    "GPU-hours of guarantee missing over those stretches. A tenant none of whose jobs started is "
-    "flagged, not shown as 0.",
+    "GPU-hours of guarantee missing over those stretches. With a job that fits it waiting = the "
+    "same, counted only while one of the tenant's waiting jobs fits in what is left of its "
+    "guarantee (what reclaim can act on; a larger job borrows and waits its turn). A tenant none "
+    "of whose jobs started is flagged, not shown as 0.",
     "GPU-hours lost to preemption = GPUs * run time of the attempts preemption ended (no "
     "checkpoints: their work is redone); also as % of all GPU-hours run.",
     "Makespan = last completion - first submission.",
@@ -466,13 +468,18 @@ def takeaways(figs: Sequence[Figures]) -> list[str]:
         + "."
     )
     worst = [(f, max(f.tenants, key=lambda t: t.longest_below_hours, default=None)) for f in figs]
+    fit = [
+        (f, max(f.tenants, key=lambda t: t.longest_below_fitting_hours, default=None)) for f in figs
+    ]
     out.append(
         "Fairness (Jain of share / entitlement; longest stretch a tenant spent below its "
-        "guarantee while another borrowed): "
+        "guarantee while another borrowed; the same with a job that fits its guarantee "
+        "waiting): "
         + "; ".join(
             f"{f.policy} {_num(f.jain, 3)}"
             + (f", {t.name} {_num(t.longest_below_hours, 0)} h" if t is not None else "")
-            for f, t in worst
+            + (f", {u.name} {_num(u.longest_below_fitting_hours, 0)} h" if u is not None else "")
+            for (f, t), (_, u) in zip(worst, fit, strict=True)
         )
         + "."
     )
@@ -570,6 +577,7 @@ def _details(figs: Sequence[Figures]) -> list[str]:
                 "mean share %",
                 "mean entitlement %",
                 "below guarantee (h): total / longest",
+                "... with a job that fits it waiting (h): total / longest",
                 "unmet guarantee (GPU-h)",
                 "mean queueing (h)",
             ),
@@ -585,6 +593,7 @@ def _details(figs: Sequence[Figures]) -> list[str]:
                     "**no job ever started**"
                     if t.never_started
                     else f"{_num(t.below_guarantee_hours, 1)} / {_num(t.longest_below_hours, 1)}",
+                    f"{_num(t.below_fitting_hours, 1)} / {_num(t.longest_below_fitting_hours, 1)}",
                     _num(t.unmet_guarantee_gpu_hours, 1),
                     _hours(t.queueing.mean),
                 )

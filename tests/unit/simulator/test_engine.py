@@ -330,3 +330,18 @@ def test_within_tenant_never_keeps_a_higher_priority_job_waiting_for_its_own_ten
         )
         result = replay(jobs, nodes, build(name, nodes.nodes, tenants, 0), speed=speed)
         assert _times(result) == expected, tenants[0].within_tenant
+
+
+def test_samples_name_each_tenants_smallest_waiting_job() -> None:
+    nodes = cluster((H100, "h100"))
+    jobs = workload(
+        trace_job("a", 0, 8, 100),  # holds the board 0..100
+        trace_job("b", 10, 4, 50),  # waits 10..100
+        trace_job("c", 20, 2, 50),  # waits 20..100 beside b
+    )
+    result = replay(jobs, nodes, GpuschedPolicy(nodes.nodes, jobs.tenants), speed=speed)
+    smallest = {s.time: dict(s.smallest_queued_by_tenant) for s in result.samples}
+    [tenant] = {j.tenant for j in jobs.jobs}
+    assert smallest[10] == {tenant: 4}
+    assert smallest[20] == {tenant: 2}
+    assert smallest[100] == {}

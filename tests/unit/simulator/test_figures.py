@@ -321,3 +321,27 @@ def test_long_runs_are_stored_as_at_most_series_points() -> None:
             f.allocation.values, f.allocation.times, f.allocation.times[1:], strict=False
         )
     ) / (f.allocation.times[-1] - f.allocation.times[0]) == pytest.approx(1 / 16)
+
+
+def test_below_guarantee_with_a_fitting_job_counts_only_jobs_that_fit_what_is_left() -> None:
+    """A (guarantee 4) holds 1 while B borrows. For 10 s its smallest waiting job asks 3 GPUs
+    (1 + 3 fits 4), then for 30 s only a 4-GPU job waits (1 + 4 does not): below its guarantee
+    40 s, with a job that fits it 10 s; the stretch breaks when the fitting job is gone."""
+
+    def at(time: float, smallest: int | None, b: int = 6) -> Sample:
+        return Sample(
+            time,
+            1 + b,
+            1,
+            smallest or 0,
+            {"A": 1, "B": b},
+            0,
+            queued_by_tenant={"A": smallest} if smallest else {},
+            smallest_queued_by_tenant={"A": smallest} if smallest else {},
+        )
+
+    samples = (at(0, 3), at(10, 4), at(40, 3), at(45, 3, b=0), at(60, None, b=0))
+    a = tenant(figures(run(samples=samples)), "A")
+    assert a.below_guarantee_hours == pytest.approx(45 / H)
+    assert a.below_fitting_hours == pytest.approx(15 / H)
+    assert a.longest_below_fitting_hours == pytest.approx(10 / H)
