@@ -232,18 +232,6 @@ def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
     _check_minimal_victims(snapshot, result)
 
 
-def _inside_gpus(tenant: Tenant, admitted: list[Job]) -> int:
-    """GPUs of the running jobs that fit the guarantee, taken in queue order (priority, then
-    submission, then name) and skipping those that do not fit."""
-    left = tenant.guaranteed
-    inside = 0
-    for j in sorted(admitted, key=lambda j: (-j.priority, j.submitted_at, j.key)):
-        if j.total_gpus <= left:
-            left -= j.total_gpus
-            inside += j.total_gpus
-    return inside
-
-
 def _check_lenders_keep_their_guarantee(
     tenants: dict[str, Tenant],
     running: dict[str, list[Job]],
@@ -251,7 +239,7 @@ def _check_lenders_keep_their_guarantee(
     jobs: dict[str, Job],
 ) -> None:
     """However many of a tenant's jobs one reclaim takes, what it keeps covers its guarantee
-    as much as its jobs inside it did (tenants with per-model guarantees are left out: the
+    as much as what it held did (tenants with per-model guarantees are left out: the
     sum here knows no buckets). ``running`` is kept current across the cycle's decisions."""
     taken: dict[str, set[str]] = {}
     for v in admission.victims:
@@ -262,8 +250,9 @@ def _check_lenders_keep_their_guarantee(
         if tenant.guaranteed_by_model:
             continue
         before = running[name]
+        held = sum(j.total_gpus for j in before)
         kept = sum(j.total_gpus for j in before if j.key not in keys)
-        assert min(tenant.guaranteed, kept) >= _inside_gpus(tenant, before), (
+        assert min(tenant.guaranteed, kept) >= min(tenant.guaranteed, held), (
             f"{admission.job} took {sorted(keys)} from {name}, below its guarantee"
         )
     for v in admission.victims:

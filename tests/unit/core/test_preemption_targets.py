@@ -120,3 +120,66 @@ def test_a_foreign_victim_is_not_kept_beside_the_own_victim_the_quota_needs() ->
     )
     assert admission is not None
     assert [v.victim for v in admission.victims] == ["owner/low"]
+
+
+def test_a_lender_one_gpu_above_its_guarantee_loses_at_most_one_gpu() -> None:
+    """t0 (guarantee 16) holds 17 GPUs; the 8-GPU job it submitted last does not fit after the
+    others in queue order, but the tenant borrows 1 GPU, not 8. t1's 2-GPU NVLink job would
+    need two of t0's one-GPU jobs: it waits rather than take t0 below its guarantee."""
+    tenants = [Tenant("t0", guaranteed=16), Tenant("t1", guaranteed=4)]
+    jobs = [
+        job("t0/four", "t0", 4, priority=1, running_on=[("n0", (0, 1, 2, 3))], started=NOW - 600),
+        *(
+            job(f"t0/one{g}", "t0", 1, submitted=float(g), running_on=[("n0", (g,))])
+            for g in range(4, 8)
+        ),
+        job("t0/side", "t0", 1, submitted=10.0, running_on=[("n2", ())]),
+        job("t0/eight", "t0", 8, submitted=20.0, running_on=[("n1", ())]),
+        job(
+            "t1/pair",
+            "t1",
+            2,
+            submitted=NOW - 10,
+            scope=TopologyScope.NVLINK,
+            mode=TopologyMode.REQUIRED,
+        ),
+    ]
+    nodes = [node("n0"), node("n1", "count"), node("n2", "count")]
+    result = run_cycle(snap(tenants, jobs, nodes, NOW))
+    assert result.admission_of("t1/pair") is None
+    assert not result.preemptions
+
+
+def test_own_victims_needed_only_beside_a_foreign_one_are_spared_with_it() -> None:
+    """t0 (guarantee 8) holds 11 GPUs: seven one-GPU jobs on n0 and two 2-GPU jobs on n1; t1
+    borrows n0's last GPU and three on n1. t0's 4-GPU NVLink job of higher priority takes 4 of
+    its own one-GPU jobs. Reclaiming t1's GPU too would need all seven (a reclaim is only for a
+    job inside the guarantee): once that GPU is spared, three of the seven are for nothing."""
+    tenants = [Tenant("t0", guaranteed=8), Tenant("t1"), Tenant("t2")]
+    jobs = [
+        *(
+            job(f"t0/e{g}", "t0", 1, submitted=float(g), running_on=[("n0", (g,))])
+            for g in range(7)
+        ),
+        job("t0/e7", "t0", 2, submitted=7.0, running_on=[("n1", (0, 1))]),
+        job("t0/e8", "t0", 2, submitted=8.0, running_on=[("n1", (4, 5))]),
+        job("t1/e9", "t1", 1, submitted=9.0, running_on=[("n0", (7,))]),
+        *(
+            job(f"t1/e{i}", "t1", 1, submitted=float(i), running_on=[("n1", (g,))])
+            for i, g in ((10, 2), (11, 3), (12, 6))
+        ),
+        job(
+            "t0/g0",
+            "t0",
+            4,
+            priority=1,
+            submitted=100.0,
+            scope=TopologyScope.NVLINK,
+            mode=TopologyMode.REQUIRED,
+        ),
+    ]
+    result = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")], 1000.0))
+    admission = result.admission_of("t0/g0")
+    assert admission is not None
+    assert len(admission.victims) == 4
+    assert all(v.reason is PreemptReason.HIGHER_PRIORITY for v in admission.victims)

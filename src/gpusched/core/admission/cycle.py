@@ -190,7 +190,6 @@ class Cycle:
         self._admitted_version = 0
         self.searches = 0
         self._borrowed: dict[str, set[str]] = {}
-        self._inside_gpus: dict[str, int] = {}
         self._heads: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._versions: dict[str, int] = dict.fromkeys(self.tenants, 0)
         # Reservations and backfill.
@@ -873,11 +872,12 @@ class Cycle:
             for name in self.tenants:
                 if name == tenant.name or self.ledgers[name].borrowed() <= 0:
                     continue
-                spare = self.ledgers[name].used - self._inside(name)
                 # Any of a borrowing tenant's jobs may go, the cheapest first, as long as what
                 # it keeps covers its guarantee as before (:meth:`lenders_ok` checks the whole
                 # set); which of its jobs came last in its queue says nothing about what
-                # evicting them costs or where they run.
+                # evicting them costs or where they run. A job larger than what the tenant
+                # borrows would take it below its guarantee, alone or with others.
+                spare = self.ledgers[name].borrowed()
                 for victim in self.admitted[name].values():
                     if victim.key in seen or victim.total_gpus > spare:
                         continue
@@ -894,25 +894,18 @@ class Cycle:
             cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in out)
         return out, cross
 
-    def _inside(self, tenant: str) -> int:
-        """GPUs of the tenant's running jobs inside its guarantee (taken in queue order)."""
-        found = self._inside_gpus.get(tenant)
-        if found is None:
-            admitted = self.admitted[tenant]
-            borrowed = sum(admitted[k].total_gpus for k in self.borrowed_jobs(tenant))
-            found = self._inside_gpus[tenant] = self.ledgers[tenant].used - borrowed
-        return found
-
     def lenders_ok(self, victims: Sequence[Candidate]) -> bool:
         """Whether every tenant losing jobs to a reclaim keeps covering its guarantee as much
-        as its jobs inside it did (it loses borrowed capacity only), however many of its jobs
-        the eviction takes. A tenant whose running jobs fit its guarantee never loses one."""
+        as it does now (it loses borrowed GPUs only), however many of its jobs the eviction
+        takes. A tenant at or below its guarantee never loses a job; one 1 GPU above it loses
+        at most 1 GPU, whichever of its jobs came last in its queue."""
         taken: dict[str, list[Job]] = {}
         for c in victims:
             if c.reason is PreemptReason.RECLAIM_GUARANTEE and c.job.tenant is not None:
                 taken.setdefault(c.job.tenant, []).append(c.job)
         for name, jobs in taken.items():
-            if self.ledgers[name].covered(None, jobs) < self._inside(name):
+            ledger = self.ledgers[name]
+            if ledger.covered(None, jobs) < ledger.covered():
                 return False
         return True
 
@@ -1032,7 +1025,6 @@ class Cycle:
             del self.admitted[victim.tenant][victim.key]
             self._admitted_version += 1
             self._borrowed.pop(victim.tenant, None)
-            self._inside_gpus.pop(victim.tenant, None)
             preemptions.append(
                 Preemption(
                     victim=victim.key,
@@ -1081,7 +1073,6 @@ class Cycle:
         self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
         self._borrowed.pop(job.tenant, None)
-        self._inside_gpus.pop(job.tenant, None)
         nodes = sorted({p.node for p in plans})
         where = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
         text = f"placed {Request.of(job).describe()} on {where}; " + (

@@ -510,13 +510,21 @@ def _cheapest_on_node(
         placement = None
     if placement is None:
         return None
-    for item in sorted(chosen, key=lambda i: i[0].cost, reverse=True):
-        trial = [i for i in chosen if i is not item]
-        if not trial:
-            continue
-        again = fits(trial)
-        if again is not None and ok([c for c, _ in trial]):
-            chosen, placement = trial, again
+    # Minimise, most expensive first, until no victim can be spared: sparing one can make
+    # others unneeded that were not before (the preemptor's own jobs, needed for its quota only
+    # while another tenant's job was among the victims).
+    spared = True
+    while spared:
+        spared = False
+        for item in sorted(chosen, key=lambda i: i[0].cost, reverse=True):
+            trial = [i for i in chosen if i is not item]
+            if not trial:
+                continue
+            again = fits(trial)
+            if again is not None and ok([c for c, _ in trial]):
+                chosen, placement = trial, again
+                spared = True
+                break
     return option(chosen, placement)
 
 
