@@ -232,15 +232,25 @@ def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
     _check_minimal_victims(snapshot, result)
 
 
+def _most_inside(guarantee: int, jobs: list[Job]) -> int:
+    """The most GPUs some subset of ``jobs`` holds within ``guarantee`` (the sums every subset
+    can reach, built one job at a time)."""
+    sums = {0}
+    for j in jobs:
+        sums |= {t + j.total_gpus for t in sums if t + j.total_gpus <= guarantee}
+    return max(sums)
+
+
 def _check_lenders_keep_their_guarantee(
     tenants: dict[str, Tenant],
     running: dict[str, list[Job]],
     admission: Any,
     jobs: dict[str, Job],
 ) -> None:
-    """However many of a tenant's jobs one reclaim takes, what it keeps covers its guarantee
-    as much as what it held did (tenants with per-model guarantees are left out: the
-    sum here knows no buckets). ``running`` is kept current across the cycle's decisions."""
+    """However many of a tenant's jobs one reclaim takes, what it keeps fills its guarantee as
+    much as what it held did, in the shape of its jobs (tenants with per-model guarantees are
+    left out: the sums here know no buckets). ``running`` is kept current across the cycle's
+    decisions."""
     taken: dict[str, set[str]] = {}
     for v in admission.victims:
         if v.reason is PreemptReason.RECLAIM_GUARANTEE and v.victim_tenant is not None:
@@ -250,9 +260,8 @@ def _check_lenders_keep_their_guarantee(
         if tenant.guaranteed_by_model:
             continue
         before = running[name]
-        held = sum(j.total_gpus for j in before)
-        kept = sum(j.total_gpus for j in before if j.key not in keys)
-        assert min(tenant.guaranteed, kept) >= min(tenant.guaranteed, held), (
+        kept = [j for j in before if j.key not in keys]
+        assert _most_inside(tenant.guaranteed, kept) >= _most_inside(tenant.guaranteed, before), (
             f"{admission.job} took {sorted(keys)} from {name}, below its guarantee"
         )
     for v in admission.victims:

@@ -54,7 +54,13 @@ from gpusched.core.admission.preemption import (
     may_be_victim,
 )
 from gpusched.core.admission.profile import NEVER, Profile, Slotting
-from gpusched.core.admission.quota import Ledger, claims, fair_shares, running_borrowed
+from gpusched.core.admission.quota import (
+    Ledger,
+    claims,
+    fair_shares,
+    running_borrowed,
+    usable_guarantee,
+)
 
 UNKNOWN_MODEL = "unknown"
 #: Key prefix of a reservation's GPUs in the pool (never a job key: those hold a ``/``
@@ -190,6 +196,7 @@ class Cycle:
         self._admitted_version = 0
         self.searches = 0
         self._borrowed: dict[str, set[str]] = {}
+        self._usable_gpus: dict[str, int] = {}
         self._heads: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._versions: dict[str, int] = dict.fromkeys(self.tenants, 0)
         # Reservations and backfill.
@@ -876,8 +883,8 @@ class Cycle:
                 # it keeps covers its guarantee as before (:meth:`lenders_ok` checks the whole
                 # set); which of its jobs came last in its queue says nothing about what
                 # evicting them costs or where they run. A job larger than what the tenant
-                # borrows would take it below its guarantee, alone or with others.
-                spare = self.ledgers[name].borrowed()
+                # holds beyond the guarantee it uses would cut into that, alone or with others.
+                spare = self.ledgers[name].used - self._usable(name)
                 for victim in self.admitted[name].values():
                     if victim.key in seen or victim.total_gpus > spare:
                         continue
@@ -894,18 +901,27 @@ class Cycle:
             cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in out)
         return out, cross
 
+    def _usable(self, tenant: str) -> int:
+        """GPUs of the tenant's guarantee its running jobs use (:func:`usable_guarantee`)."""
+        found = self._usable_gpus.get(tenant)
+        if found is None:
+            found = usable_guarantee(self.tenants[tenant], self.admitted[tenant].values())
+            self._usable_gpus[tenant] = found
+        return found
+
     def lenders_ok(self, victims: Sequence[Candidate]) -> bool:
-        """Whether every tenant losing jobs to a reclaim keeps covering its guarantee as much
-        as it does now (it loses borrowed GPUs only), however many of its jobs the eviction
-        takes. A tenant at or below its guarantee never loses a job; one 1 GPU above it loses
-        at most 1 GPU, whichever of its jobs came last in its queue."""
-        taken: dict[str, list[Job]] = {}
+        """Whether every tenant losing jobs to a reclaim keeps using as much of its guarantee
+        as it does now, in the shape of its jobs, however many of its jobs the eviction takes:
+        it loses only GPUs its guarantee does not cover. A tenant at or below its guarantee
+        never loses a job; one holding 17 GPUs against 16 it can fill loses at most 1 GPU,
+        whichever of its jobs came last in its queue."""
+        taken: dict[str, set[str]] = {}
         for c in victims:
             if c.reason is PreemptReason.RECLAIM_GUARANTEE and c.job.tenant is not None:
-                taken.setdefault(c.job.tenant, []).append(c.job)
-        for name, jobs in taken.items():
-            ledger = self.ledgers[name]
-            if ledger.covered(None, jobs) < ledger.covered():
+                taken.setdefault(c.job.tenant, set()).add(c.job.key)
+        for name, keys in taken.items():
+            kept = [j for k, j in self.admitted[name].items() if k not in keys]
+            if usable_guarantee(self.tenants[name], kept) < self._usable(name):
                 return False
         return True
 
@@ -1025,6 +1041,7 @@ class Cycle:
             del self.admitted[victim.tenant][victim.key]
             self._admitted_version += 1
             self._borrowed.pop(victim.tenant, None)
+            self._usable_gpus.pop(victim.tenant, None)
             preemptions.append(
                 Preemption(
                     victim=victim.key,
@@ -1073,6 +1090,7 @@ class Cycle:
         self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
         self._borrowed.pop(job.tenant, None)
+        self._usable_gpus.pop(job.tenant, None)
         nodes = sorted({p.node for p in plans})
         where = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
         text = f"placed {Request.of(job).describe()} on {where}; " + (

@@ -307,33 +307,29 @@ def find_victims(
                 restore(c)
             return None
 
-    # 3. Minimise, most expensive first. Victims none of whose GPUs the placement uses are
-    # needed, if at all, only for the quota: other tenants' never (dropping them only relaxes
-    # it), the tenant's own while the quota allows. The rest need a placement check each.
-    spare = [c for c in chosen if not _overlaps(pool, released[c.job.key], plans)]
-    for c in reversed(spare):
-        own_without = [j for j in own if j is not c.job]
-        if c.own(preemptor):
-            rest_cross = _reclaims([x for x in chosen if x is not c])
-            if len(chosen) == 1 or not quota_ok(own_without, rest_cross):
+    # 3. Minimise, most expensive first, until no victim can be spared: one whose GPUs the
+    # placement does not use goes if the quota allows it; one whose GPUs it uses, if the gang
+    # still places without them. Each pass starts again after a victim goes: sparing another
+    # tenant's victim can make own victims unneeded that the quota needed beside it (a reclaim
+    # is only for a job inside the guarantee), and a new placement can leave others' GPUs
+    # unused.
+    dropped = True
+    while dropped and len(chosen) > 1:
+        dropped = False
+        for c in reversed(list(chosen)):
+            trial = [x for x in chosen if x is not c]
+            if not ok(trial):
                 continue
-            own = own_without
-        restore(c)
-        chosen = [x for x in chosen if x is not c]
-    for c in reversed(list(chosen)):
-        if len(chosen) == 1 or not _overlaps(pool, released[c.job.key], plans):
-            continue
-        trial = [x for x in chosen if x is not c]
-        if not ok(trial):
-            continue
-        restore(c)
-        again = placeable()
-        if again is not None:
-            chosen = trial
-            plans = again
+            used = _overlaps(pool, released[c.job.key], plans)
+            restore(c)
+            again = placeable() if used else plans
+            if again is None:
+                release(c)
+                continue
+            chosen, plans = trial, again
             own = [x.job for x in chosen if x.own(preemptor)]
-        else:
-            release(c)
+            dropped = True
+            break
 
     result = pool.place_gang(key, request)
     assert not isinstance(result, GangFailure), "placement vanished between identical checks"
@@ -381,6 +377,12 @@ def _one_replica(
         own = [c.job for c in victims if c.own(preemptor)]
         return lenders_ok(victims) and quota_ok(own, _reclaims(victims))
 
+    quota_only = _quota_only(pool, preemptor, request, ordered, ok)
+    if quota_only is not None:
+        # The job places on free GPUs: victims are for its tenant's limit only, and any of
+        # the tenant's jobs will do, wherever they run. No node's set can beat the cheapest
+        # such set (freeing a placement only adds to what the limit needs).
+        return quota_only
     k = request.gpus_per_replica
     bounds = []
     for node, options in on_node.items():
@@ -426,6 +428,39 @@ def _one_replica(
         count_only=slot.node.count_only,
     )
     return VictimSearch([plan], list(best.victims))
+
+
+def _quota_only(
+    pool: Pool,
+    preemptor: Job,
+    request: Request,
+    ordered: Sequence[Candidate],
+    ok: LenderCheck,
+) -> VictimSearch | None:
+    """When the job places on free GPUs as they are, the cheapest own victims that bring its
+    tenant within its limit (cheapest first, then each spared that can be, most expensive
+    first); None when it does not place, or no such set passes ``ok``."""
+    plans = pool.place_gang(preemptor.key, request)
+    if isinstance(plans, GangFailure):
+        return None
+    chosen: list[Candidate] = []
+    for c in ordered:
+        if ok(chosen):
+            break
+        if c.own(preemptor):
+            chosen.append(c)
+    if not chosen or not ok(chosen):
+        pool.release(preemptor.key)
+        return None
+    spared = True
+    while spared:
+        spared = False
+        for c in sorted(chosen, key=lambda x: x.cost, reverse=True):
+            trial = [x for x in chosen if x is not c]
+            if trial and ok(trial):
+                chosen, spared = trial, True
+                break
+    return VictimSearch(plans, chosen)
 
 
 def _bound(options: Sequence[tuple[Candidate, int]], need: int, placeable: int) -> SetKey | None:

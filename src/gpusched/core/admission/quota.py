@@ -21,6 +21,7 @@ Two classifications drive preemption (see docs/quotas.md for the argument):
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -182,6 +183,27 @@ class Ledger:
         """GPUs the tenant may still take before its limit (None: unlimited)."""
         limit = self.tenant.borrowing_limit
         return None if limit is None else max(0, limit - self.used)
+
+
+def usable_guarantee(tenant: Tenant, jobs: Iterable[Job]) -> int:
+    """The most GPUs of the running ``jobs`` that fit the tenant's guarantee together: what of
+    its guarantee the tenant uses, in the shape of its jobs. A tenant guaranteed 2 GPUs whose
+    jobs ask 4 each uses none of it; one guaranteed 16 holding jobs of 8, 4, 2, 1, 1 and 1 uses
+    all 16 whatever their queue order. Reclaim never lowers it: a lender loses only GPUs its
+    guarantee could not cover. With per-model guarantees, the count the ledger covers."""
+    if tenant.guaranteed_by_model:
+        return Ledger(tenant, jobs).covered()
+    limit = tenant.guaranteed
+    sizes = Counter(j.total_gpus for j in jobs if 0 < j.total_gpus <= limit)
+    reachable = 1  # bit n set: some subset of the jobs holds exactly n GPUs
+    mask = (1 << (limit + 1)) - 1
+    for size, count in sizes.items():
+        for _ in range(min(count, limit // size)):
+            grown = (reachable | (reachable << size)) & mask
+            if grown == reachable:
+                break
+            reachable = grown
+    return reachable.bit_length() - 1
 
 
 def fair_shares(
