@@ -183,3 +183,69 @@ def test_own_victims_needed_only_beside_a_foreign_one_are_spared_with_it() -> No
     assert admission is not None
     assert len(admission.victims) == 4
     assert all(v.reason is PreemptReason.HIGHER_PRIORITY for v in admission.victims)
+
+
+def test_a_job_that_places_on_free_gpus_evicts_only_what_its_limit_needs() -> None:
+    """t0 (limit 24) holds 18 GPUs; its 8-GPU job of higher priority fits a free node, and
+    two of its one-GPU jobs must go for the limit. Freeing a whole node instead (three jobs on
+    the half-full node) is one eviction too many."""
+    tenants = [Tenant("t0", guaranteed=16, borrowing_limit=24), Tenant("t1")]
+    jobs = [
+        *(
+            job(f"t0/a{g}", "t0", 1, submitted=float(g), running_on=[("n0", (g,))])
+            for g in range(7)
+        ),
+        job("t1/x", "t1", 1, submitted=7.0, running_on=[("n0", (7,))]),
+        *(
+            job(f"t0/b{g}", "t0", 1, submitted=10.0 + g, running_on=[("n1", (g,))])
+            for g in range(3)
+        ),
+        job("t0/full", "t0", 8, submitted=-1.0, running_on=[("n2", tuple(range(8)))]),
+        job(
+            "t0/big",
+            "t0",
+            8,
+            priority=1,
+            submitted=100.0,
+            scope=TopologyScope.NVLINK,
+            mode=TopologyMode.REQUIRED,
+        ),
+    ]
+    nodes = [node(f"n{i}") for i in range(4)]
+    admission = run_cycle(snap(tenants, jobs, nodes, 1000.0)).admission_of("t0/big")
+    assert admission is not None
+    assert admission.placement[0].node == "n3"
+    assert sorted(v.victim for v in admission.victims) == ["t0/b1", "t0/b2"]
+
+
+def test_a_gang_spares_own_victims_once_the_foreign_one_that_needed_them_goes() -> None:
+    """t0 (guarantee 16) holds 23 GPUs over three full nodes beside one of t1's GPUs. Its
+    2 x 1-GPU gang of higher priority: evicting its 8-GPU job frees a whole node for both
+    replicas; a one-GPU job of its own beside it, needed only while t1's GPU was a victim too
+    (a reclaim is only for a job inside the guarantee), is for nothing."""
+    tenants = [Tenant("t0", guaranteed=16), Tenant("t1")]
+    jobs = [
+        job("t0/a0", "t0", 1, submitted=0.0, running_on=[("n0", (0,))]),
+        job("t0/a1", "t0", 1, submitted=1.0, running_on=[("n0", (1,))]),
+        job("t0/pairs", "t0", 2, 2, submitted=2.0, running_on=[("n0", (2, 3)), ("n0", (4, 5))]),
+        job("t0/a6", "t0", 1, submitted=3.0, running_on=[("n0", (6,))]),
+        job("t0/a7", "t0", 1, submitted=4.0, running_on=[("n0", (7,))]),
+        *(job(f"t0/b{g}", "t0", 1, submitted=5.0 + g, running_on=[("n1", (g,))]) for g in range(5)),
+        job("t0/b56", "t0", 2, submitted=10.0, running_on=[("n1", (5, 6))]),
+        job("t0/full", "t0", 8, submitted=11.0, running_on=[("n2", tuple(range(8)))]),
+        job("t1/x", "t1", 1, submitted=12.0, running_on=[("n1", (7,))]),
+        job(
+            "t0/gang",
+            "t0",
+            1,
+            2,
+            priority=1,
+            submitted=13.0,
+            scope=TopologyScope.NVLINK,
+            mode=TopologyMode.REQUIRED,
+        ),
+    ]
+    nodes = [node("n0"), node("n1"), node("n2")]
+    admission = run_cycle(snap(tenants, jobs, nodes, 1000.0)).admission_of("t0/gang")
+    assert admission is not None
+    assert [v.victim for v in admission.victims] == ["t0/full"]
