@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.admission import (
     AdmitReason,
+    Job,
     PreemptReason,
     Tenant,
     run_cycle,
@@ -14,6 +15,13 @@ from gpusched.core.admission import (
 from tests.unit.core.admission_testdata import job, node, replay, snap
 
 NOW = 50_000.0
+
+
+def nvlink(key: str, tenant: str, gpus: int, *args: int, **kwargs: object) -> Job:
+    """A queued job that requires an NVLinked GPU set per replica."""
+    return job(
+        key, tenant, gpus, *args, scope=TopologyScope.NVLINK, mode=TopologyMode.REQUIRED, **kwargs
+    )
 
 
 def test_a_tenant_below_its_guarantee_reclaims_rather_than_evicting_its_own_job() -> None:
@@ -75,15 +83,7 @@ def test_a_job_inside_the_guarantee_behind_an_unplaceable_head_gets_the_idle_gpu
             job(f"borrower/r{g}", "borrower", 1, running_on=[("n0", (g,))], started=NOW - 600)
             for g in range(4, 7)
         ),
-        job(
-            "owner/head",
-            "owner",
-            8,
-            submitted=NOW - 100,
-            scope=TopologyScope.NVLINK,
-            mode=TopologyMode.REQUIRED,
-            gpu_model="B200",
-        ),
+        nvlink("owner/head", "owner", 8, submitted=NOW - 100, gpu_model="B200"),
         job("owner/small", "owner", 1, submitted=NOW - 90),
         job("borrower/more", "borrower", 1, submitted=NOW - 95),
     ]
@@ -135,14 +135,7 @@ def test_a_lender_one_gpu_above_its_guarantee_loses_at_most_one_gpu() -> None:
         ),
         job("t0/side", "t0", 1, submitted=10.0, running_on=[("n2", ())]),
         job("t0/eight", "t0", 8, submitted=20.0, running_on=[("n1", ())]),
-        job(
-            "t1/pair",
-            "t1",
-            2,
-            submitted=NOW - 10,
-            scope=TopologyScope.NVLINK,
-            mode=TopologyMode.REQUIRED,
-        ),
+        nvlink("t1/pair", "t1", 2, submitted=NOW - 10),
     ]
     nodes = [node("n0"), node("n1", "count"), node("n2", "count")]
     result = run_cycle(snap(tenants, jobs, nodes, NOW))
@@ -168,15 +161,7 @@ def test_own_victims_needed_only_beside_a_foreign_one_are_spared_with_it() -> No
             job(f"t1/e{i}", "t1", 1, submitted=float(i), running_on=[("n1", (g,))])
             for i, g in ((10, 2), (11, 3), (12, 6))
         ),
-        job(
-            "t0/g0",
-            "t0",
-            4,
-            priority=1,
-            submitted=100.0,
-            scope=TopologyScope.NVLINK,
-            mode=TopologyMode.REQUIRED,
-        ),
+        nvlink("t0/g0", "t0", 4, priority=1, submitted=100.0),
     ]
     result = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")], 1000.0))
     admission = result.admission_of("t0/g0")
@@ -201,15 +186,7 @@ def test_a_job_that_places_on_free_gpus_evicts_only_what_its_limit_needs() -> No
             for g in range(3)
         ),
         job("t0/full", "t0", 8, submitted=-1.0, running_on=[("n2", tuple(range(8)))]),
-        job(
-            "t0/big",
-            "t0",
-            8,
-            priority=1,
-            submitted=100.0,
-            scope=TopologyScope.NVLINK,
-            mode=TopologyMode.REQUIRED,
-        ),
+        nvlink("t0/big", "t0", 8, priority=1, submitted=100.0),
     ]
     nodes = [node(f"n{i}") for i in range(4)]
     admission = run_cycle(snap(tenants, jobs, nodes, 1000.0)).admission_of("t0/big")
@@ -234,16 +211,7 @@ def test_a_gang_spares_own_victims_once_the_foreign_one_that_needed_them_goes() 
         job("t0/b56", "t0", 2, submitted=10.0, running_on=[("n1", (5, 6))]),
         job("t0/full", "t0", 8, submitted=11.0, running_on=[("n2", tuple(range(8)))]),
         job("t1/x", "t1", 1, submitted=12.0, running_on=[("n1", (7,))]),
-        job(
-            "t0/gang",
-            "t0",
-            1,
-            2,
-            priority=1,
-            submitted=13.0,
-            scope=TopologyScope.NVLINK,
-            mode=TopologyMode.REQUIRED,
-        ),
+        nvlink("t0/gang", "t0", 1, 2, priority=1, submitted=13.0),
     ]
     nodes = [node("n0"), node("n1"), node("n2")]
     admission = run_cycle(snap(tenants, jobs, nodes, 1000.0)).admission_of("t0/gang")
