@@ -96,7 +96,16 @@ def test_helm_install_with_defaults_publishes_topology_and_places_a_job(
         what=f"the chart's device probe to publish {NODE}'s NodeGpuTopology ({_pod_report(core)})",
     )
     assert len(topology["spec"]["gpus"]) == 8
-    labels = core.read_node(NODE).metadata.labels
+    # The probe writes the NodeGpuTopology and the node's labels in two requests.
+    labels = wait_for(
+        lambda: (
+            found
+            if keys.LABEL_GPU_COUNT in (found := core.read_node(NODE).metadata.labels or {})
+            else None
+        ),
+        timeout=60,
+        what=f"the probe's labels on {NODE}",
+    )
     assert labels[keys.LABEL_GPU_COUNT] == "8"
     assert labels[keys.LABEL_NVSWITCH] == "true"
 
