@@ -327,7 +327,6 @@ def find_victims(
                 release(c)
                 continue
             chosen, plans = trial, again
-            own = [x.job for x in chosen if x.own(preemptor)]
             dropped = True
             break
 
@@ -380,8 +379,8 @@ def _one_replica(
     quota_only = _quota_only(pool, preemptor, request, ordered, ok)
     if quota_only is not None:
         # The job places on free GPUs: victims are for its tenant's limit only, and any of
-        # the tenant's jobs will do, wherever they run. No node's set can beat the cheapest
-        # such set (freeing a placement only adds to what the limit needs).
+        # the tenant's jobs will do, wherever they run (a node's set would have to meet the
+        # limit too, and free a placement besides).
         return quota_only
     k = request.gpus_per_replica
     bounds = []
