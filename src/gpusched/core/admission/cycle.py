@@ -137,7 +137,7 @@ class Cycle:
             if j.state in (JobState.ADMITTED, JobState.TERMINATING)
             for a in j.placement
         ]
-        self.pool = Pool(snapshot.nodes, holdings)
+        self.pool = Pool(snapshot.nodes, holdings, snapshot.levels, snapshot.down_labels)
         self.admitted: dict[str, dict[str, Job]] = {name: {} for name in self.tenants}
         self.queued: dict[str, list[Job]] = {name: [] for name in self.tenants}
         self.orphans: list[Job] = []

@@ -50,6 +50,9 @@ class WaitReason(StrEnum):
     """Not enough free GPUs, and nothing may be preempted for it."""
     TOPOLOGY_UNSATISFIABLE = "TopologyUnsatisfiable"
     """Enough free GPUs, but no set of them meets the job's required topology."""
+    DOMAIN_DEGRADED = "DomainDegraded"
+    """The only domains of the required level that would hold the gang have nodes or GPUs
+    down (an NVLink clique with trays down): it waits for them rather than be half-bound."""
     NO_FEASIBLE_NODES = "NoFeasibleNodes"
     """No node could host it even if the cluster were empty (model, size, selector, taints)."""
 
@@ -153,10 +156,32 @@ class Assignment:
 
 @dataclass(frozen=True, slots=True)
 class AcrossReplicas:
-    """Placement of a gang's replicas relative to each other (a node-label domain)."""
+    """Placement of a gang's replicas relative to each other (a node-label domain), and of its
+    segments: consecutive runs of ``segment_replicas`` replicas, each inside one domain of
+    ``segment_label`` (required)."""
 
     node_label: str
     required: bool
+    segment_replicas: int | None = None
+    segment_label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """One level of the cluster's network."""
+
+    node_label: str
+    """Node label whose value names the domain (e.g. ``nvidia.com/gpu.clique``)."""
+    name: str = ""
+    """What people call it (``clique``, ``rack``); the label when empty."""
+    whole_domains: bool = False
+    """A gang placed in one domain of this level uses only domains whose every node and GPU is
+    up: an NVLink clique with trays down is not a clique (its gangs would be half-bound or lose
+    the links of the missing trays). Other jobs still use the healthy part."""
+
+    @property
+    def title(self) -> str:
+        return self.name or self.node_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +313,11 @@ class Snapshot:
     jobs: tuple[Job, ...] = ()
     nodes: tuple[Node, ...] = ()
     config: CycleConfig = field(default_factory=CycleConfig)
+    levels: tuple[Level, ...] = ()
+    """The cluster's network levels, narrowest first (:mod:`gpusched.core.admission.domains`)."""
+    down_labels: tuple[Mapping[str, str], ...] = ()
+    """Labels of GPU nodes out of service (not Ready or cordoned): the domains they belong to
+    are not whole."""
 
 
 @dataclass(frozen=True, slots=True)

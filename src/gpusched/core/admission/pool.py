@@ -13,15 +13,17 @@ so two replicas never get the same GPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from gpusched.api.gpujob import TopologyScope
+from gpusched.core.admission.domains import Domain, fewest_domains, level_chain, segments_in
 from gpusched.core.admission.model import (
     AcrossReplicas,
     Assignment,
     Job,
+    Level,
     Node,
     ReplicaPlan,
     Taint,
@@ -181,7 +183,17 @@ class _Choice:
 class Pool:
     """Mutable free-GPU state of the cluster for one cycle."""
 
-    def __init__(self, nodes: Iterable[Node], holdings: Iterable[tuple[str, Assignment]]) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        holdings: Iterable[tuple[str, Assignment]],
+        levels: Sequence[Level] = (),
+        down_labels: Iterable[Mapping[str, str]] = (),
+    ) -> None:
+        self.levels = tuple(levels)
+        self._down_labels = tuple(down_labels)
+        self._down: dict[str, frozenset[str]] = {}
+        self._capacities: dict[tuple[GroupKey, int, Policy], int] = {}
         self.slots: dict[str, Slot] = {}
         self._index: dict[str | None, dict[int, dict[GroupKey, dict[str, None]]]] = {}
         self._jobs: dict[str, dict[str, int]] = {}
@@ -469,22 +481,36 @@ class Pool:
         return plans, scope_refused
 
     def place_gang(self, job: str, request: Request) -> list[ReplicaPlan] | GangFailure:
-        """Place every replica (holding the GPUs under ``job``), or hold nothing and say why."""
+        """Place every replica (holding the GPUs under ``job``), or hold nothing and say why.
+
+        The gang goes to the narrowest level one of whose domains holds it (best fit among
+        those), segments each inside one domain of their level; a preferred level no domain
+        holds is spread over the fewest domains (:mod:`gpusched.core.admission.domains`)."""
         static = self.static_failure(request)
         if static is not None:
             return static
         across = request.across
-        if across is not None:
-            plans = self._place_in_domain(job, request, across)
+        degraded: list[str] = []
+        for level in level_chain(self.levels, across, request.replicas):
+            plans = self._place_in_level(job, request, level, degraded)
             if plans is not None:
                 return _numbered(plans)
-            if across.required:
+        if across is not None and across.required:
+            if degraded:
                 return GangFailure(
-                    WaitReason.TOPOLOGY_UNSATISFIABLE,
-                    f"no {across.node_label} domain has room for all of {request.describe()} "
-                    f"now{self._free_text(request)}",
+                    WaitReason.DOMAIN_DEGRADED,
+                    f"only {_listed(degraded)} would hold {request.describe()} now, with nodes "
+                    "or GPUs down: the gang waits for a whole domain",
                 )
-            plans, refused = self._place_spread(job, request, across)
+            return GangFailure(
+                WaitReason.TOPOLOGY_UNSATISFIABLE,
+                f"no {across.node_label} domain has room for all of {request.describe()}"
+                f"{self._segments_text(request)} now{self._free_text(request)}",
+            )
+        if across is not None and across.segment_label is not None:
+            plans, refused = self._place_segments(job, request, None) or [], False
+        elif across is not None:
+            plans, refused = self._place_spread(job, request, across.node_label)
         else:
             plans, refused = self._place_replicas(job, request, request.replicas, None)
         if len(plans) == request.replicas:
@@ -492,44 +518,144 @@ class Pool:
         self.release(job)
         return self._failure(request, refused)
 
-    def _place_in_domain(
-        self, job: str, request: Request, across: AcrossReplicas
-    ) -> list[ReplicaPlan] | None:
-        """Best-fit domain: the one with the fewest free eligible GPUs that holds the gang."""
-        domains = []
+    def capacity(self, slot: Slot, request: Request) -> int:
+        """Replicas of the request the node can still take, as the engine would place them one
+        after another (each taking its best set of what the previous left)."""
+        assert slot.group is not None
+        key = (slot.group, request.gpus_per_replica, request.policy)
+        found = self._capacities.get(key)
+        if found is None:
+            topo = slot.node.topology
+            k = request.gpus_per_replica
+            free = slot.free
+            found = 0
+            while free.bit_count() >= k:
+                result = place(topo, k, request.policy, free_mask=free)
+                if not isinstance(result, Placement):
+                    break
+                free &= ~topo.mask(result.gpus)
+                found += 1
+            self._capacities[key] = found
+        return found
+
+    def domains(
+        self, label: str, request: Request, within: frozenset[str] | None = None
+    ) -> list[Domain]:
+        """The label's domains among the request's eligible nodes (optionally only ``within``
+        a set of nodes), with their free GPUs and the replicas they can take."""
+        out = []
         slots = self.slots
-        for value, names, _ in self.eligible_domains(across.node_label, request):
+        for value, all_names, _ in self.eligible_domains(label, request):
+            names = all_names if within is None else tuple(n for n in all_names if n in within)
+            if not names:
+                continue
             free = sum(slots[n].free.bit_count() for n in names)
-            if free >= request.total:
-                domains.append((free, value, names))
-        for _, _, names in sorted(domains):
-            plans, _ = self._place_replicas(job, request, request.replicas, names)
-            if len(plans) == request.replicas:
+            capacity = sum(self.capacity(slots[n], request) for n in names)
+            out.append(Domain(value, names, free, capacity))
+        return out
+
+    def degraded(self, label: str, value: str) -> bool:
+        """Whether a domain has a node out of service or a GPU that cannot be placed on."""
+        down = self._down.get(label)
+        if down is None:
+            values = {labels[label] for labels in self._down_labels if label in labels}
+            for slot in self.slots.values():
+                topo = slot.node.topology
+                if label in slot.node.labels and topo.placeable_mask.bit_count() < topo.wiring.n:
+                    values.add(slot.node.labels[label])
+            down = self._down[label] = frozenset(values)
+        return value in down
+
+    def _holds(self, request: Request, domain: Domain, within: frozenset[str]) -> bool:
+        """Whether the domain can take the whole gang (each segment inside one domain of the
+        segment's level)."""
+        if domain.capacity < request.replicas:
+            return False
+        across = request.across
+        if across is None or across.segment_label is None:
+            return True
+        size = across.segment_replicas or 1
+        parts = self.domains(across.segment_label, request, within)
+        return bool(segments_in(parts, size, request.replicas // size))
+
+    def _place_in_level(
+        self, job: str, request: Request, level: Level, degraded: list[str]
+    ) -> list[ReplicaPlan] | None:
+        """Best fit among the level's domains that hold the gang: the fewest free GPUs. A
+        required wider level bounds the choice: a narrower domain counts only inside one of its
+        domains. Degraded domains of a whole-domain level are skipped (and named)."""
+        across = request.across
+        bound = across.node_label if across is not None and across.required else None
+        candidates = []
+        for domain in self.domains(level.node_label, request):
+            within = frozenset(domain.names)
+            if (
+                bound is not None
+                and bound != level.node_label
+                and len({self.slots[n].node.labels.get(bound) for n in domain.names}) != 1
+            ):
+                continue
+            if not self._holds(request, domain, within):
+                continue
+            if level.whole_domains and self.degraded(level.node_label, domain.value):
+                degraded.append(f"{level.title} {domain.value}")
+                continue
+            candidates.append(domain)
+        for domain in sorted(candidates, key=lambda d: (d.free, d.value)):
+            within = frozenset(domain.names)
+            if across is not None and across.segment_label is not None:
+                plans = self._place_segments(job, request, within)
+            else:
+                plans, _ = self._place_replicas(job, request, request.replicas, domain.names)
+            if plans is not None and len(plans) == request.replicas:
                 return plans
             self.release(job)
         return None
 
+    def _place_segments(
+        self, job: str, request: Request, within: frozenset[str] | None
+    ) -> list[ReplicaPlan] | None:
+        """Every segment inside one domain of the segment's level, as few domains as possible;
+        consecutive replicas form a segment. None (nothing held) when they do not fit."""
+        across = request.across
+        assert across is not None
+        assert across.segment_label is not None
+        size = across.segment_replicas or 1
+        parts = self.domains(across.segment_label, request, within)
+        plans: list[ReplicaPlan] = []
+        for domain, count in segments_in(parts, size, request.replicas // size):
+            more, _ = self._place_replicas(job, request, count * size, domain.names)
+            plans.extend(more)
+        if len(plans) != request.replicas:
+            self.release(job)
+            return None
+        return plans
+
     def _place_spread(
-        self, job: str, request: Request, across: AcrossReplicas
+        self, job: str, request: Request, label: str
     ) -> tuple[list[ReplicaPlan], bool]:
-        """Preferred domain that no single domain can satisfy: fill the roomiest domains first
-        (fewest domains), then nodes without the label."""
-        domains = []
-        slots = self.slots
-        for value, names, _ in self.eligible_domains(across.node_label, request):
-            free = sum(slots[n].free.bit_count() for n in names)
-            domains.append((-free, value, names))
-        labelled = {n for _, _, names in domains for n in names}
-        rest = tuple(n for n in self.eligible_nodes(request).names if n not in labelled)
+        """A preferred level that no single domain satisfies: the fewest domains (those taking
+        the most replicas first), then nodes without the label."""
         plans: list[ReplicaPlan] = []
         refused = False
-        for names in [*(names for _, _, names in sorted(domains)), rest]:
-            more, r = self._place_replicas(job, request, request.replicas - len(plans), names)
+        domains = self.domains(label, request)
+        for domain, count in fewest_domains(domains, request.replicas):
+            more, r = self._place_replicas(job, request, count, domain.names)
             plans.extend(more)
             refused = refused or r
-            if len(plans) == request.replicas:
-                break
+        if len(plans) < request.replicas:
+            labelled = {n for d in domains for n in d.names}
+            rest = tuple(n for n in self.eligible_nodes(request).names if n not in labelled)
+            more, r = self._place_replicas(job, request, request.replicas - len(plans), rest)
+            plans.extend(more)
+            refused = refused or r
         return plans, refused
+
+    def _segments_text(self, request: Request) -> str:
+        across = request.across
+        if across is None or across.segment_label is None:
+            return ""
+        return f" in segments of {across.segment_replicas} replicas per {across.segment_label}"
 
     def _free_text(self, request: Request) -> str:
         total, largest = self.free_gpus(request)
@@ -590,6 +716,17 @@ class Pool:
                     f"needs {what} in one {request.across.node_label} domain; the largest has "
                     f"{best} GPUs",
                 )
+        if failure is None and request.across is not None and request.across.segment_label:
+            label = request.across.segment_label
+            segment = (request.across.segment_replicas or 1) * k
+            domains = self.eligible_domains(label, request)
+            best = max((placeable for _, _, placeable in domains), default=0)
+            if best < segment:
+                failure = GangFailure(
+                    WaitReason.NO_FEASIBLE_NODES,
+                    f"needs segments of {request.across.segment_replicas} x {k} GPUs, each in "
+                    f"one {label} domain; the largest has {best} GPUs",
+                )
         self._feasible[request] = failure
         return failure
 
@@ -601,6 +738,13 @@ def _filters(request: Request) -> str:
     if request.node_selector:
         parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in request.node_selector))
     return " and ".join(parts) if parts else "the job (any GPU node)"
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and 3 more``."""
+    if len(names) <= 2:
+        return " and ".join(names)
+    return f"{', '.join(names[:2])} and {len(names) - 2} more"
 
 
 def _numbered(plans: list[ReplicaPlan]) -> list[ReplicaPlan]:

@@ -1,0 +1,390 @@
+"""Gangs across the cluster's network levels: the narrowest level that holds the gang, best fit
+among its domains, segments each inside one domain, degraded cliques left alone.
+
+The property test checks the pool's choice against an exhaustive answer computed here from the
+links (every disjoint packing of GPU sets on every node, every domain of every level)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from functools import cache
+from itertools import combinations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpusched.api.gpujob import TopologyMode, TopologyScope
+from gpusched.api.nodegputopology import GpuHealthState
+from gpusched.core import NodeTopology, Policy, prepare
+from gpusched.core.admission import AcrossReplicas, Job, Level, Node, WaitReason
+from gpusched.core.admission.pool import GangFailure, Pool, Request
+from tests.examples import examples
+from tests.unit.core.admission_testdata import wiring
+from tests.unit.core.core_testdata import BRIDGED, class_of, topology
+
+CLIQUE = "nvidia.com/gpu.clique"
+RACK = "topology.kubernetes.io/rack"
+BLOCK = "example.com/block"
+LEVELS = (Level(CLIQUE, "clique", whole_domains=True), Level(RACK, "rack"), Level(BLOCK, "block"))
+
+
+@cache
+def _topology(kind: str) -> NodeTopology:
+    return wiring("nvswitch") if kind == "nvswitch" else topology(BRIDGED)
+
+
+def _node(
+    name: str,
+    labels: dict[str, str],
+    kind: str = "nvswitch",
+    busy: tuple[int, ...] = (),
+    unhealthy: tuple[int, ...] = (),
+) -> Node:
+    topo = replace(_topology(kind), node_name=name)
+    if unhealthy:
+        topo = topo.with_health(dict.fromkeys(unhealthy, GpuHealthState.UNHEALTHY))
+    return Node(
+        name=name, topology=prepare(topo), model="H100", labels=labels, busy=frozenset(busy)
+    )
+
+
+def _gang(
+    replicas: int,
+    gpus: int,
+    across: AcrossReplicas | None,
+    scope: TopologyScope = TopologyScope.NODE,
+) -> Job:
+    mode = TopologyMode.REQUIRED if scope is not TopologyScope.NODE else TopologyMode.PREFERRED
+    return Job(
+        key="ns/gang",
+        tenant="t",
+        replicas=replicas,
+        gpus_per_replica=gpus,
+        policy=Policy(scope, mode, multi_node=replicas > 1),
+        across=across,
+    )
+
+
+def _place(
+    nodes: list[Node], job: Job, down: tuple[dict[str, str], ...] = ()
+) -> list[tuple[str, tuple[int, ...]]] | GangFailure:
+    pool = Pool(nodes, [], LEVELS, down)
+    result = pool.place_gang(job.key, Request.of(job))
+    if isinstance(result, GangFailure):
+        return result
+    return [(p.node, p.gpus) for p in result]
+
+
+def _rack_nodes(racks: dict[str, int], *, clique_of_rack: bool = True) -> list[Node]:
+    """Whole racks of idle NVSwitch nodes: ``{"r1": 2}`` is rack r1 with two nodes (one clique per
+    rack, all in block b1)."""
+    out = []
+    for rack, count in racks.items():
+        for i in range(count):
+            labels = {RACK: rack, BLOCK: "b1"}
+            if clique_of_rack:
+                labels[CLIQUE] = f"c-{rack}"
+            out.append(_node(f"{rack}-n{i}", labels))
+    return out
+
+
+def test_a_gang_goes_to_the_narrowest_level_that_holds_it() -> None:
+    # Rack r1 has 2 nodes (one clique), r2 has 4: a 2 x 8 gang fits the clique of r1.
+    nodes = _rack_nodes({"r1": 2, "r2": 4})
+    placed = _place(nodes, _gang(2, 8, AcrossReplicas(BLOCK, required=False)))
+    assert not isinstance(placed, GangFailure)
+    assert {n for n, _ in placed} == {"r1-n0", "r1-n1"}
+
+
+def test_among_domains_that_hold_the_gang_the_fullest_wins() -> None:
+    # Both racks hold a 2 x 4 gang; r2 has fewer free GPUs (one node half busy), so r2 wins and
+    # r1 stays whole for a bigger gang.
+    nodes = _rack_nodes({"r1": 2, "r2": 2})
+    nodes[2] = replace(nodes[2], busy=frozenset({0, 1, 2, 3}))
+    placed = _place(nodes, _gang(2, 4, AcrossReplicas(RACK, required=True)))
+    assert not isinstance(placed, GangFailure)
+    assert {n for n, _ in placed} <= {"r2-n0", "r2-n1"}
+
+
+def test_a_required_level_is_never_left_for_a_narrower_domain_that_straddles_it() -> None:
+    # Clique c-x spans racks r1 and r2 (a label set that does not nest): a gang that requires
+    # one rack must not take it even though it is the narrowest level.
+    nodes = [
+        _node("a", {CLIQUE: "c-x", RACK: "r1", BLOCK: "b1"}),
+        _node("b", {CLIQUE: "c-x", RACK: "r2", BLOCK: "b1"}),
+        _node("c", {CLIQUE: "c-y", RACK: "r2", BLOCK: "b1"}),
+    ]
+    placed = _place(nodes, _gang(2, 8, AcrossReplicas(RACK, required=True)))
+    assert not isinstance(placed, GangFailure)
+    assert {n for n, _ in placed} == {"b", "c"}
+
+
+def test_each_segment_stays_inside_one_rack() -> None:
+    # 4 replicas of 8 GPUs in segments of 2 per rack; racks of 3, 2 and 1 nodes: the segments
+    # go to r1 and r2 (two nodes each), never one replica in r3.
+    nodes = _rack_nodes({"r1": 3, "r2": 2, "r3": 1}, clique_of_rack=False)
+    job = _gang(4, 8, AcrossReplicas(BLOCK, required=True, segment_replicas=2, segment_label=RACK))
+    placed = _place(nodes, job)
+    assert not isinstance(placed, GangFailure)
+    racks = [n.split("-")[0] for n, _ in placed]
+    assert racks[0] == racks[1]
+    assert racks[2] == racks[3]
+    assert "r3" not in racks
+
+
+def test_segments_take_the_fewest_racks() -> None:
+    # 6 replicas in segments of 2; racks of 4, 2, 2 and 2 nodes: r1 takes two segments and one
+    # other rack the third (two racks, not three).
+    nodes = _rack_nodes({"r1": 4, "r2": 2, "r3": 2, "r4": 2}, clique_of_rack=False)
+    job = _gang(6, 8, AcrossReplicas(BLOCK, required=True, segment_replicas=2, segment_label=RACK))
+    placed = _place(nodes, job)
+    assert not isinstance(placed, GangFailure)
+    racks = [n.split("-")[0] for n, _ in placed]
+    assert racks.count("r1") == 4
+    assert len(set(racks)) == 2
+
+
+def test_segments_that_fit_no_rack_wait_although_the_gpus_are_free() -> None:
+    # Six free nodes in three racks of two; segments of 3 replicas of 8 GPUs fit no rack.
+    nodes = _rack_nodes({"r1": 2, "r2": 2, "r3": 2}, clique_of_rack=False)
+    job = _gang(3, 8, AcrossReplicas(BLOCK, required=True, segment_replicas=3, segment_label=RACK))
+    placed = _place(nodes, job)
+    assert isinstance(placed, GangFailure)
+    assert placed.reason is WaitReason.NO_FEASIBLE_NODES
+    assert "segments of 3" in placed.message
+
+
+def test_a_clique_with_a_tray_down_is_no_clique_for_a_clique_gang() -> None:
+    # Two cliques of 3 trays; c-r1 has one tray out of service. A 2 x 8 clique gang takes the
+    # whole clique c-r2 although c-r1's two healthy trays are the best fit.
+    nodes = _rack_nodes({"r1": 2, "r2": 3})
+    down = ({CLIQUE: "c-r1", RACK: "r1", BLOCK: "b1"},)
+    placed = _place(nodes, _gang(2, 8, AcrossReplicas(CLIQUE, required=True)), down)
+    assert not isinstance(placed, GangFailure)
+    assert {n.split("-")[0] for n, _ in placed} == {"r2"}
+
+
+def test_a_clique_gang_waits_with_the_degraded_clique_named() -> None:
+    # One clique of 3 trays, one tray's GPU 0 unhealthy: a 2 x 8 gang would fit the two other
+    # trays but waits, saying which clique is degraded.
+    nodes = _rack_nodes({"r1": 3})
+    nodes[0] = _node("r1-n0", dict(nodes[0].labels), unhealthy=(0,))
+    placed = _place(nodes, _gang(2, 8, AcrossReplicas(CLIQUE, required=True)))
+    assert isinstance(placed, GangFailure)
+    assert placed.reason is WaitReason.DOMAIN_DEGRADED
+    assert "clique c-r1" in placed.message
+
+
+def test_jobs_not_scoped_to_the_clique_use_a_degraded_cliques_healthy_trays() -> None:
+    nodes = _rack_nodes({"r1": 3})
+    nodes[0] = _node("r1-n0", dict(nodes[0].labels), unhealthy=(0,))
+    placed = _place(nodes, _gang(2, 8, AcrossReplicas(RACK, required=True)))
+    assert not isinstance(placed, GangFailure)
+    assert {n for n, _ in placed} == {"r1-n1", "r1-n2"}
+
+
+def test_a_preferred_level_no_domain_holds_spreads_over_the_fewest_domains() -> None:
+    # 5 x 8 GPUs; racks of 1, 2 and 3 nodes: r3 and r2 (two racks), not r1 and r3 plus r2.
+    nodes = _rack_nodes({"r1": 1, "r2": 2, "r3": 3}, clique_of_rack=False)
+    nodes = [replace(n, labels={RACK: n.labels[RACK]}) for n in nodes]
+    placed = _place(nodes, _gang(5, 8, AcrossReplicas(RACK, required=False)))
+    assert not isinstance(placed, GangFailure)
+    assert {n.split("-")[0] for n, _ in placed} == {"r2", "r3"}
+
+
+# --- property: the pool's choice is the exhaustive optimum -----------------------------------
+
+
+@dataclass(frozen=True)
+class Instance:
+    nodes: list[Node]
+    down: tuple[dict[str, str], ...]
+    job: Job
+
+
+def _labels_of(i: int, sizes: tuple[int, int, int]) -> dict[str, str]:
+    clique = i // sizes[0]
+    rack = clique // sizes[1]
+    return {CLIQUE: f"c{clique}", RACK: f"r{rack}", BLOCK: f"b{rack // sizes[2]}"}
+
+
+@st.composite
+def instances(draw: st.DrawFn) -> Instance:
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    count = draw(st.integers(2, 64))
+    sizes = (rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 3))
+    all_labels = [_labels_of(i, sizes) for i in range(count + 2)]
+    down_at = {i for i in range(count) if rng.random() < 0.05}
+    nodes = []
+    for i in range(count):
+        if i in down_at:
+            continue
+        kind = rng.choice(("nvswitch", "bridged"))
+        busy = tuple(g for g in range(8) if rng.random() < rng.choice((0.0, 0.2, 0.6)))
+        unhealthy = (rng.randrange(8),) if rng.random() < 0.04 else ()
+        nodes.append(_node(f"n{i:02d}", all_labels[i], kind, busy, unhealthy))
+    down = tuple(all_labels[i] for i in sorted(down_at))
+    replicas = rng.randint(2, 8)
+    gpus = rng.choice((1, 2, 4, 8))
+    scope = rng.choice((TopologyScope.NODE, TopologyScope.NVLINK))
+    label = rng.choice((None, CLIQUE, RACK, BLOCK))
+    across = None
+    if label is not None:
+        segment = rng.choice([s for s in range(1, replicas + 1) if replicas % s == 0])
+        narrower = [lv.node_label for lv in LEVELS[: [lv.node_label for lv in LEVELS].index(label)]]
+        seg_label = rng.choice([None, label, *narrower]) if segment < replicas else None
+        across = AcrossReplicas(
+            label,
+            rng.random() < 0.7,
+            segment if seg_label else None,
+            seg_label,
+        )
+    return Instance(nodes, down, _gang(replicas, gpus, across, scope))
+
+
+def _capacity(node: Node, job: Job) -> int:
+    """Most disjoint sets of the job's size on the node's free placeable GPUs that meet its
+    scope, by exhaustive search over the links."""
+    topo = node.topology.topology
+    free = [g.index for g in topo.gpus if g.placeable and g.index not in node.busy]
+    k = job.gpus_per_replica
+    order = ("nvlink", "pcie-switch", "numa", "node")
+    limit = order.index(job.policy.scope.value) if job.policy.required else len(order) - 1
+    sets = [s for s in combinations(free, k) if order.index(class_of(topo, s)) <= limit]
+
+    @cache
+    def most(available: frozenset[int], start: int) -> int:
+        best = 0
+        for i in range(start, len(sets)):
+            if available.issuperset(sets[i]):
+                best = max(best, 1 + most(available - set(sets[i]), i + 1))
+        return best
+
+    return most(frozenset(free), 0)
+
+
+def _expected(inst: Instance) -> tuple[str, str] | None:
+    """(level label, domain value) the gang must go to: the narrowest level of its chain with a
+    domain that holds it (whole where the level asks), the one with the fewest free GPUs."""
+    job, across = inst.job, inst.job.across
+    labels = [lv.node_label for lv in LEVELS]
+    if across is None:
+        chain = labels
+    elif across.required:
+        chain = labels[: labels.index(across.node_label) + 1]
+    else:
+        chain = labels
+    caps = {n.name: _capacity(n, job) for n in inst.nodes}
+    free = {
+        n.name: len([g for g in n.topology.topology.gpus if g.placeable and g.index not in n.busy])
+        for n in inst.nodes
+    }
+    for label in chain:
+        whole = next(lv for lv in LEVELS if lv.node_label == label).whole_domains
+        for value in sorted(
+            {n.labels[label] for n in inst.nodes},
+            key=lambda v: (sum(free[n.name] for n in inst.nodes if n.labels[label] == v), v),
+        ):
+            members = [n for n in inst.nodes if n.labels[label] == value]
+            if whole and (
+                any(d.get(label) == value for d in inst.down)
+                or any(not all(g.placeable for g in n.topology.topology.gpus) for n in members)
+            ):
+                continue
+            if (
+                across is not None
+                and across.required
+                and label != across.node_label
+                and len({n.labels[across.node_label] for n in members}) != 1
+            ):
+                continue
+            if sum(caps[n.name] for n in members) < job.replicas:
+                continue
+            if across is not None and across.segment_label is not None:
+                size = across.segment_replicas or 1
+                parts: dict[str, int] = {}
+                for n in members:
+                    seg = n.labels[across.segment_label]
+                    parts[seg] = parts.get(seg, 0) + caps[n.name]
+                if sum(c // size for c in parts.values()) < job.replicas // size:
+                    continue
+            return label, value
+    return None
+
+
+@settings(
+    max_examples=examples(1000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(instances())
+def test_gang_placement_is_the_exhaustive_optimum(inst: Instance) -> None:
+    placed = _place(inst.nodes, inst.job, inst.down)
+    expected = _expected(inst)
+    job, across = inst.job, inst.job.across
+    by_name = {n.name: n for n in inst.nodes}
+    if isinstance(placed, GangFailure):
+        assert expected is None, f"{placed} but {expected} holds it"
+        if across is not None and across.required:
+            return
+        # Preferred or no level: the gang waits only when the whole cluster cannot take it.
+        caps = {n.name: _capacity(n, job) for n in inst.nodes}
+        if across is not None and across.segment_label is not None:
+            size = across.segment_replicas or 1
+            parts: dict[str, int] = {}
+            for n in inst.nodes:
+                seg = n.labels[across.segment_label]
+                parts[seg] = parts.get(seg, 0) + caps[n.name]
+            assert sum(c // size for c in parts.values()) < job.replicas // size
+        else:
+            assert sum(caps.values()) < job.replicas
+        return
+    assert len(placed) == job.replicas
+    used: set[tuple[str, int]] = set()
+    for name, gpus in placed:
+        node = by_name[name]
+        assert len(gpus) == job.gpus_per_replica
+        for g in gpus:
+            assert node.topology.topology.gpu(g).placeable
+            assert g not in node.busy
+            assert (name, g) not in used, "a GPU given twice"
+            used.add((name, g))
+        if job.policy.required:
+            order = ("nvlink", "pcie-switch", "numa", "node")
+            achieved = class_of(node.topology.topology, gpus)
+            assert order.index(achieved) <= order.index(job.policy.scope.value)
+    if expected is not None:
+        label, value = expected
+        assert {by_name[n].labels[label] for n, _ in placed} == {value}
+    else:
+        assert across is None or not across.required
+    if across is not None and across.segment_label is not None:
+        size = across.segment_replicas or 1
+        for start in range(0, job.replicas, size):
+            segment = placed[start : start + size]
+            assert len({by_name[n].labels[across.segment_label] for n, _ in segment}) == 1
+        if expected is not None:
+            # As few segment domains as the domain's capacities allow.
+            label, value = expected
+            caps: dict[str, int] = {}
+            for n in inst.nodes:
+                if n.labels[label] == value:
+                    seg = n.labels[across.segment_label]
+                    caps[seg] = caps.get(seg, 0) + _capacity(n, job)
+            need, fewest = job.replicas // size, 0
+            for c in sorted((c // size for c in caps.values()), reverse=True):
+                if need <= 0:
+                    break
+                need -= c
+                fewest += 1
+            used_domains = {by_name[n].labels[across.segment_label] for n, _ in placed}
+            assert len(used_domains) == fewest
+
+
+def test_the_capacity_oracle_counts_disjoint_sets() -> None:
+    """The brute force above counts packings, not GPUs: a bridged board with one GPU of each
+    NVLink pair busy holds no 2-GPU NVLink set although 4 GPUs are free."""
+    job = _gang(2, 2, None, TopologyScope.NVLINK)
+    assert _capacity(_node("x", _labels_of(0, (1, 1, 1)), "bridged", busy=(0, 1, 4, 6)), job) == 0
+    assert _capacity(_node("y", _labels_of(0, (1, 1, 1)), "bridged"), job) == 4
