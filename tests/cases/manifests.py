@@ -43,6 +43,15 @@ def tenantquota(name: str = "tenant", **spec: Any) -> dict[str, Any]:
     return _manifest("TenantQuota", name, {"namespaces": ["team"], "guaranteedGpus": 8}, spec)
 
 
+def networktopology(name: str = "default", **spec: Any) -> dict[str, Any]:
+    """A valid NetworkTopology with ``spec`` fields overridden (None deletes a field)."""
+    levels = [
+        {"name": "rack", "nodeLabel": "topology.kubernetes.io/rack"},
+        {"name": "clique", "nodeLabel": "nvidia.com/gpu.clique", "wholeDomains": True},
+    ]
+    return _manifest("NetworkTopology", name, {"levels": levels}, spec)
+
+
 _GPU = "nvidia.com/gpu"
 
 
@@ -59,9 +68,18 @@ class Invalid:
     field: str
     upstream: bool = False
 
+    @property
+    def plural(self) -> str:
+        """The kind's resource name (``gpujobs``, ``networktopologies``)."""
+        kind = str(self.manifest["kind"]).lower()
+        return kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+
     def named(self, name: str) -> dict[str, Any]:
-        """The manifest with a unique object name."""
+        """The manifest with a unique object name (a NetworkTopology keeps its own: only
+        ``default`` is valid, and a case about its name names another)."""
         manifest = copy.deepcopy(self.manifest)
+        if manifest["kind"] == "NetworkTopology":
+            return manifest
         too_long = len(manifest["metadata"]["name"]) > 63
         # A case about an over-long name stays over-long.
         manifest["metadata"]["name"] = f"{name}-{'x' * 64}" if too_long else name
@@ -234,6 +252,56 @@ INVALID: tuple[Invalid, ...] = (
         "spec.preemption.reclaimBorrowed",
     ),
     Invalid("tenantquota-unknown-field", tenantquota(maxGpus=4), "spec.maxGpus"),
+    Invalid(
+        "gpujob-segment-does-not-divide-replicas",
+        gpujob(
+            replicas=6,
+            topology={
+                "acrossReplicas": {
+                    "nodeLabel": "example.com/block",
+                    "segment": {"replicas": 4, "nodeLabel": "topology.kubernetes.io/rack"},
+                }
+            },
+        ),
+        "spec.topology.acrossReplicas.segment.replicas",
+    ),
+    Invalid(
+        "gpujob-segment-without-label",
+        gpujob(
+            replicas=4,
+            topology={
+                "acrossReplicas": {"nodeLabel": "example.com/block", "segment": {"replicas": 2}}
+            },
+        ),
+        "spec.topology.acrossReplicas.segment.nodeLabel",
+    ),
+    Invalid(
+        "networktopology-not-named-default",
+        networktopology("racks"),
+        "metadata.name",
+        upstream=True,
+    ),
+    Invalid("networktopology-no-levels", networktopology(levels=[]), "spec.levels"),
+    Invalid(
+        "networktopology-label-twice",
+        networktopology(
+            levels=[
+                {"name": "rack", "nodeLabel": "topology.kubernetes.io/rack"},
+                {"name": "row", "nodeLabel": "topology.kubernetes.io/rack"},
+            ]
+        ),
+        "spec.levels",
+    ),
+    Invalid(
+        "networktopology-bad-label",
+        networktopology(levels=[{"name": "rack", "nodeLabel": "rack label"}]),
+        "spec.levels[0].nodeLabel",
+    ),
+    Invalid(
+        "networktopology-level-name-missing",
+        networktopology(levels=[{"nodeLabel": "topology.kubernetes.io/rack"}]),
+        "spec.levels[0].name",
+    ),
     Invalid("gpujob-name-too-long", gpujob("j" * 64), "metadata.name", upstream=True),
     Invalid("tenantquota-name-too-long", tenantquota("t" * 64), "metadata.name", upstream=True),
 )

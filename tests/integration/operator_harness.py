@@ -160,6 +160,7 @@ class Scenario:
         self.namespaces: list[str] = []
         self.quotas: list[str] = []
         self.priorities: list[str] = []
+        self._nodes = 0
 
     # --- setup ----------------------------------------------------------------------------
 
@@ -167,7 +168,8 @@ class Scenario:
         self, count: int, *, fixture: str = "hgx-h100-sxm-8gpu-8nic", **labels: str
     ) -> list[str]:
         """kwok nodes with the fixture's NodeGpuTopology, in the operator's pool."""
-        names = [f"{self.id}-n{i}" for i in range(count)]
+        names = [f"{self.id}-n{i}" for i in range(self._nodes, self._nodes + count)]
+        self._nodes += count
         for name in names:
             spec, status = fixture_objects(fixture, name)
             self.make_nodes(

@@ -28,8 +28,9 @@ def test_api_server_refuses_invalid_manifest_naming_the_field(
     )
     assert result.returncode != 0, f"accepted: {result.stdout}"
     assert case.field in result.stderr, result.stderr
-    kind = manifest["kind"].lower() + "s"
-    listed = local_cluster.kubectl("get", kind, "-A", "-o", "name").stdout
+    if manifest["kind"] == "NetworkTopology":
+        return  # one object, ``default``, that another test may hold: the refusal is the check
+    listed = local_cluster.kubectl("get", case.plural, "-A", "-o", "name").stdout
     assert manifest["metadata"]["name"] not in listed
 
 

@@ -17,6 +17,7 @@ from gpusched.api.gpujob import (
     TopologyScope,
 )
 from gpusched.api.meta import Condition, ConditionStatus, ObjectMeta
+from gpusched.api.networktopology import NetworkLevel, NetworkTopology, NetworkTopologySpec
 from gpusched.api.nodegputopology import (
     GpuHealth,
     GpuHealthState,
@@ -50,6 +51,9 @@ __all__ = [
     "GpuLink",
     "JobPhase",
     "LinkType",
+    "NetworkLevel",
+    "NetworkTopology",
+    "NetworkTopologySpec",
     "NicInfo",
     "NicLink",
     "NodeGpuTopology",

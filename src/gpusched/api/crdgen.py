@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJob
+from gpusched.api.networktopology import NetworkTopology
 from gpusched.api.nodegputopology import NodeGpuTopology
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.api.upstream import pod_template_spec_snapshot
@@ -99,6 +100,11 @@ class CrdSpec:
     columns: tuple[dict[str, Any], ...] = field(default=())
     label_named: bool = False
     """Objects whose name becomes a label value on pods, hence at most 63 characters."""
+
+    @property
+    def has_status(self) -> bool:
+        """Whether the kind has a status (written through the status subresource)."""
+        return "status" in self.model.model_fields
 
     @property
     def kind(self) -> str:
@@ -182,6 +188,17 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
             _column("Borrowed", "integer", ".status.borrowedGpus", "GPUs held above guarantee."),
             _column("Pending", "integer", ".status.pendingJobs", "Jobs waiting."),
             _column("Running", "integer", ".status.runningJobs", "Jobs admitted or running."),
+            _AGE,
+        ),
+    ),
+    CrdSpec(
+        model=NetworkTopology,
+        plural="networktopologies",
+        singular="networktopology",
+        short_names=("nt",),
+        namespaced=False,
+        columns=(
+            _column("Levels", "string", ".spec.levels[*].name", "Levels, widest first."),
             _AGE,
         ),
     ),
@@ -380,11 +397,15 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
             "kind": {"type": "string", "description": "Kind of the object."},
             "metadata": {"type": "object"},
             "spec": converter.convert(properties["spec"], "spec"),
-            "status": converter.convert(properties["status"], "status"),
         },
         "required": ["spec"],
     }
-    schema["properties"]["status"].pop("default", None)
+    if "status" in properties:
+        schema["properties"]["status"] = converter.convert(properties["status"], "status")
+        schema["properties"]["status"].pop("default", None)
+    # Rules over the whole object (e.g. on metadata.name), from the model's own schema.
+    if "x-kubernetes-validations" in document:
+        schema["x-kubernetes-validations"] = list(document["x-kubernetes-validations"])
     return schema
 
 
@@ -392,12 +413,13 @@ def _with_name_rule(crd: CrdSpec) -> dict[str, Any]:
     schema = structural_schema(crd.model)
     if crd.label_named:
         schema["x-kubernetes-validations"] = [
+            *schema.get("x-kubernetes-validations", []),
             {
                 "rule": "size(self.metadata.name) <= 63",
                 "message": f"metadata.name must be at most 63 characters: the {crd.kind} name is "
                 "written as a label value on its pods",
                 "reason": "FieldValueInvalid",
-            }
+            },
         ]
     return schema
 
@@ -427,7 +449,7 @@ def crd_manifest(crd: CrdSpec) -> dict[str, Any]:
                     "name": keys.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    **({"subresources": {"status": {}}} if crd.has_status else {}),
                     "additionalPrinterColumns": list(crd.columns),
                     "schema": {"openAPIV3Schema": _with_name_rule(crd)},
                 }

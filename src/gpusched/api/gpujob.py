@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, Literal
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import ConfigDict, Field, JsonValue, model_validator
 
 from gpusched.api import keys
 from gpusched.api.base import ApiModel, LenientApiModel
@@ -41,16 +41,31 @@ class TopologyMode(StrEnum):
     """Place inside the scope when possible, otherwise on the best set available."""
 
 
+class ReplicaSegment(ApiModel):
+    """Consecutive replicas that must share a narrower domain than the whole gang."""
+
+    replicas: int = Field(ge=1, le=MAX_REPLICAS)
+    """Replicas per segment: replicas 0..n-1 form the first segment, n..2n-1 the next, and so
+    on. ``spec.replicas`` must be a multiple of it."""
+    node_label: str = Field(min_length=1, max_length=316)
+    """Node label of the segment's domain (e.g. ``nvidia.com/gpu.clique``): every segment is
+    placed inside one domain of it (always required)."""
+
+
 class ReplicaTopology(ApiModel):
     """Where the replicas of a multi-node gang go relative to each other."""
 
     node_label: str = Field(min_length=1, max_length=316)
     """Node label whose value names a network domain (rack, block, NVLink clique), e.g.
     ``topology.kubernetes.io/rack`` or ``nvidia.com/gpu.clique``. All replicas are placed on nodes
-    sharing one value of this label."""
+    sharing one value of this label; with the cluster's NetworkTopology, in the narrowest level
+    below it that holds the whole gang."""
     mode: TopologyMode = TopologyMode.PREFERRED
     """``required``: wait until one domain can host the whole gang; ``preferred``: use the fewest
     domains possible."""
+    segment: ReplicaSegment | None = None
+    """Split the gang into segments, each inside one domain of a narrower label (e.g. 16
+    replicas in segments of 4 per NVLink clique, the gang inside one block). Unset: none."""
 
 
 class TopologyPolicy(ApiModel):
@@ -149,6 +164,23 @@ _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
 class GpuJobSpec(ApiModel):
     """What the job needs. Tenant and quota come from the namespace, never from this spec."""
 
+    # The same rule as _segments_divide_replicas, for the API server (CEL).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.topology) || !has(self.topology.acrossReplicas) || "
+                    "!has(self.topology.acrossReplicas.segment) || "
+                    "self.replicas % self.topology.acrossReplicas.segment.replicas == 0",
+                    "message": "replicas must be a multiple of "
+                    "topology.acrossReplicas.segment.replicas",
+                    "fieldPath": ".topology.acrossReplicas.segment.replicas",
+                    "reason": "FieldValueInvalid",
+                }
+            ]
+        }
+    )
+
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS, json_schema_extra=_immutable("replicas"))
     """Number of pods in the gang. All are admitted together or none is."""
     gpus_per_replica: int = Field(
@@ -209,6 +241,16 @@ class GpuJobSpec(ApiModel):
     )
     """The pod template of every replica (a standard PodTemplateSpec). ``schedulerName`` and the
     GPU resource limit are set by the operator."""
+
+    @model_validator(mode="after")
+    def _segments_divide_replicas(self) -> GpuJobSpec:
+        across = self.topology.across_replicas
+        if across is not None and across.segment and self.replicas % across.segment.replicas:
+            raise ValueError(
+                "spec.topology.acrossReplicas.segment.replicas: spec.replicas must be a "
+                "multiple of it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _template_is_schedulable(self) -> GpuJobSpec:

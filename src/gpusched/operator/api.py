@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 COMPONENT: Final = "gpusched-operator"
 GPUJOBS: Final = f"/apis/{keys.GROUP}/{keys.VERSION}/gpujobs"
 TENANTQUOTAS: Final = f"/apis/{keys.GROUP}/{keys.VERSION}/tenantquotas"
+NETWORKTOPOLOGIES: Final = f"/apis/{keys.GROUP}/{keys.VERSION}/networktopologies"
 TOPOLOGIES: Final = f"/apis/{keys.GROUP}/{keys.VERSION}/nodegputopologies"
 PODS: Final = "/api/v1/pods"
 NODES: Final = "/api/v1/nodes"

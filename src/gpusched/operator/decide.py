@@ -28,6 +28,7 @@ from gpusched.core.lifecycle import (
     charged_pod,
     class_not_allowed,
     core_job,
+    core_levels,
     foreign_busy,
     foreign_pods,
     leaving_victims,
@@ -260,6 +261,8 @@ def decide(
             max_preemption_searches=config.max_preemption_searches,
             reservations_per_tenant=config.reservations_per_tenant,
         ),
+        levels=core_levels(world.network),
+        down_labels=nodes.down_labels(world.nodes, world.topologies),
     )
     t2 = time.perf_counter()
     cycle = Cycle(snapshot)

@@ -11,7 +11,8 @@ from typing import Any
 from gpusched.core.admission.explain import Explanation, explain
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.core.lifecycle.status import admitted_by_pods
-from gpusched.kubeasync import AsyncApi
+from gpusched.kubeasync import ApiError, AsyncApi
+from gpusched.kubewatch import Reflector
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.decide import OperatorConfig, decide
 from gpusched.operator.main import reflectors
@@ -27,11 +28,21 @@ async def read_store(api: AsyncApi) -> Store:
     """One list of everything the operator watches, in a store of its own."""
     store = Store()
     watches = reflectors(api, store, OperatorMetrics())
-    lists = await asyncio.gather(*(api.list(r.path, r.params) for r in watches))
-    for watch, (items, _) in zip(watches, lists, strict=True):
+    lists = await asyncio.gather(*(_list(api, r) for r in watches))
+    for watch, items in zip(watches, lists, strict=True):
         watch.consumer.replace(items)
     assume_unwritten_admissions(store)
     return store
+
+
+async def _list(api: AsyncApi, watch: Reflector) -> list[dict[str, Any]]:
+    try:
+        items, _ = await api.list(watch.path, watch.params)
+    except ApiError as err:
+        if watch.name == "networktopologies" and err.status == 404:
+            return []  # no NetworkTopology CRD: no levels, as the operator reads it
+        raise
+    return items
 
 
 def assume_unwritten_admissions(store: Store) -> None:

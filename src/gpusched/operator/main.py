@@ -18,7 +18,7 @@ from typing import Any
 
 from gpusched.api import keys
 from gpusched.kube import load_configuration
-from gpusched.kubeasync import AsyncApi
+from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import api as paths
@@ -59,15 +59,15 @@ class _Consumer:
 def reflectors(api: AsyncApi, store: Store, metrics: OperatorMetrics) -> list[Reflector]:
     """The watches that feed the store."""
 
+    def failed(kind: str, err: BaseException) -> None:
+        metrics.api_errors.labels(f"watch-{kind}").inc()
+        if kind == "networktopologies" and isinstance(err, ApiError) and err.status == 404:
+            # The CRD is not installed (a chart upgrade does not add CRDs): no levels, and
+            # admission goes on; the watch keeps trying and finds the levels once it is.
+            store.replace_network([])
+
     def watch(name: str, path: str, consumer: _Consumer, **params: str) -> Reflector:
-        return Reflector(
-            name,
-            api,
-            path,
-            consumer,
-            params=params,
-            on_error=lambda kind, _: metrics.api_errors.labels(f"watch-{kind}").inc(),
-        )
+        return Reflector(name, api, path, consumer, params=params, on_error=failed)
 
     return [
         watch(
@@ -102,6 +102,11 @@ def reflectors(api: AsyncApi, store: Store, metrics: OperatorMetrics) -> list[Re
             "tenantquotas",
             paths.TENANTQUOTAS,
             _Consumer(store.replace_quotas, store.upsert_quota, store.delete_quota),
+        ),
+        watch(
+            "networktopologies",
+            paths.NETWORKTOPOLOGIES,
+            _Consumer(store.replace_network, store.upsert_network, store.delete_network),
         ),
         watch(
             "priorities",

@@ -79,6 +79,30 @@ class NodeReader:
         self._cache[name] = (version, gpus, prepared, count_only)
         return prepared, count_only
 
+    def down_labels(
+        self, raw_nodes: Iterable[Mapping[str, Any]], topologies: Mapping[str, Mapping[str, Any]]
+    ) -> list[dict[str, str]]:
+        """Labels of GPU nodes out of service: not Ready, cordoned, or without a usable
+        NodeGpuTopology. Their network domains are not whole (an NVLink clique with a tray
+        down)."""
+        out = []
+        for raw in raw_nodes:
+            meta = raw.get("metadata") or {}
+            name = meta.get("name") or ""
+            labels = meta.get("labels") or {}
+            if any(labels.get(k) != v for k, v in self.node_selector.items()):
+                continue
+            gpus = _allocatable_gpus(raw)
+            topo = topologies.get(name)
+            if gpus <= 0 and topo is None:
+                continue
+            unusable = (raw.get("spec") or {}).get("unschedulable") or not _ready(raw)
+            if not unusable:
+                unusable = self._prepared(name, gpus, labels.get(keys.GFD_PRODUCT), topo)[1]
+            if unusable:
+                out.append(dict(labels))
+        return out
+
     def nodes(
         self,
         raw_nodes: Iterable[Mapping[str, Any]],

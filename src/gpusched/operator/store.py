@@ -28,6 +28,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpusched.api.gpujob import GpuJobStatus
+from gpusched.api.networktopology import DEFAULT_NAME as NETWORK_NAME
+from gpusched.api.networktopology import NetworkTopology
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle import JobFacts, PodFacts, Refusal, Unwritten, owns
 
@@ -43,6 +45,7 @@ KINDS = (
     "nodegputopologies",
     "tenantquotas",
     "priorities",
+    "networktopologies",
 )
 
 
@@ -61,6 +64,8 @@ class World:
     """Every pod that may hold GPUs: the pods of GpuJobs and other live GPU pods on nodes."""
     refusals: Mapping[tuple[str, int], Refusal] = field(default_factory=dict)
     """(job UID, admission) -> the API server's refusal of one of its pods."""
+    network: NetworkTopology | None = None
+    """The cluster's network levels (the NetworkTopology named ``default``), if any."""
 
 
 def _version(meta: Mapping[str, Any]) -> int:
@@ -89,6 +94,7 @@ class Store:
         self.topologies: dict[str, Mapping[str, Any]] = {}
         self.quotas: dict[str, TenantQuota] = {}
         self.priorities: dict[str, tuple[int, bool]] = {}
+        self.network: NetworkTopology | None = None
         self.assumed: dict[str, GpuJobStatus] = {}
         """Job key -> the status a write in flight gives it."""
         self.unwritten: dict[str, tuple[GpuJobStatus, str]] = {}
@@ -128,6 +134,7 @@ class Store:
             default_priority=default,
             pods=tuple(pods),
             refusals=dict(self.refusals),
+            network=self.network,
         )
 
     def job(self, key: str) -> JobFacts:
@@ -335,6 +342,28 @@ class Store:
         for raw in items:
             self.upsert_quota(raw)
         self.synced.add("tenantquotas")
+        self._touch()
+
+    def upsert_network(self, raw: Mapping[str, Any]) -> None:
+        if (raw.get("metadata") or {}).get("name") != NETWORK_NAME:
+            return
+        try:
+            self.network = NetworkTopology.model_validate(raw)
+        except ValidationError:
+            self.network = None
+        self._touch()
+
+    def delete_network(self, raw: Mapping[str, Any]) -> None:
+        if (raw.get("metadata") or {}).get("name") == NETWORK_NAME:
+            self.network = None
+            self._touch()
+
+    def replace_network(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """The NetworkTopology list (empty too when its CRD is not installed: no levels)."""
+        self.network = None
+        for raw in items:
+            self.upsert_network(raw)
+        self.synced.add("networktopologies")
         self._touch()
 
     def upsert_priority(self, raw: Mapping[str, Any]) -> None:

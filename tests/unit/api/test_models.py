@@ -9,9 +9,14 @@ from pydantic import ValidationError
 
 from gpusched.api import GpuJob, NodeGpuTopology, TenantQuota, TopologyScope
 from gpusched.api.base import ApiModel
+from gpusched.api.networktopology import NetworkTopology
 from tests.cases.manifests import INVALID, Invalid, gpujob, tenantquota
 
-MODELS: dict[str, type[ApiModel]] = {"GpuJob": GpuJob, "TenantQuota": TenantQuota}
+MODELS: dict[str, type[ApiModel]] = {
+    "GpuJob": GpuJob,
+    "TenantQuota": TenantQuota,
+    "NetworkTopology": NetworkTopology,
+}
 PYTHON_CHECKED = [case for case in INVALID if not case.upstream]
 
 

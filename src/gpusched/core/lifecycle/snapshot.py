@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from gpusched.api.gpujob import GpuJob
+from gpusched.api.networktopology import NetworkTopology
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core import Policy
 from gpusched.core.admission import (
@@ -15,6 +16,7 @@ from gpusched.core.admission import (
     CycleConfig,
     Job,
     JobState,
+    Level,
     Node,
     Snapshot,
     Toleration,
@@ -53,7 +55,12 @@ def job_shape(job: GpuJob, protection: Protection | None = None) -> dict[str, An
         "policy": Policy.from_api(spec.topology, replicas=spec.replicas),
         "gpu_model": spec.gpu_model,
         "across": (
-            AcrossReplicas(across.node_label, across.mode.value == "required")
+            AcrossReplicas(
+                across.node_label,
+                across.mode.value == "required",
+                across.segment.replicas if across.segment else None,
+                across.segment.node_label if across.segment else None,
+            )
             if across is not None
             else None
         ),
@@ -185,12 +192,25 @@ def charged_pod(pod: PodFacts, tenant: str) -> Job:
     )
 
 
+def core_levels(network: NetworkTopology | None) -> tuple[Level, ...]:
+    """The cluster's network levels, narrowest first (the object lists them widest first)."""
+    if network is None:
+        return ()
+    return tuple(
+        Level(level.node_label, level.name, level.whole_domains)
+        for level in reversed(network.spec.levels)
+    )
+
+
 def build_snapshot(
     jobs: Sequence[Job],
     quotas: Iterable[TenantQuota],
     nodes: Sequence[Node],
     now: datetime,
     config: CycleConfig,
+    *,
+    levels: tuple[Level, ...] = (),
+    down_labels: Sequence[Mapping[str, str]] = (),
 ) -> Snapshot:
     """The admission core's input."""
     return Snapshot(
@@ -199,4 +219,6 @@ def build_snapshot(
         jobs=tuple(jobs),
         nodes=tuple(nodes),
         config=config,
+        levels=levels,
+        down_labels=tuple(down_labels),
     )

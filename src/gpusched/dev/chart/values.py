@@ -439,6 +439,23 @@ class ChartTests(Closed):
     """How long each `helm test` check waits for a component to answer."""
 
 
+class NetworkLevel(Closed):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+    """What people call the level (`clique`, `rack`, `block`); used in messages."""
+    nodeLabel: LabelKey
+    """Node label whose value names a domain of the level, e.g. `nvidia.com/gpu.clique`."""
+    wholeDomains: bool = False
+    """Gangs placed in one domain of this level get only domains with every node and GPU up
+    (set it for NVLink cliques)."""
+
+
+class NetworkTopology(Closed):
+    levels: list[NetworkLevel] = Field(default_factory=list, max_length=8)
+    """The cluster's network levels above the node, widest first (e.g. block, rack, clique).
+    Non-empty: the chart creates the NetworkTopology `default` from them; empty: none is
+    created (create or edit it yourself, `kubectl get nt`). docs/placement.md."""
+
+
 class Values(Closed):
     nameOverride: Annotated[
         str, Field(pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length=40)
@@ -460,6 +477,8 @@ class Values(Closed):
     """kube-scheduler with the gpusched extender."""
     operator: Operator = Field(default_factory=Operator)
     """The GpuJob / TenantQuota operator."""
+    networkTopology: NetworkTopology = Field(default_factory=NetworkTopology)
+    """Network levels gangs are placed in (NetworkTopology `default`)."""
     admissionPolicies: AdmissionPolicies = Field(default_factory=AdmissionPolicies)
     """What users may write: GPU ownership, GPU pods in tenants' namespaces, priority classes."""
     metrics: Metrics = Field(default_factory=Metrics)

@@ -1,0 +1,109 @@
+"""Gangs in the cluster's network levels, on the real control plane: the NetworkTopology object
+read by the operator, a clique with a tray out of service left alone by clique-scoped gangs, and
+segments kept inside one rack.
+
+The operator runs as a real process under the chart's operator identity; kwok runs the pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import suppress
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from kubernetes.client.exceptions import ApiException
+
+from gpusched.api import keys
+from gpusched.cli import main
+from gpusched.dev.localcluster import LocalCluster
+from tests.integration.operator_harness import Scenario
+
+CLIQUE = keys.GFD_CLIQUE
+RACK = "topology.kubernetes.io/rack"
+
+
+@pytest.fixture
+def levels(sc: Scenario) -> Iterator[None]:
+    """The NetworkTopology ``default``: racks, and NVLink cliques inside them (whole domains)."""
+    body: dict[str, Any] = {
+        "apiVersion": keys.API_VERSION,
+        "kind": "NetworkTopology",
+        "metadata": {"name": "default"},
+        "spec": {
+            "levels": [
+                {"name": "rack", "nodeLabel": RACK},
+                {"name": "clique", "nodeLabel": CLIQUE, "wholeDomains": True},
+            ]
+        },
+    }
+    with suppress(ApiException):
+        sc.custom.delete_cluster_custom_object(
+            "gpusched.io", "v1alpha1", "networktopologies", "default"
+        )
+    sc.custom.create_cluster_custom_object("gpusched.io", "v1alpha1", "networktopologies", body)
+    yield
+    with suppress(ApiException):
+        sc.custom.delete_cluster_custom_object(
+            "gpusched.io", "v1alpha1", "networktopologies", "default"
+        )
+
+
+def test_a_clique_gang_never_takes_a_clique_with_a_tray_down(
+    sc: Scenario, levels: None, local_cluster: LocalCluster
+) -> None:
+    """Two cliques of three trays; one tray of clique b is cordoned. A 3-tray gang takes clique
+    a; a 2-tray gang, which clique b's healthy trays would hold, waits with DomainDegraded
+    naming the clique, and `explain` says so; once the tray is back it runs there."""
+    a = sc.nodes(3, **{CLIQUE: f"{sc.id}-a", RACK: f"{sc.id}-r1"})
+    b = sc.nodes(3, **{CLIQUE: f"{sc.id}-b", RACK: f"{sc.id}-r1"})
+    sc.core.patch_node(b[0], {"spec": {"unschedulable": True}})
+    _, ns = sc.tenant("team", guaranteed=48)
+    clique = {"acrossReplicas": {"nodeLabel": CLIQUE, "mode": "required"}}
+    sc.submit(ns, "big", 8, replicas=3, topology=clique)
+    running = sc.wait_phase(ns, "big", "Running", timeout=90)
+    assert {p["node"] for p in running["placement"]} == set(a)
+
+    sc.submit(ns, "pair", 8, replicas=2, topology=clique)
+    waiting = sc.wait_reason(ns, "pair", "DomainDegraded", timeout=60)
+    assert f"clique {sc.id}-b" in waiting["message"]
+    assert not sc.pods(ns, "pair")
+    result = CliRunner().invoke(
+        main, ["explain", f"{ns}/pair", f"--kubeconfig={local_cluster.kubeconfig}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "DomainDegraded" in result.output
+
+    sc.core.patch_node(b[0], {"spec": {"unschedulable": False}})
+    running = sc.wait_phase(ns, "pair", "Running", timeout=90)
+    assert {p["node"] for p in running["placement"]} <= set(b)
+
+
+def test_each_segment_of_a_gang_runs_inside_one_rack(sc: Scenario, levels: None) -> None:
+    """Four replicas in segments of two per rack; racks of three, two and one free nodes: each
+    segment lands inside one rack, and the one-node rack is never used."""
+    r1 = sc.nodes(3, **{RACK: f"{sc.id}-r1"})
+    r2 = sc.nodes(2, **{RACK: f"{sc.id}-r2"})
+    r3 = sc.nodes(1, **{RACK: f"{sc.id}-r3"})
+    rack_of = {**dict.fromkeys(r1, "r1"), **dict.fromkeys(r2, "r2"), **dict.fromkeys(r3, "r3")}
+    _, ns = sc.tenant("team", guaranteed=32)
+    sc.submit(
+        ns,
+        "seg",
+        8,
+        replicas=4,
+        topology={
+            "acrossReplicas": {
+                "nodeLabel": RACK,
+                "mode": "preferred",
+                "segment": {"replicas": 2, "nodeLabel": RACK},
+            }
+        },
+    )
+    running = sc.wait_phase(ns, "seg", "Running", timeout=90)
+    by_replica = sorted(running["placement"], key=lambda p: p["replica"])
+    racks = [rack_of[p["node"]] for p in by_replica]
+    assert racks[0] == racks[1]
+    assert racks[2] == racks[3]
+    assert "r3" not in racks
