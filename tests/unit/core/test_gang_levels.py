@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.api.nodegputopology import GpuHealthState
 from gpusched.core import NodeTopology, Policy, prepare
-from gpusched.core.admission import AcrossReplicas, Job, Level, Node, WaitReason
+from gpusched.core.admission import AcrossReplicas, Assignment, Job, Level, Node, WaitReason
 from gpusched.core.admission.pool import GangFailure, Pool, Request
 from tests.examples import examples
 from tests.unit.core.admission_testdata import wiring
@@ -380,6 +380,37 @@ def test_gang_placement_is_the_exhaustive_optimum(inst: Instance) -> None:
                 fewest += 1
             used_domains = {by_name[n].labels[across.segment_label] for n, _ in placed}
             assert len(used_domains) == fewest
+
+
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(instances(), st.lists(instances(), min_size=2, max_size=2))
+def test_a_pool_that_held_and_freed_gangs_decides_like_a_fresh_one(
+    inst: Instance, others: list[Instance]
+) -> None:
+    """The pool keeps domain and capacity memos across decisions: after gangs were placed and
+    one released, every decision equals that of a new pool holding the same GPUs."""
+    jobs = [
+        inst.job,
+        *(replace(o.job, key=f"ns/other{i}") for i, o in enumerate(others)),
+    ]
+    pool = Pool(inst.nodes, [], LEVELS, inst.down)
+    held: dict[str, list[Assignment]] = {}
+    for step, job in enumerate([*jobs, jobs[0]]):
+        if step == len(jobs):
+            pool.release(jobs[0].key)  # the first gang leaves, then asks again
+            held.pop(jobs[0].key, None)
+        fresh = Pool(
+            inst.nodes, [(k, a) for k, items in held.items() for a in items], LEVELS, inst.down
+        )
+        want = fresh.place_gang(job.key, Request.of(job))
+        got = pool.place_gang(job.key, Request.of(job))
+        assert got == want
+        if not isinstance(got, GangFailure):
+            held[job.key] = [Assignment(p.node, p.gpus) for p in got]
 
 
 def test_the_capacity_oracle_counts_disjoint_sets() -> None:

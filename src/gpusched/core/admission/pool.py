@@ -193,7 +193,10 @@ class Pool:
         self.levels = tuple(levels)
         self._down_labels = tuple(down_labels)
         self._down: dict[str, frozenset[str]] = {}
-        self._capacities: dict[tuple[GroupKey, int, Policy], int] = {}
+        self._capacities: dict[Request, dict[str, tuple[int, int]]] = {}
+        self._domains: dict[tuple[str, Request], tuple[int, list[Domain]]] = {}
+        self._changes = 0
+        """Counts holds and releases: memos of free capacity are good while it stays."""
         self.slots: dict[str, Slot] = {}
         self._index: dict[str | None, dict[int, dict[GroupKey, dict[str, None]]]] = {}
         self._jobs: dict[str, dict[str, int]] = {}
@@ -254,6 +257,7 @@ class Pool:
         self._jobs.setdefault(job, {})[slot.name] = slot.held[job]
 
     def _reindex(self, slot: Slot) -> None:
+        self._changes += 1
         model = slot.node.model
         buckets = self._index.setdefault(model, {})
         if slot.group is not None:
@@ -508,7 +512,8 @@ class Pool:
                 f"{self._segments_text(request)} now{self._free_text(request)}",
             )
         if across is not None and across.segment_label is not None:
-            plans, refused = self._place_segments(job, request, None) or [], False
+            parts = self.domains(across.segment_label, request)
+            plans, refused = self._place_segments(job, request, parts) or [], False
         elif across is not None:
             plans, refused = self._place_spread(job, request, across.node_label)
         else:
@@ -521,37 +526,63 @@ class Pool:
     def capacity(self, slot: Slot, request: Request) -> int:
         """Replicas of the request the node can still take, as the engine would place them one
         after another (each taking its best set of what the previous left)."""
-        assert slot.group is not None
-        key = (slot.group, request.gpus_per_replica, request.policy)
-        found = self._capacities.get(key)
-        if found is None:
-            topo = slot.node.topology
-            k = request.gpus_per_replica
-            free = slot.free
-            found = 0
-            while free.bit_count() >= k:
-                result = place(topo, k, request.policy, free_mask=free)
-                if not isinstance(result, Placement):
-                    break
-                free &= ~topo.mask(result.gpus)
-                found += 1
-            self._capacities[key] = found
-        return found
+        per_node = self._capacities.get(request)
+        if per_node is None:
+            per_node = self._capacities[request] = {}
+        found = per_node.get(slot.name)
+        if found is not None and found[0] == slot.free:
+            return found[1]
+        topo = slot.node.topology
+        k = request.gpus_per_replica
+        free = slot.free
+        count = 0
+        while free.bit_count() >= k:
+            result = place(topo, k, request.policy, free_mask=free)
+            if not isinstance(result, Placement):
+                break
+            free &= ~topo.mask(result.gpus)
+            count += 1
+        per_node[slot.name] = (slot.free, count)
+        return count
 
-    def domains(
-        self, label: str, request: Request, within: frozenset[str] | None = None
-    ) -> list[Domain]:
-        """The label's domains among the request's eligible nodes (optionally only ``within``
-        a set of nodes), with their free GPUs and the replicas they can take."""
-        out = []
+    def _domain(self, value: str, names: tuple[str, ...], request: Request) -> Domain:
         slots = self.slots
-        for value, all_names, _ in self.eligible_domains(label, request):
-            names = all_names if within is None else tuple(n for n in all_names if n in within)
-            if not names:
-                continue
-            free = sum(slots[n].free.bit_count() for n in names)
-            capacity = sum(self.capacity(slots[n], request) for n in names)
-            out.append(Domain(value, names, free, capacity))
+        free = sum(slots[n].free.bit_count() for n in names)
+        capacity = sum(self.capacity(slots[n], request) for n in names)
+        return Domain(value, names, free, capacity)
+
+    def domains(self, label: str, request: Request) -> list[Domain]:
+        """The label's domains among the request's eligible nodes, with their free GPUs and
+        the replicas they can take (kept until a GPU is held or freed)."""
+        key = (label, request)
+        found = self._domains.get(key)
+        if found is not None and found[0] == self._changes:
+            return found[1]
+        out = [
+            self._domain(value, names, request)
+            for value, names, _ in self.eligible_domains(label, request)
+        ]
+        self._domains[key] = (self._changes, out)
+        return out
+
+    def _parts(self, label: str, outer: str, request: Request) -> dict[str, list[Domain]]:
+        """The ``label`` domains inside each ``outer`` domain (by its value); a domain that
+        straddles two outer domains counts as one part in each."""
+        out: dict[str, list[Domain]] = {}
+        slots = self.slots
+        for domain in self.domains(label, request):
+            groups: dict[str, list[str]] = {}
+            for n in domain.names:
+                value = slots[n].node.labels.get(outer)
+                if value is not None:
+                    groups.setdefault(value, []).append(n)
+            for value, names in groups.items():
+                part = (
+                    domain
+                    if len(names) == len(domain.names)
+                    else self._domain(domain.value, tuple(names), request)
+                )
+                out.setdefault(value, []).append(part)
         return out
 
     def degraded(self, label: str, value: str) -> bool:
@@ -566,16 +597,14 @@ class Pool:
             down = self._down[label] = frozenset(values)
         return value in down
 
-    def _holds(self, request: Request, domain: Domain, within: frozenset[str]) -> bool:
-        """Whether the domain can take the whole gang (each segment inside one domain of the
-        segment's level)."""
+    def _holds(self, request: Request, domain: Domain, parts: Sequence[Domain] | None) -> bool:
+        """Whether the domain can take the whole gang (each segment inside one of the
+        segment level's ``parts`` of it)."""
         if domain.capacity < request.replicas:
             return False
-        across = request.across
-        if across is None or across.segment_label is None:
+        if parts is None:
             return True
-        size = across.segment_replicas or 1
-        parts = self.domains(across.segment_label, request, within)
+        size = _segment(request)
         return bool(segments_in(parts, size, request.replicas // size))
 
     def _place_in_level(
@@ -586,25 +615,27 @@ class Pool:
         domains. Degraded domains of a whole-domain level are skipped (and named)."""
         across = request.across
         bound = across.node_label if across is not None and across.required else None
+        segments = across.segment_label if across is not None else None
+        parts = self._parts(segments, level.node_label, request) if segments else None
         candidates = []
+        slots = self.slots
         for domain in self.domains(level.node_label, request):
-            within = frozenset(domain.names)
             if (
                 bound is not None
                 and bound != level.node_label
-                and len({self.slots[n].node.labels.get(bound) for n in domain.names}) != 1
+                and len({slots[n].node.labels.get(bound) for n in domain.names}) != 1
             ):
                 continue
-            if not self._holds(request, domain, within):
+            inside = parts.get(domain.value, []) if parts is not None else None
+            if not self._holds(request, domain, inside):
                 continue
             if level.whole_domains and self.degraded(level.node_label, domain.value):
                 degraded.append(f"{level.title} {domain.value}")
                 continue
-            candidates.append(domain)
-        for domain in sorted(candidates, key=lambda d: (d.free, d.value)):
-            within = frozenset(domain.names)
-            if across is not None and across.segment_label is not None:
-                plans = self._place_segments(job, request, within)
+            candidates.append((domain, inside))
+        for domain, inside in sorted(candidates, key=lambda c: (c[0].free, c[0].value)):
+            if inside is not None:
+                plans = self._place_segments(job, request, inside)
             else:
                 plans, _ = self._place_replicas(job, request, request.replicas, domain.names)
             if plans is not None and len(plans) == request.replicas:
@@ -613,15 +644,12 @@ class Pool:
         return None
 
     def _place_segments(
-        self, job: str, request: Request, within: frozenset[str] | None
+        self, job: str, request: Request, parts: Sequence[Domain]
     ) -> list[ReplicaPlan] | None:
-        """Every segment inside one domain of the segment's level, as few domains as possible;
-        consecutive replicas form a segment. None (nothing held) when they do not fit."""
-        across = request.across
-        assert across is not None
-        assert across.segment_label is not None
-        size = across.segment_replicas or 1
-        parts = self.domains(across.segment_label, request, within)
+        """Every segment inside one of ``parts`` (domains of the segment's level), as few as
+        possible; consecutive replicas form a segment. None (nothing held) when they do not
+        fit."""
+        size = _segment(request)
         plans: list[ReplicaPlan] = []
         for domain, count in segments_in(parts, size, request.replicas // size):
             more, _ = self._place_replicas(job, request, count * size, domain.names)
@@ -738,6 +766,12 @@ def _filters(request: Request) -> str:
     if request.node_selector:
         parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in request.node_selector))
     return " and ".join(parts) if parts else "the job (any GPU node)"
+
+
+def _segment(request: Request) -> int:
+    """Replicas per segment of the request's gang (1: no segments)."""
+    across = request.across
+    return (across.segment_replicas or 1) if across is not None else 1
 
 
 def _listed(names: Sequence[str]) -> str:
