@@ -17,7 +17,18 @@ from hypothesis import strategies as st
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.api.nodegputopology import GpuHealthState
 from gpusched.core import NodeTopology, Policy, prepare
-from gpusched.core.admission import AcrossReplicas, Assignment, Job, Level, Node, WaitReason
+from gpusched.core.admission import (
+    AcrossReplicas,
+    Assignment,
+    Job,
+    JobState,
+    Level,
+    Node,
+    Snapshot,
+    Tenant,
+    WaitReason,
+    run_cycle,
+)
 from gpusched.core.admission.pool import GangFailure, Pool, Request
 from tests.examples import examples
 from tests.unit.core.admission_testdata import wiring
@@ -174,6 +185,31 @@ def test_a_clique_gang_waits_with_the_degraded_clique_named() -> None:
     assert isinstance(placed, GangFailure)
     assert placed.reason is WaitReason.DOMAIN_DEGRADED
     assert "clique c-r1" in placed.message
+
+
+def test_a_clique_gang_preempts_in_a_whole_clique_rather_than_take_a_degraded_free_one() -> None:
+    # Clique c-r1 (2 trays) runs a low-priority job of the tenant; clique c-r2 has 3 trays, one
+    # GPU of one tray down, and its two other trays free. The high-priority 2 x 8 clique gang
+    # evicts the low job in c-r1 (priority preemption: it would otherwise wait for the tray).
+    nodes = _rack_nodes({"r1": 2, "r2": 3})
+    nodes[2] = _node("r2-n0", dict(nodes[2].labels), unhealthy=(0,))
+    low = replace(
+        _gang(2, 8, None),
+        key="ns/low",
+        state=JobState.ADMITTED,
+        placement=(Assignment("r1-n0", tuple(range(8))), Assignment("r1-n1", tuple(range(8)))),
+        started_at=86_000.0,
+    )
+    high = replace(_gang(2, 8, AcrossReplicas(CLIQUE, required=True)), key="ns/high", priority=10)
+    tenant = Tenant("t", guaranteed=40)
+    snapshot = Snapshot(
+        now=86_400.0, tenants=(tenant,), jobs=(low, high), nodes=tuple(nodes), levels=LEVELS
+    )
+    result = run_cycle(snapshot)
+    admission = result.admission_of("ns/high")
+    assert admission is not None
+    assert {p.node for p in admission.placement} == {"r1-n0", "r1-n1"}
+    assert [v.victim for v in admission.victims] == ["ns/low"]
 
 
 def test_jobs_not_scoped_to_the_clique_use_a_degraded_cliques_healthy_trays() -> None:

@@ -24,6 +24,7 @@ ordering ends in a unique key.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
@@ -58,8 +59,10 @@ from gpusched.core.admission.quota import (
     Ledger,
     claims,
     fair_shares,
+    job_sizes,
     running_borrowed,
     usable_guarantee,
+    usable_of_sizes,
 )
 
 UNKNOWN_MODEL = "unknown"
@@ -76,7 +79,13 @@ RESERVATION_ATTEMPTS_PER_TENANT = 4
 RESERVATION_SLACK_SECONDS = 300.0
 RESERVATION_SLACK_FRACTION = 0.1
 #: Failures that GPUs alone stand behind (a reservation can help).
-_GPU_BOUND = frozenset({WaitReason.WAITING_FOR_CAPACITY, WaitReason.TOPOLOGY_UNSATISFIABLE})
+_GPU_BOUND = frozenset(
+    {
+        WaitReason.WAITING_FOR_CAPACITY,
+        WaitReason.TOPOLOGY_UNSATISFIABLE,
+        WaitReason.DOMAIN_DEGRADED,
+    }
+)
 
 
 class _Claims(dict[str, set[str]]):
@@ -197,6 +206,7 @@ class Cycle:
         self.searches = 0
         self._borrowed: dict[str, set[str]] = {}
         self._usable_gpus: dict[str, int] = {}
+        self._sizes: dict[str, Counter[int]] = {}
         self._heads: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._versions: dict[str, int] = dict.fromkeys(self.tenants, 0)
         # Reservations and backfill.
@@ -920,10 +930,56 @@ class Cycle:
             if c.reason is PreemptReason.RECLAIM_GUARANTEE and c.job.tenant is not None:
                 taken.setdefault(c.job.tenant, set()).add(c.job.key)
         for name, keys in taken.items():
-            kept = [j for k, j in self.admitted[name].items() if k not in keys]
-            if usable_guarantee(self.tenants[name], kept) < self._usable(name):
+            tenant = self.tenants[name]
+            if tenant.guaranteed_by_model:
+                # What the ledger covers without the taken jobs (usable_guarantee's measure
+                # for per-model guarantees), worked out from the taken jobs alone.
+                taken_jobs = [self.admitted[name][k] for k in keys]
+                if self.ledgers[name].covered(None, taken_jobs) < self._usable(name):
+                    return False
+                continue
+            # By job size: the subset sum depends on how many jobs of each size stay.
+            sizes = self._sizes.get(name)
+            if sizes is None:
+                sizes = self._sizes[name] = job_sizes(self.admitted[name].values())
+            left = sizes.copy()
+            for key in keys:
+                left[self.admitted[name][key].total_gpus] -= 1
+            if usable_of_sizes(tenant.guaranteed, left) < self._usable(name):
                 return False
         return True
+
+    def lender_tracker(self) -> Callable[[Candidate], bool]:
+        """:meth:`lenders_ok` for victims added one at a time: each reclaim victim is checked
+        against what its tenant keeps after the ones before it, in time independent of how
+        many came before."""
+        left: dict[str, Counter[int]] = {}
+        covered_without: dict[str, list[Job]] = {}
+
+        def take(c: Candidate) -> bool:
+            name = c.job.tenant
+            if c.reason is not PreemptReason.RECLAIM_GUARANTEE or name is None:
+                return True
+            tenant = self.tenants[name]
+            if tenant.guaranteed_by_model:
+                taken = [*covered_without.get(name, []), c.job]
+                if self.ledgers[name].covered(None, taken) < self._usable(name):
+                    return False
+                covered_without[name] = taken
+                return True
+            sizes = left.get(name)
+            if sizes is None:
+                sizes = self._sizes.get(name)
+                if sizes is None:
+                    sizes = self._sizes[name] = job_sizes(self.admitted[name].values())
+                sizes = left[name] = sizes.copy()
+            sizes[c.job.total_gpus] -= 1
+            if usable_of_sizes(tenant.guaranteed, sizes) < self._usable(name):
+                sizes[c.job.total_gpus] += 1
+                return False
+            return True
+
+        return take
 
     def gain(self, job: Job, request: Request, candidates: Sequence[Candidate]) -> float:
         """GPU-seconds the tenant's own lower-priority jobs may lose for ``job``: its GPUs times
@@ -962,6 +1018,7 @@ class Cycle:
         if failure.reason not in (
             WaitReason.WAITING_FOR_CAPACITY,
             WaitReason.TOPOLOGY_UNSATISFIABLE,
+            WaitReason.DOMAIN_DEGRADED,
             WaitReason.QUOTA_EXCEEDED,
             WaitReason.GUARANTEE_EXCEEDED,
         ):
@@ -1020,6 +1077,7 @@ class Cycle:
             quota_ok,
             lenders_ok=self.lenders_ok,
             worth_it=worth_it,
+            lender_tracker=self.lender_tracker,
         )
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)
@@ -1042,6 +1100,7 @@ class Cycle:
             self._admitted_version += 1
             self._borrowed.pop(victim.tenant, None)
             self._usable_gpus.pop(victim.tenant, None)
+            self._sizes.pop(victim.tenant, None)
             preemptions.append(
                 Preemption(
                     victim=victim.key,
@@ -1091,6 +1150,7 @@ class Cycle:
         self.ledgers[job.tenant].add(admitted)
         self._borrowed.pop(job.tenant, None)
         self._usable_gpus.pop(job.tenant, None)
+        self._sizes.pop(job.tenant, None)
         nodes = sorted({p.node for p in plans})
         where = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
         text = f"placed {Request.of(job).describe()} on {where}; " + (

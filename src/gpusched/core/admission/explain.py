@@ -321,7 +321,13 @@ def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str,
 
 
 #: Waits that an earlier start of the same job could end (not quota, not a missing tenant).
-_GPU_BOUND = frozenset({WaitReason.WAITING_FOR_CAPACITY, WaitReason.TOPOLOGY_UNSATISFIABLE})
+_GPU_BOUND = frozenset(
+    {
+        WaitReason.WAITING_FOR_CAPACITY,
+        WaitReason.TOPOLOGY_UNSATISFIABLE,
+        WaitReason.DOMAIN_DEGRADED,
+    }
+)
 #: A variant counts when it starts at least this much sooner (seconds, or share of the wait).
 SOONER_SECONDS = 600.0
 SOONER_SHARE = 0.25

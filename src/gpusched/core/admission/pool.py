@@ -13,6 +13,7 @@ so two replicas never get the same GPU.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -194,11 +195,11 @@ class Pool:
         self._down_labels = tuple(down_labels)
         self._down: dict[str, frozenset[str]] = {}
         self._capacities: dict[Request, dict[str, tuple[int, int]]] = {}
-        self._domains: dict[tuple[str, Request], tuple[int, list[Domain]]] = {}
+        self._domains: dict[tuple[str, Request, int], tuple[int, list[Domain]]] = {}
         self._changes = 0
         """Counts holds and releases: memos of free capacity are good while it stays."""
         self.slots: dict[str, Slot] = {}
-        self._index: dict[str | None, dict[int, dict[GroupKey, dict[str, None]]]] = {}
+        self._index: dict[str | None, dict[int, dict[GroupKey, list[str]]]] = {}
         self._jobs: dict[str, dict[str, int]] = {}
         self._feasible: dict[Request, GangFailure | None] = {}
         self._ceilings: dict[Request, WiringRank | None] = {}
@@ -266,7 +267,9 @@ class Pool:
             if groups is not None:
                 members = groups.get(slot.group)
                 if members is not None:
-                    members.pop(slot.name, None)
+                    at = bisect_left(members, slot.name)
+                    if at < len(members) and members[at] == slot.name:
+                        del members[at]
                     if not members:
                         del groups[slot.group]
                 if not groups:
@@ -274,7 +277,9 @@ class Pool:
         key = slot.group_key()
         slot.group = key
         if slot.free:
-            buckets.setdefault(slot.free.bit_count(), {}).setdefault(key, {})[slot.name] = None
+            # Kept sorted: a group's first eligible member is the one with the lowest name,
+            # whatever order nodes joined it in (a pool's decisions do not depend on its past).
+            insort(buckets.setdefault(slot.free.bit_count(), {}).setdefault(key, []), slot.name)
 
     def hold(self, job: str, node: str, gpus: Iterable[int]) -> None:
         """Give GPUs (indices) of ``node`` to ``job``."""
@@ -512,7 +517,7 @@ class Pool:
                 f"{self._segments_text(request)} now{self._free_text(request)}",
             )
         if across is not None and across.segment_label is not None:
-            parts = self.domains(across.segment_label, request)
+            parts = self.domains(across.segment_label, request, _segment(request))
             plans, refused = self._place_segments(job, request, parts) or [], False
         elif across is not None:
             plans, refused = self._place_spread(job, request, across.node_label)
@@ -545,21 +550,27 @@ class Pool:
         per_node[slot.name] = (slot.free, count)
         return count
 
-    def _domain(self, value: str, names: tuple[str, ...], request: Request) -> Domain:
+    def _domain(self, value: str, names: tuple[str, ...], request: Request, floor: int) -> Domain:
         slots = self.slots
         free = sum(slots[n].free.bit_count() for n in names)
-        capacity = sum(self.capacity(slots[n], request) for n in names)
+        # Too few free GPUs for ``floor`` replicas: what it could take does not matter.
+        capacity = (
+            sum(self.capacity(slots[n], request) for n in names)
+            if free >= floor * request.gpus_per_replica
+            else 0
+        )
         return Domain(value, names, free, capacity)
 
-    def domains(self, label: str, request: Request) -> list[Domain]:
+    def domains(self, label: str, request: Request, floor: int = 1) -> list[Domain]:
         """The label's domains among the request's eligible nodes, with their free GPUs and
-        the replicas they can take (kept until a GPU is held or freed)."""
-        key = (label, request)
+        the replicas they can take (0 for those with too few free GPUs for ``floor``
+        replicas), kept until a GPU is held or freed."""
+        key = (label, request, floor)
         found = self._domains.get(key)
         if found is not None and found[0] == self._changes:
             return found[1]
         out = [
-            self._domain(value, names, request)
+            self._domain(value, names, request, floor)
             for value, names, _ in self.eligible_domains(label, request)
         ]
         self._domains[key] = (self._changes, out)
@@ -570,7 +581,8 @@ class Pool:
         straddles two outer domains counts as one part in each."""
         out: dict[str, list[Domain]] = {}
         slots = self.slots
-        for domain in self.domains(label, request):
+        floor = _segment(request)
+        for domain in self.domains(label, request, floor):
             groups: dict[str, list[str]] = {}
             for n in domain.names:
                 value = slots[n].node.labels.get(outer)
@@ -580,7 +592,7 @@ class Pool:
                 part = (
                     domain
                     if len(names) == len(domain.names)
-                    else self._domain(domain.value, tuple(names), request)
+                    else self._domain(domain.value, tuple(names), request, floor)
                 )
                 out.setdefault(value, []).append(part)
         return out
@@ -619,7 +631,7 @@ class Pool:
         parts = self._parts(segments, level.node_label, request) if segments else None
         candidates = []
         slots = self.slots
-        for domain in self.domains(level.node_label, request):
+        for domain in self.domains(level.node_label, request, request.replicas):
             if (
                 bound is not None
                 and bound != level.node_label

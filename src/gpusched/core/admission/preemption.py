@@ -203,6 +203,7 @@ def find_victims(
     *,
     lenders_ok: LenderCheck = lambda _: True,
     worth_it: LenderCheck = lambda _: True,
+    lender_tracker: Callable[[], Callable[[Candidate], bool]] | None = None,
 ) -> VictimSearch | GangFailure | None:
     """The cheapest minimal victim set that makes the gang placeable.
 
@@ -210,6 +211,9 @@ def find_victims(
     stay held by them (they are terminating). Returns None when no subset works, or the
     placement failure with every candidate gone (for the wait message). ``worth_it``: whether
     a set's gain outweighs its cost (adding victims never makes a failing set pass).
+    ``lender_tracker``: a new tracker of ``lenders_ok`` as reclaim victims are added one by
+    one (True and the victim counted when the lenders still keep their guarantee), for a
+    greedy pass over many candidates in linear time.
     """
     if request.replicas == 1 and request.across is None:
         return _one_replica(
@@ -251,6 +255,13 @@ def find_victims(
         own = [c.job for c in victims if c.own(preemptor)]
         return quota_ok(own, _reclaims(victims)) and lenders_ok(victims) and worth_it(victims)
 
+    def ok_subset(victims: Sequence[Candidate]) -> bool:
+        """:func:`ok` of a subset of a set that passed it: fewer victims leave every lender
+        at least as much (a subset sum over more jobs) and cost less, so only the quota is
+        left to check."""
+        own = [c.job for c in victims if c.own(preemptor)]
+        return quota_ok(own, _reclaims(victims))
+
     # 1. Upper bound: everything released.
     for c in ordered:
         release(c)
@@ -268,6 +279,7 @@ def find_victims(
     chosen: list[Candidate] = []
     own: list[Job] = []
     cross = False
+    lends = lender_tracker() if lender_tracker is not None else (lambda c: lenders_ok([*chosen, c]))
     plans = placeable()
     touched: list[str] = []
     checks = 0
@@ -275,7 +287,8 @@ def find_victims(
     for c in ordered:
         if plans is not None:
             break
-        if not lenders_ok([*chosen, c]):
+        # Only reclaim victims bear on the lenders (``chosen`` already passed).
+        if c.reason is PreemptReason.RECLAIM_GUARANTEE and not lends(c):
             continue
         release(c)
         chosen.append(c)
@@ -309,16 +322,19 @@ def find_victims(
 
     # 3. Minimise, most expensive first, until no victim can be spared: one whose GPUs the
     # placement does not use goes if the quota allows it; one whose GPUs it uses, if the gang
-    # still places without them. Each pass starts again after a victim goes: sparing another
-    # tenant's victim can make own victims unneeded that the quota needed beside it (a reclaim
-    # is only for a job inside the guarantee), and a new placement can leave others' GPUs
-    # unused.
+    # still places without them. Passes repeat while a victim goes: sparing another tenant's
+    # victim can make own victims unneeded that the quota needed beside it (a reclaim is only
+    # for a job inside the guarantee), and a new placement can leave others' GPUs unused. (A
+    # pass goes on after a victim goes rather than starting over: the same end, no victim that
+    # can be spared, in a number of checks linear in the victims per pass.)
     dropped = True
     while dropped and len(chosen) > 1:
         dropped = False
         for c in reversed(list(chosen)):
+            if len(chosen) == 1:
+                break
             trial = [x for x in chosen if x is not c]
-            if not ok(trial):
+            if not ok_subset(trial):
                 continue
             used = _overlaps(pool, released[c.job.key], plans)
             restore(c)
@@ -328,7 +344,6 @@ def find_victims(
                 continue
             chosen, plans = trial, again
             dropped = True
-            break
 
     result = pool.place_gang(key, request)
     assert not isinstance(result, GangFailure), "placement vanished between identical checks"
@@ -336,7 +351,7 @@ def find_victims(
     # the final placement does not touch is spared when the quota allows.
     for c in reversed(list(chosen)):
         trial = [x for x in chosen if x is not c]
-        if trial and ok(trial) and not _overlaps(pool, released[c.job.key], result):
+        if trial and ok_subset(trial) and not _overlaps(pool, released[c.job.key], result):
             chosen = trial
         pool.restore(c.job.key, released.pop(c.job.key))
     return VictimSearch(result, chosen)
@@ -458,7 +473,6 @@ def _quota_only(
             trial = [x for x in chosen if x is not c]
             if trial and ok(trial):
                 chosen, spared = trial, True
-                break
     return VictimSearch(plans, chosen)
 
 
@@ -558,7 +572,6 @@ def _cheapest_on_node(
             if again is not None and ok([c for c, _ in trial]):
                 chosen, placement = trial, again
                 spared = True
-                break
     return option(chosen, placement)
 
 

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from gpusched.core.admission.domains import level_of
 from gpusched.core.admission.model import Assignment, ReplicaPlan
 from gpusched.core.admission.pool import FilterKey, Pool, Request
 from gpusched.core.placement import Placement, Policy, evaluate_set, place
@@ -292,8 +293,9 @@ class Profile:
                 value = self.pool.slots[name].node.labels.get(across.node_label)
                 if value is not None:
                     by_domain.setdefault(value, []).append((t, name))
+            whole = level_of(self.pool.levels, across.node_label).whole_domains
             for value, mine in sorted(by_domain.items()):
-                if len(mine) < r:
+                if len(mine) < r or (whole and self.pool.degraded(across.node_label, value)):
                     continue
                 mine.sort()
                 at = mine[r - 1][0]

@@ -24,6 +24,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gpusched.core.admission.model import Job, Tenant
 
@@ -193,11 +194,26 @@ def usable_guarantee(tenant: Tenant, jobs: Iterable[Job]) -> int:
     guarantee could not cover. With per-model guarantees, the count the ledger covers."""
     if tenant.guaranteed_by_model:
         return Ledger(tenant, jobs).covered()
-    limit = tenant.guaranteed
-    sizes = Counter(j.total_gpus for j in jobs if 0 < j.total_gpus <= limit)
+    return usable_of_sizes(tenant.guaranteed, job_sizes(jobs))
+
+
+def job_sizes(jobs: Iterable[Job]) -> Counter[int]:
+    """How many of the jobs hold each number of GPUs."""
+    return Counter(j.total_gpus for j in jobs)
+
+
+def usable_of_sizes(limit: int, sizes: Mapping[int, int]) -> int:
+    """:func:`usable_guarantee` of jobs given by size (GPUs -> how many jobs): the largest sum
+    of some of them that is at most ``limit`` (a subset sum over bits)."""
+    key = tuple(sorted((size, count) for size, count in sizes.items() if 0 < size <= limit))
+    return _usable(limit, key)
+
+
+@lru_cache(maxsize=65_536)
+def _usable(limit: int, sizes: tuple[tuple[int, int], ...]) -> int:
     reachable = 1  # bit n set: some subset of the jobs holds exactly n GPUs
     mask = (1 << (limit + 1)) - 1
-    for size, count in sizes.items():
+    for size, count in sizes:
         for _ in range(min(count, limit // size)):
             grown = (reachable | (reachable << size)) & mask
             if grown == reachable:
