@@ -165,18 +165,25 @@ class Scenario:
     # --- setup ----------------------------------------------------------------------------
 
     def nodes(
-        self, count: int, *, fixture: str = "hgx-h100-sxm-8gpu-8nic", **labels: str
+        self,
+        count: int,
+        *,
+        fixture: str = "hgx-h100-sxm-8gpu-8nic",
+        objects: Callable[[str], tuple[Any, Any]] | None = None,
+        product: str = H100,
+        **labels: str,
     ) -> list[str]:
-        """kwok nodes with the fixture's NodeGpuTopology, in the operator's pool."""
+        """kwok nodes with the fixture's NodeGpuTopology (or the one ``objects`` gives for a
+        node name), in the operator's pool."""
         names = [f"{self.id}-n{i}" for i in range(self._nodes, self._nodes + count)]
         self._nodes += count
         for name in names:
-            spec, status = fixture_objects(fixture, name)
+            spec, status = objects(name) if objects else fixture_objects(fixture, name)
             self.make_nodes(
                 1,
-                8,
+                len(spec.gpus),
                 names=[name],
-                labels={POOL_LABEL: POOL, keys.GFD_PRODUCT: H100, **labels},
+                labels={POOL_LABEL: POOL, keys.GFD_PRODUCT: product, **labels},
                 topology=spec,
                 status=status,
             )

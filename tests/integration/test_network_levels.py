@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import suppress
+from functools import partial
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from gpusched.api import keys
 from gpusched.cli import main
 from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.topologies import nvl72_tray_objects
 from tests.integration.operator_harness import Scenario
 
 CLIQUE = keys.GFD_CLIQUE
@@ -107,3 +109,48 @@ def test_each_segment_of_a_gang_runs_inside_one_rack(sc: Scenario, levels: None)
     assert racks[0] == racks[1]
     assert racks[2] == racks[3]
     assert "r3" not in racks
+
+
+def test_two_nvl72_racks_one_with_trays_down(sc: Scenario, levels: None) -> None:
+    """Two NVL72 racks of 18 four-GPU trays (one NVLink clique each); two trays of rack b are
+    out of service. A 64-GPU clique gang runs inside rack a (the only whole clique); a 72-GPU
+    clique gang then waits, its message naming clique b as not whole, with no pod created; a
+    gang in segments of two trays per rack keeps each segment in one rack."""
+    cluster = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
+    racks = {}
+    for rack, clique_id in (("a", 1), ("b", 2)):
+        clique = f"{cluster}.{clique_id}"
+        racks[rack] = sc.nodes(
+            18,
+            objects=partial(nvl72_tray_objects, clique=clique),
+            product="NVIDIA-GB200",
+            **{CLIQUE: clique, RACK: f"{sc.id}-{rack}"},
+        )
+    for name in racks["b"][:2]:
+        sc.core.patch_node(name, {"spec": {"unschedulable": True}})
+    _, ns = sc.tenant("team", guaranteed=144)
+    clique = {"acrossReplicas": {"nodeLabel": CLIQUE, "mode": "required"}}
+
+    sc.submit(ns, "g64", 4, replicas=16, topology=clique)
+    running = sc.wait_phase(ns, "g64", "Running", timeout=120)
+    assert {p["node"] for p in running["placement"]} <= set(racks["a"])
+
+    sc.submit(ns, "g72", 4, replicas=18, topology=clique)
+    waiting = sc.wait_reason(ns, "g72", "TopologyUnsatisfiable", timeout=60)
+    assert f"not whole (nodes or GPUs down): clique {cluster}.2" in waiting["message"]
+    assert not sc.pods(ns, "g72")
+
+    segmented = {
+        "acrossReplicas": {
+            "nodeLabel": RACK,
+            "mode": "preferred",
+            "segment": {"replicas": 2, "nodeLabel": RACK},
+        }
+    }
+    sc.submit(ns, "seg", 4, replicas=6, topology=segmented)
+    running = sc.wait_phase(ns, "seg", "Running", timeout=120)
+    rack_of = {n: r for r, names in racks.items() for n in names}
+    by_replica = sorted(running["placement"], key=lambda p: p["replica"])
+    for start in range(0, 6, 2):
+        assert rack_of[by_replica[start]["node"]] == rack_of[by_replica[start + 1]["node"]]
+    assert not sc.pods(ns, "g72")

@@ -500,7 +500,8 @@ class Pool:
             return static
         across = request.across
         degraded: list[str] = []
-        for level in level_chain(self.levels, across, request.replicas):
+        chain = level_chain(self.levels, across, request.replicas)
+        for level in chain:
             plans = self._place_in_level(job, request, level, degraded)
             if plans is not None:
                 return _numbered(plans)
@@ -511,10 +512,17 @@ class Pool:
                     f"only {_listed(degraded)} would hold {request.describe()} now, with nodes "
                     "or GPUs down: the gang waits for a whole domain",
                 )
+            broken = [
+                f"{level.title} {value}"
+                for level in chain
+                if level.whole_domains
+                for value in sorted(self._degraded_values(level.node_label))
+            ]
             return GangFailure(
                 WaitReason.TOPOLOGY_UNSATISFIABLE,
                 f"no {across.node_label} domain has room for all of {request.describe()}"
-                f"{self._segments_text(request)} now{self._free_text(request)}",
+                f"{self._segments_text(request)} now{self._free_text(request)}"
+                + (f"; not whole (nodes or GPUs down): {_listed(broken)}" if broken else ""),
             )
         if across is not None and across.segment_label is not None:
             parts = self.domains(across.segment_label, request, _segment(request))
@@ -599,6 +607,9 @@ class Pool:
 
     def degraded(self, label: str, value: str) -> bool:
         """Whether a domain has a node out of service or a GPU that cannot be placed on."""
+        return value in self._degraded_values(label)
+
+    def _degraded_values(self, label: str) -> frozenset[str]:
         down = self._down.get(label)
         if down is None:
             values = {labels[label] for labels in self._down_labels if label in labels}
@@ -607,7 +618,7 @@ class Pool:
                 if label in slot.node.labels and topo.placeable_mask.bit_count() < topo.wiring.n:
                     values.add(slot.node.labels[label])
             down = self._down[label] = frozenset(values)
-        return value in down
+        return down
 
     def _holds(self, request: Request, domain: Domain, parts: Sequence[Domain] | None) -> bool:
         """Whether the domain can take the whole gang (each segment inside one of the

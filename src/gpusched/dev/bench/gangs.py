@@ -29,6 +29,7 @@ from gpusched.core.admission import AcrossReplicas, Job, Level, Node
 from gpusched.core.admission.pool import GangFailure, Pool, Request
 from gpusched.core.topology import NodeTopology
 from gpusched.dev.bench.admission import percentile_ms
+from gpusched.dev.localcluster.topologies import GB200_TRAY_MATRIX
 
 CLIQUE = keys.GFD_CLIQUE
 RACK = "topology.kubernetes.io/rack"
@@ -36,21 +37,6 @@ BLOCK = "example.com/block"
 TRAYS_PER_CLIQUE = 18
 CLIQUES_PER_BLOCK = 8
 LEVELS = (Level(CLIQUE, "clique", whole_domains=True), Level(RACK, "rack"), Level(BLOCK, "block"))
-
-#: A GB200 compute tray as ``nvidia-smi topo -m`` shows it: 4 GPUs, every pair NV18 (through
-#: the NVLink switch trays), two NUMA nodes (two Grace CPUs). Synthetic, as no tray's matrix is
-#: among the recorded fixtures.
-GB200_TRAY_MATRIX = "\n".join(
-    [
-        "\t" + "\t".join(f"GPU{i}" for i in range(4)) + "\tCPU Affinity\tNUMA Affinity",
-        *(
-            f"GPU{i}\t"
-            + "\t".join(" X " if i == j else "NV18" for j in range(4))
-            + f"\t{0 if i < 2 else 72}-{71 if i < 2 else 143}\t{0 if i < 2 else 1}"
-            for i in range(4)
-        ),
-    ]
-)
 
 
 @cache

@@ -56,3 +56,34 @@ def fixture_topology(name: str, node: str) -> NodeTopology:
 def fixture_objects(name: str, node: str) -> tuple[NodeGpuTopologySpec, NodeGpuTopologyStatus]:
     """Spec and status of the NodeGpuTopology a probe would publish for ``node``."""
     return fixture_topology(name, node).to_api()
+
+
+#: A GB200 compute tray as ``nvidia-smi topo -m`` would show it: 4 GPUs, every pair NV18 (through
+#: the NVLink switch trays of the rack), two NUMA nodes (two Grace CPUs). Synthetic: no tray's
+#: matrix is among the recorded fixtures; it is what an NVL72 rack's nodes look like to gpusched.
+GB200_TRAY_MATRIX: Final = "\n".join(
+    [
+        "\t" + "\t".join(f"GPU{i}" for i in range(4)) + "\tCPU Affinity\tNUMA Affinity",
+        *(
+            f"GPU{i}\t"
+            + "\t".join(" X " if i == j else "NV18" for j in range(4))
+            + f"\t{0 if i < 2 else 72}-{71 if i < 2 else 143}\t{0 if i < 2 else 1}"
+            for i in range(4)
+        ),
+    ]
+)
+
+
+def nvl72_tray_objects(node: str, clique: str) -> tuple[NodeGpuTopologySpec, NodeGpuTopologyStatus]:
+    """The NodeGpuTopology of one tray of an NVL72 rack: the GB200 tray wiring, GPUs given
+    UUIDs, and the rack's NVLink clique (``<clusterUUID>.<cliqueId>``, as NVML reports it)."""
+    topology = parse_topo_matrix(
+        GB200_TRAY_MATRIX, node_name=node, gpu_model="GB200", source="fake:gb200-nvl72-tray"
+    )
+    spec, status = topology.to_api()
+    spec.clique = clique
+    for gpu in spec.gpus:
+        gpu.uuid = gpu_uuid(node, gpu.index)
+    for health in status.gpus:
+        health.uuid = gpu_uuid(node, health.index)
+    return spec, status
