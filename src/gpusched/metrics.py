@@ -411,6 +411,15 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.largest_free_domain = Gauge(
+            "largest_free_domain_gpus",
+            "After the last cycle's admissions, the most free GPUs on one node (level node) "
+            "and in one domain of each network level of the NetworkTopology (whole domains "
+            "only where the level asks): the largest gang each level can still take.",
+            ["level"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.reservations = Gauge(
             "reservations",
             "Waiting jobs holding a reservation (GPUs kept for them until they come free), by "

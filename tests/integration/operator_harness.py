@@ -85,6 +85,18 @@ class OperatorProcess:
             env=env,
         )
 
+    def gauge(self, name: str, label: str) -> dict[str, float]:
+        """One gauge of the operator's /metrics, by the value of its one label."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        return {
+            sample.labels[label]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        }
+
     def metrics(self) -> OperatorCounts:
         """The operator's request counts and cycles so far, from its /metrics."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"

@@ -20,7 +20,7 @@ from gpusched.api import keys
 from gpusched.cli import main
 from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.topologies import nvl72_tray_objects
-from tests.integration.operator_harness import Scenario
+from tests.integration.operator_harness import OperatorProcess, Scenario, wait_for
 
 CLIQUE = keys.GFD_CLIQUE
 RACK = "topology.kubernetes.io/rack"
@@ -111,11 +111,14 @@ def test_each_segment_of_a_gang_runs_inside_one_rack(sc: Scenario, levels: None)
     assert "r3" not in racks
 
 
-def test_two_nvl72_racks_one_with_trays_down(sc: Scenario, levels: None) -> None:
+def test_two_nvl72_racks_one_with_trays_down(
+    sc: Scenario, levels: None, operator: OperatorProcess
+) -> None:
     """Two NVL72 racks of 18 four-GPU trays (one NVLink clique each); two trays of rack b are
     out of service. A 64-GPU clique gang runs inside rack a (the only whole clique); a 72-GPU
-    clique gang then waits, its message naming clique b as not whole, with no pod created; a
-    gang in segments of two trays per rack keeps each segment in one rack."""
+    clique gang then waits, its message naming clique b as not whole, with no pod created, and
+    the operator's largest-gang gauge says what each level can still take; a gang in segments
+    of two trays per rack keeps each segment in one rack."""
     cluster = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
     racks = {}
     for rack, clique_id in (("a", 1), ("b", 2)):
@@ -139,6 +142,14 @@ def test_two_nvl72_racks_one_with_trays_down(sc: Scenario, levels: None) -> None
     waiting = sc.wait_reason(ns, "g72", "TopologyUnsatisfiable", timeout=60)
     assert f"not whole (nodes or GPUs down): clique {cluster}.2" in waiting["message"]
     assert not sc.pods(ns, "g72")
+
+    # Rack a has 2 free trays; rack b 16 in service, but clique b is not whole.
+    def gauge() -> dict[str, float] | None:
+        values = operator.gauge("gpusched_largest_free_domain_gpus", "level")
+        return values if values.get("clique") == 8 else None
+
+    largest = wait_for(gauge, 30, "the largest-gang gauge after the 64-GPU gang")
+    assert largest["rack"] == 64
 
     segmented = {
         "acrossReplicas": {

@@ -389,6 +389,7 @@ class AdmissionLoop:
         set_tenant_series(m.gpus_pending, pending)
         set_tenant_series(m.below_guarantee, below_guarantee(decision.result.tenants))
         set_tenant_series(m.oldest_wait, oldest)
+        set_series(m.largest_free_domain, "level", dict(decision.result.largest_free))
 
 
 def below_guarantee(tenants: Sequence[TenantUsage]) -> dict[str, float]:
@@ -404,11 +405,16 @@ def below_guarantee(tenants: Sequence[TenantUsage]) -> dict[str, float]:
 def set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:
     """Set one series per tenant and drop the others, never leaving a scrape without the
     tenants that stay (a gap would reset alerts' `for` timers)."""
-    current = {sample.labels["tenant"] for family in gauge.collect() for sample in family.samples}
-    for tenant, value in values.items():
-        gauge.labels(tenant).set(value)
-    for tenant in current - set(values):
-        gauge.remove(tenant)
+    set_series(gauge, "tenant", values)
+
+
+def set_series(gauge: Gauge, label: str, values: Mapping[str, float]) -> None:
+    """Set one series per value of the gauge's one ``label`` and drop the others."""
+    current = {sample.labels[label] for family in gauge.collect() for sample in family.samples}
+    for key, value in values.items():
+        gauge.labels(key).set(value)
+    for key in current - set(values):
+        gauge.remove(key)
 
 
 def _queued_since(status: GpuJobStatus) -> datetime | None:

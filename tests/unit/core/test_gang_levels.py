@@ -449,6 +449,28 @@ def test_a_pool_that_held_and_freed_gangs_decides_like_a_fresh_one(
             held[job.key] = [Assignment(p.node, p.gpus) for p in got]
 
 
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_the_largest_free_domain_of_each_level_is_counted_from_the_nodes(inst: Instance) -> None:
+    free = {
+        n.name: len([g for g in n.topology.topology.gpus if g.placeable and g.index not in n.busy])
+        for n in inst.nodes
+    }
+    want = [("node", max(free.values(), default=0))]
+    for level in LEVELS:
+        best = 0
+        for value in {n.labels[level.node_label] for n in inst.nodes}:
+            members = [n for n in inst.nodes if n.labels[level.node_label] == value]
+            broken = any(d.get(level.node_label) == value for d in inst.down) or any(
+                not all(g.placeable for g in n.topology.topology.gpus) for n in members
+            )
+            if level.whole_domains and broken:
+                continue
+            best = max(best, sum(free[n.name] for n in members))
+        want.append((level.title, best))
+    assert Pool(inst.nodes, [], LEVELS, inst.down).largest_free() == tuple(want)
+
+
 def test_the_capacity_oracle_counts_disjoint_sets() -> None:
     """The brute force above counts packings, not GPUs: a bridged board with one GPU of each
     NVLink pair busy holds no 2-GPU NVLink set although 4 GPUs are free."""

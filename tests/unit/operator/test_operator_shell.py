@@ -301,6 +301,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
         metrics.below_guarantee,
     ):
         gauge.labels("t").set(1)
+    metrics.largest_free_domain.labels("clique").set(8)
     metrics.expected_start_error.labels("late").observe(60)
     metrics.runtime_history_kinds.set(3)
     metrics.cycle_seconds.labels("decide").observe(0.1)

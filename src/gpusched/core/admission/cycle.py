@@ -332,6 +332,7 @@ class Cycle:
             preemption_searches=self.searches,
             wait_reasons=self.wait_reasons,
             reservations=tuple(r for k, r in self.reserved.items() if k in self._confirmed),
+            largest_free=self.pool.largest_free() if self.report else (),
         )
 
     def _wait_alike(self, tenant: str, job: Job) -> bool:

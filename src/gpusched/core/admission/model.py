@@ -443,6 +443,10 @@ class CycleResult:
     simulator records why a job waited without the cost of the waiting records)."""
     reservations: tuple[Reservation, ...] = ()
     """Reservations held after the cycle, in the order they were made."""
+    largest_free: tuple[tuple[str, int], ...] = ()
+    """(level, GPUs): after the cycle's admissions, the most free GPUs in one domain of each
+    network level (whole domains only where the level asks), and on one node (``node``): the
+    largest gang each level can still take. Empty in ``decisions_only`` cycles."""
 
     @property
     def preemptions(self) -> tuple[Preemption, ...]:

@@ -605,6 +605,32 @@ class Pool:
                 out.setdefault(value, []).append(part)
         return out
 
+    def largest_free(self) -> tuple[tuple[str, int], ...]:
+        """The most free GPUs on one node (``node``) and in one domain of each level, narrowest
+        first; a whole-domain level counts only domains with nothing down. Free GPUs of a
+        reservation or a terminating victim are not free."""
+        out = [("node", max((s.free.bit_count() for s in self.slots.values()), default=0))]
+        for level in self.levels:
+            by_value: dict[str, int] = {}
+            for slot in self.slots.values():
+                value = slot.node.labels.get(level.node_label)
+                if value is not None:
+                    by_value[value] = by_value.get(value, 0) + slot.free.bit_count()
+            out.append(
+                (
+                    level.title,
+                    max(
+                        (
+                            free
+                            for value, free in by_value.items()
+                            if not (level.whole_domains and self.degraded(level.node_label, value))
+                        ),
+                        default=0,
+                    ),
+                )
+            )
+        return tuple(out)
+
     def degraded(self, label: str, value: str) -> bool:
         """Whether a domain has a node out of service or a GPU that cannot be placed on."""
         return value in self._degraded_values(label)

@@ -215,7 +215,7 @@ CLUSTER: Final = Dashboard(
                             "fragmentation",
                         ),
                     ),
-                    width=8,
+                    width=6,
                     core=True,
                 ),
                 Panel(
@@ -231,9 +231,21 @@ CLUSTER: Final = Dashboard(
                             "{{topology_class}}",
                         ),
                     ),
-                    width=8,
+                    width=6,
                     core=True,
                     stacked=True,
+                ),
+                Panel(
+                    "Largest gang each level can take",
+                    "After the operator's last cycle: the most free GPUs on one node and in "
+                    "one domain of each network level (NVLink clique, rack, block; whole "
+                    "domains only where the NetworkTopology asks). A level whose line falls "
+                    "below the gangs that need it is fragmented.",
+                    "timeseries",
+                    "short",
+                    (Query("max by (level) (gpusched_largest_free_domain_gpus)", "{{level}}"),),
+                    width=6,
+                    core=True,
                 ),
                 Panel(
                     "Placements on NVLink",
@@ -247,7 +259,7 @@ CLUSTER: Final = Dashboard(
                             "[$__range])), 1)"
                         ),
                     ),
-                    width=8,
+                    width=6,
                     core=True,
                 ),
             ),
