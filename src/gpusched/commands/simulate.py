@@ -12,7 +12,7 @@ import click
 from click.core import ParameterSource
 
 from gpusched.simulator import adapters, fgd
-from gpusched.simulator.cluster import from_file, from_mix
+from gpusched.simulator.cluster import from_file, from_mix, with_network
 from gpusched.simulator.compare import run_policies
 from gpusched.simulator.model import Cluster, RunResult, Workload
 from gpusched.simulator.policies import POLICIES
@@ -54,6 +54,7 @@ def _inputs(
     demand: float | None,
     openb_pods: str,
     seed: int,
+    network: Path | None = None,
 ) -> tuple[Workload, Cluster]:
     if trace == "philly":
         cluster = _cluster(nodes, nodes_file, PHILLY_NODES)
@@ -71,6 +72,8 @@ def _inputs(
         path = Path(trace)
         cluster = _cluster(nodes, nodes_file, None)
         workload = adapters.trace_file(path, cluster_gpus=cluster.gpus, limit=limit)
+    if network is not None:
+        cluster = with_network(cluster, network)
     if quotas is not None:
         workload = with_quotas(workload, load_tenant_quotas(quotas))
     return workload, cluster
@@ -114,6 +117,14 @@ def _command(ctx: click.Context) -> str:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
     help="Node pool as YAML: nodes: [{fixture: ..., count: ...}].",
+)
+@click.option(
+    "--network",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Place the nodes, in order, on the hosts of a three-layer Clos (the Alibaba Lingjun "
+    "topology CSV: ip, DSW, PSW, ASW): leaf and aggregation become network levels gpusched "
+    "places gangs in, and jobs crossing them slow down (docs/simulator-speed-model.md).",
 )
 @click.option(
     "--quotas",
@@ -164,6 +175,7 @@ def simulate(
     traces_dir: Path | None,
     nodes: str | None,
     nodes_file: Path | None,
+    network: Path | None,
     quotas: Path | None,
     policies: str | None,
     limit: int | None,
@@ -190,6 +202,7 @@ def simulate(
             traces_dir=traces_dir,
             nodes=nodes,
             nodes_file=nodes_file,
+            network=network,
             quotas=quotas,
             limit=limit,
             demand=demand,

@@ -9,6 +9,7 @@ prepared wiring, so pools of thousands of nodes cost what one node costs. Nodes 
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -18,11 +19,19 @@ from typing import Any, Final
 import yaml
 
 from gpusched.core import parse_topo_matrix, prepare
+from gpusched.core.admission import Level
 from gpusched.core.bandwidth import find_model_in_text
-from gpusched.simulator.model import Cluster, SimNode
+from gpusched.simulator.model import Cluster, Link, NetworkLevel, SimNode
 
 RACK_LABEL: Final = "topology.kubernetes.io/rack"
 NODES_PER_RACK: Final = 20
+CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
+LEAF_LABEL: Final = "network.gpusched.io/leaf"
+AGGREGATION_LABEL: Final = "network.gpusched.io/aggregation"
+CORE_LABEL: Final = "network.gpusched.io/core"
+#: Pool entry of NVL72 racks (``--nodes gb200-nvl72-rack=2``).
+NVL72_RACK: Final = "gb200-nvl72-rack"
+TRAYS_PER_NVL72: Final = 18
 
 #: Short node-name prefixes of the committed fixtures.
 SHORT_NAMES: Final = {
@@ -33,6 +42,22 @@ SHORT_NAMES: Final = {
     "pcie-8x-rtx4090-2socket-allsys-2nic": "rtx4090",
     "workstation-2socket-4x-a100-nvlink-bridge-2nic": "ws-a100",
 }
+
+
+#: A GB200 compute tray as ``nvidia-smi topo -m`` would show it: 4 GPUs, every pair NV18 (through
+#: the NVLink switch trays of the rack), two NUMA nodes (two Grace CPUs). Synthetic: no tray's
+#: matrix is among the recorded fixtures; it is what an NVL72 rack's nodes look like to gpusched.
+GB200_TRAY_MATRIX: Final = "\n".join(
+    [
+        "\t" + "\t".join(f"GPU{i}" for i in range(4)) + "\tCPU Affinity\tNUMA Affinity",
+        *(
+            f"GPU{i}\t"
+            + "\t".join(" X " if i == j else "NV18" for j in range(4))
+            + f"\t{0 if i < 2 else 72}-{71 if i < 2 else 143}\t{0 if i < 2 else 1}"
+            for i in range(4)
+        ),
+    ]
+)
 
 
 class ClusterError(ValueError):
@@ -68,12 +93,18 @@ def parse_mix(spec: str) -> dict[str, int]:
 def from_mix(
     mix: str | Mapping[str, int], directory: Path | None = None, name: str | None = None
 ) -> Cluster:
-    """A cluster of ``count`` nodes of each fixture."""
+    """A cluster of ``count`` nodes of each fixture (``gb200-nvl72-rack=<n>``: ``n`` NVL72
+    racks of 18 GB200 trays, each rack one NVLink clique)."""
     counts = parse_mix(mix) if isinstance(mix, str) else dict(mix)
     directory = directory or fixtures_dir()
     known = sorted(p.stem for p in directory.glob("*.txt")) if directory.is_dir() else []
     nodes: list[SimNode] = []
+    levels: tuple[NetworkLevel, ...] = ()
     for fixture, count in counts.items():
+        if fixture == NVL72_RACK:
+            nodes.extend(_nvl72_racks(count))
+            levels = (NetworkLevel(Level(CLIQUE_LABEL, "clique", whole_domains=True), Link.NVLINK),)
+            continue
         path = directory / f"{fixture}.txt"
         if not path.is_file():
             raise ClusterError(
@@ -96,7 +127,72 @@ def from_mix(
                 )
             )
     label = name or ",".join(f"{f}={c}" for f, c in counts.items())
-    return Cluster(label, tuple(nodes))
+    return Cluster(label, tuple(nodes), levels)
+
+
+def _nvl72_racks(count: int) -> list[SimNode]:
+    """``count`` NVL72 racks: 18 GB200 trays of 4 GPUs each, one NVLink clique per rack."""
+    tray = parse_topo_matrix(
+        GB200_TRAY_MATRIX, node_name="gb200-tray", gpu_model="GB200", source=f"fixture:{NVL72_RACK}"
+    )
+    out = []
+    for rack in range(count):
+        for i in range(TRAYS_PER_NVL72):
+            name = f"nvl72-{rack}-{i:02d}"
+            out.append(
+                SimNode(
+                    name=name,
+                    topology=prepare(replace(tray, node_name=name)),
+                    model="GB200",
+                    kind=NVL72_RACK,
+                    labels={CLIQUE_LABEL: f"nvl72-{rack}", RACK_LABEL: f"nvl72-{rack}"},
+                )
+            )
+    return out
+
+
+def with_network(cluster: Cluster, path: Path) -> Cluster:
+    """The cluster's nodes placed, in order, on the hosts of a three-layer Clos listed as in
+    the Alibaba Lingjun topology file (columns ``ip, DSW, PSW, ASW``: core, aggregation and
+    leaf switch of each host). A job inside one leaf crosses the network; across leaves of one
+    aggregation block, the aggregation layer; across blocks, the core."""
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        hosts = [(r["ASW"], r["PSW"], r["DSW"]) for r in rows]
+    except (OSError, KeyError, csv.Error) as exc:
+        raise ClusterError(
+            f"{path}: expected a CSV with columns ip, DSW, PSW, ASW ({exc})"
+        ) from None
+    if len(hosts) < len(cluster.nodes):
+        raise ClusterError(
+            f"{path} lists {len(hosts)} hosts, fewer than the {len(cluster.nodes)} nodes"
+        )
+    nodes = tuple(
+        replace(
+            node,
+            # The leaf switch is the rack: the synthetic rack label goes.
+            labels={
+                **{k: v for k, v in node.labels.items() if k != RACK_LABEL},
+                LEAF_LABEL: leaf,
+                AGGREGATION_LABEL: block,
+                CORE_LABEL: core,
+            },
+        )
+        for node, (leaf, block, core) in zip(cluster.nodes, hosts, strict=False)
+    )
+    levels = (
+        *cluster.levels,
+        NetworkLevel(Level(LEAF_LABEL, "leaf"), Link.NETWORK),
+        NetworkLevel(Level(AGGREGATION_LABEL, "aggregation"), Link.CROSS_LEAF),
+    )
+    return replace(
+        cluster,
+        name=f"{cluster.name} on {path.parent.name}",
+        nodes=nodes,
+        levels=levels,
+        beyond=Link.CROSS_AGGREGATION,
+    )
 
 
 def from_file(path: Path, directory: Path | None = None) -> Cluster:

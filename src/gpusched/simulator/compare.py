@@ -23,7 +23,8 @@ def run_policies(
     """Replay ``workload`` on ``cluster`` under each named policy."""
     results = []
     for name in policies:
-        policy = build(name, cluster.nodes, workload.tenants, seed)
+        levels = tuple(level.level for level in cluster.levels)
+        policy = build(name, cluster.nodes, workload.tenants, seed, levels)
         hook = progress(name) if progress is not None else None
         results.append(
             replay(

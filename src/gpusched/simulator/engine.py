@@ -54,11 +54,16 @@ class PolicyError(RuntimeError):
     """A policy made a decision the cluster cannot carry out."""
 
 
-def worst_link(nodes: dict[str, SimNode], replicas: tuple[Placed, ...]) -> Link:
-    """The worst link a job placed on ``replicas`` crosses."""
+def worst_link(
+    nodes: dict[str, SimNode], replicas: tuple[Placed, ...], cluster: Cluster | None = None
+) -> Link:
+    """The worst link a job placed on ``replicas`` crosses (across nodes: the narrowest
+    network level of ``cluster`` whose one domain holds them all)."""
     names = {p.node for p in replicas}
     if len(names) > 1:
-        return Link.NETWORK
+        if cluster is None:
+            return Link.NETWORK
+        return cluster.link_across(nodes[n] for n in names)
     return _set_link(nodes[replicas[0].node].topology, [i for p in replicas for i in p.gpus])
 
 
@@ -79,13 +84,22 @@ def _set_link(node: PreparedNode, gpus: Sequence[int]) -> Link:
     return Link.NVLINK
 
 
-def best_link(nodes: Iterable[SimNode], free: Mapping[str, int], job: TraceJob) -> Link:
+def best_link(
+    nodes: Iterable[SimNode],
+    free: Mapping[str, int],
+    job: TraceJob,
+    cluster: Cluster | None = None,
+) -> Link:
     """The best worst-link a set of ``job``'s size offers among the ``free`` GPUs (position
     masks per node): one node holding the whole job on its best-wired free set (the placement
-    engine's choice, which puts the slowest pair first), else the network."""
+    engine's choice, which puts the slowest pair first), else the narrowest network level of
+    ``cluster`` one of whose domains has that many free GPUs, else the link beyond them."""
     if job.gpus == 1:
         return Link.NVLINK
-    best = Link.NETWORK
+    nodes = list(nodes)
+    best = _across_link(nodes, free, job, cluster)
+    if best is Link.NVLINK:
+        return best
     for node in nodes:
         if job.gpu_model is not None and node.model != job.gpu_model:
             continue
@@ -101,6 +115,25 @@ def best_link(nodes: Iterable[SimNode], free: Mapping[str, int], job: TraceJob) 
             if best is Link.NVLINK:
                 break
     return best
+
+
+def _across_link(
+    nodes: Sequence[SimNode], free: Mapping[str, int], job: TraceJob, cluster: Cluster | None
+) -> Link:
+    """The best link a job spanning nodes could get from the free GPUs."""
+    if cluster is None or not cluster.levels:
+        return Link.NETWORK if cluster is None else cluster.beyond
+    for level in cluster.levels:
+        by_value: dict[str, int] = {}
+        for node in nodes:
+            value = node.labels.get(level.level.node_label)
+            if value is None or (job.gpu_model is not None and node.model != job.gpu_model):
+                continue
+            count = (free[node.name] & node.topology.placeable_mask).bit_count()
+            by_value[value] = by_value.get(value, 0) + count
+        if any(count >= job.gpus for count in by_value.values()):
+            return level.link
+    return cluster.beyond
 
 
 #: What :func:`best_link` asks the engine for: the best set, any wiring.
@@ -287,7 +320,7 @@ class Replay:
             run.longest_wait = waited
             run.wait_reason = self.policy.last_wait(job_id)
         run.started = now
-        run.link = worst_link(self.nodes, tuple(run.placed))
+        run.link = worst_link(self.nodes, tuple(run.placed), self.cluster)
         job = run.job
         if self.speed is not None and job.gpus > 1:
             factor = self.speed(run.link, job.gpus)
@@ -310,7 +343,7 @@ class Replay:
         """The best link the free GPUs offer ``job`` now (only what the speed model uses)."""
         if self.speed is None or job.gpus == 1:
             return Link.NVLINK
-        return best_link(self.cluster.nodes, self.free, job)
+        return best_link(self.cluster.nodes, self.free, job, self.cluster)
 
     def _floor(self, job: TraceJob) -> Link:
         """The best link the empty cluster offers a job of this size and model."""
@@ -318,7 +351,7 @@ class Replay:
         found = self._floors.get(key)
         if found is None:
             empty = {n.name: n.topology.placeable_mask for n in self.cluster.nodes}
-            found = best_link(self.cluster.nodes, empty, job)
+            found = best_link(self.cluster.nodes, empty, job, self.cluster)
             self._floors[key] = found
         return found
 

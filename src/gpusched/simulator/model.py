@@ -7,12 +7,12 @@ seconds on the replay's virtual clock (0 = the first submission).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
-from gpusched.core.admission import Tenant
+from gpusched.core.admission import Level, Tenant
 from gpusched.core.prepared import PreparedNode
 
 
@@ -28,7 +28,13 @@ class Link(StrEnum):
     SOCKET = "socket"
     """Some pair crosses the inter-socket link (SYS)."""
     NETWORK = "network"
-    """The job spans nodes: its gradients cross the network."""
+    """The job spans nodes: its gradients cross the network (nodes under one leaf switch, or a
+    cluster whose network levels are not modelled)."""
+    CROSS_LEAF = "cross-leaf"
+    """The job's nodes sit under different leaf (top-of-rack) switches of one aggregation
+    block: its traffic climbs to the aggregation layer."""
+    CROSS_AGGREGATION = "cross-aggregation"
+    """The job's nodes sit under different aggregation blocks: its traffic crosses the core."""
 
 
 #: Order of :class:`Link`, best first (index = how bad).
@@ -94,15 +100,38 @@ class Workload:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Nodes to replay on."""
+    """Nodes to replay on, and the network levels above them."""
 
     name: str
     nodes: tuple[SimNode, ...]
+    levels: tuple[NetworkLevel, ...] = ()
+    """Narrowest first: the link of a job whose nodes all share one domain of a level."""
+    beyond: Link = Link.NETWORK
+    """The link of a job whose nodes share no domain of any level."""
+
+    def link_across(self, nodes: Iterable[SimNode]) -> Link:
+        """The link a job spanning ``nodes`` (two or more) crosses."""
+        members = list(nodes)
+        for level in self.levels:
+            values = {n.labels.get(level.level.node_label) for n in members}
+            if len(values) == 1 and None not in values:
+                return level.link
+        return self.beyond
 
     @property
     def gpus(self) -> int:
         """GPUs in the cluster."""
         return sum(n.gpus for n in self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkLevel:
+    """One network level of a simulated cluster, and what a job inside one of its domains
+    crosses (an NVLink clique: NVLink; a leaf switch: the network; an aggregation block:
+    the aggregation layer)."""
+
+    level: Level
+    link: Link
 
 
 @dataclass(frozen=True, slots=True)

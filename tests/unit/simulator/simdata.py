@@ -18,6 +18,8 @@ SLOWDOWN = {
     Link.NUMA: 1.25,
     Link.SOCKET: 1.5,
     Link.NETWORK: 2.0,
+    Link.CROSS_LEAF: 3.0,
+    Link.CROSS_AGGREGATION: 4.0,
 }
 
 

@@ -106,7 +106,15 @@ def test_slow_placements_links_and_preemption_losses() -> None:
     # GPU-seconds: nvlink j1 100 + j3 preempted 200 + j7 200; pcie 800; network 1200.
     assert f.gpu_hours == pytest.approx(2500 / H)
     assert f.link_share == pytest.approx(
-        {"nvlink": 0.2, "pcie-switch": 0.32, "numa": 0, "socket": 0, "network": 0.48}
+        {
+            "nvlink": 0.2,
+            "pcie-switch": 0.32,
+            "numa": 0,
+            "socket": 0,
+            "network": 0.48,
+            "cross-leaf": 0,
+            "cross-aggregation": 0,
+        }
     )
     assert f.preemptions == 1
     assert f.preempted_attempts == 1

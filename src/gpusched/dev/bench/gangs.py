@@ -29,7 +29,7 @@ from gpusched.core.admission import AcrossReplicas, Job, Level, Node
 from gpusched.core.admission.pool import GangFailure, Pool, Request
 from gpusched.core.topology import NodeTopology
 from gpusched.dev.bench.admission import percentile_ms
-from gpusched.dev.localcluster.topologies import GB200_TRAY_MATRIX
+from gpusched.simulator.cluster import GB200_TRAY_MATRIX
 
 CLIQUE = keys.GFD_CLIQUE
 RACK = "topology.kubernetes.io/rack"

@@ -10,6 +10,7 @@ from typing import Final
 from gpusched.api.nodegputopology import NodeGpuTopologySpec, NodeGpuTopologyStatus
 from gpusched.core import NodeTopology, parse_topo_matrix
 from gpusched.dev.localcluster.binaries import repo_root
+from gpusched.simulator.cluster import GB200_TRAY_MATRIX
 
 #: The six matrices every component is tested on (see fixtures/topologies/README.md).
 FIXTURE_NAMES: Final = (
@@ -56,22 +57,6 @@ def fixture_topology(name: str, node: str) -> NodeTopology:
 def fixture_objects(name: str, node: str) -> tuple[NodeGpuTopologySpec, NodeGpuTopologyStatus]:
     """Spec and status of the NodeGpuTopology a probe would publish for ``node``."""
     return fixture_topology(name, node).to_api()
-
-
-#: A GB200 compute tray as ``nvidia-smi topo -m`` would show it: 4 GPUs, every pair NV18 (through
-#: the NVLink switch trays of the rack), two NUMA nodes (two Grace CPUs). Synthetic: no tray's
-#: matrix is among the recorded fixtures; it is what an NVL72 rack's nodes look like to gpusched.
-GB200_TRAY_MATRIX: Final = "\n".join(
-    [
-        "\t" + "\t".join(f"GPU{i}" for i in range(4)) + "\tCPU Affinity\tNUMA Affinity",
-        *(
-            f"GPU{i}\t"
-            + "\t".join(" X " if i == j else "NV18" for j in range(4))
-            + f"\t{0 if i < 2 else 72}-{71 if i < 2 else 143}\t{0 if i < 2 else 1}"
-            for i in range(4)
-        ),
-    ]
-)
 
 
 def nvl72_tray_objects(node: str, clique: str) -> tuple[NodeGpuTopologySpec, NodeGpuTopologyStatus]:

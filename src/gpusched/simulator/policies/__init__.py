@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from gpusched.core.admission import CycleConfig, Tenant
+from gpusched.core.admission import CycleConfig, Level, Tenant
 from gpusched.simulator.model import SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, SimPolicy, Start
 from gpusched.simulator.policies.book import NodeRule
@@ -34,13 +34,24 @@ POLICIES: Final[dict[str, Build]] = {
 }
 
 
-def build(name: str, nodes: Sequence[SimNode], tenants: Sequence[Tenant], seed: int) -> SimPolicy:
-    """A fresh policy by name (see :data:`POLICIES`)."""
+def build(
+    name: str,
+    nodes: Sequence[SimNode],
+    tenants: Sequence[Tenant],
+    seed: int,
+    levels: Sequence[Level] = (),
+) -> SimPolicy:
+    """A fresh policy by name (see :data:`POLICIES`). gpusched's policies read the cluster's
+    network ``levels`` (narrowest first) as the operator reads its NetworkTopology; the
+    baselines know nodes only."""
     try:
         make = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
-    return make(nodes, tenants, seed)
+    policy = make(nodes, tenants, seed)
+    if isinstance(policy, GpuschedPolicy):
+        policy.levels = tuple(levels)
+    return policy
 
 
 __all__ = ["POLICIES", "Decisions", "Placed", "SimPolicy", "Start", "build"]

@@ -26,6 +26,7 @@ from gpusched.core.admission import (
     CycleConfig,
     Job,
     JobState,
+    Level,
     Node,
     Reservation,
     Snapshot,
@@ -95,6 +96,8 @@ class GpuschedPolicy:
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
+        self.levels: tuple[Level, ...] = ()
+        """The cluster's network levels, narrowest first (set by :func:`build`)."""
         # Replays need only what starts; the reasons of jobs that never start are asked for by
         # one full cycle at the end (:meth:`reason`).
         self.config = replace(config or CycleConfig(), decisions_only=True)
@@ -172,6 +175,7 @@ class GpuschedPolicy:
             jobs=(*self.admitted.values(), *self.queued.values()),
             nodes=self.nodes,
             config=self.config,
+            levels=self.levels,
         )
         cycle = Cycle(snapshot)
         result = cycle.run()
@@ -270,6 +274,7 @@ class GpuschedPolicy:
                 jobs=(*self.admitted.values(), *self.queued.values()),
                 nodes=self.nodes,
                 config=replace(self.config, decisions_only=False, max_preemption_searches=0),
+                levels=self.levels,
             )
             for waiting in run_cycle(snapshot).waiting:
                 self.reasons[self.ids[waiting.job]] = f"{waiting.reason.value}: {waiting.message}"
