@@ -121,8 +121,8 @@ def fit(
     nvlink = bandwidths[Link.NVLINK]
     ratio = {link: nvlink / bw for link, bw in bandwidths.items()}
     ratio[Link.NETWORK] = nvlink / network_gbps
-    for link in ratio:
-        if ratio[link] < 1.0:
+    for link, value in ratio.items():
+        if value < 1.0:
             raise SpeedModelError(f"bandwidth of {link} is above NVLink's")
     big_f = network_over_host
     room = (ratio[Link.NETWORK] - 1.0) - big_f * (ratio[host_link] - 1.0)
