@@ -10,7 +10,8 @@ pods that would never bind. Its model is the ``nvidia.com/gpu.product`` label (w
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,6 +47,16 @@ def node_model(labels: Mapping[str, str], topology: NodeTopology | None) -> str 
     return None
 
 
+@dataclass(frozen=True)
+class _GpuNode:
+    raw: Mapping[str, Any]
+    name: str
+    labels: Mapping[str, str]
+    prepared: PreparedNode
+    count_only: bool
+    schedulable: bool
+
+
 class NodeReader:
     """Turns Node and NodeGpuTopology objects into core nodes, caching prepared topologies by
     resource version (the wiring is analysed once per hardware type anyway)."""
@@ -79,13 +90,10 @@ class NodeReader:
         self._cache[name] = (version, gpus, prepared, count_only)
         return prepared, count_only
 
-    def down_labels(
+    def _gpu_nodes(
         self, raw_nodes: Iterable[Mapping[str, Any]], topologies: Mapping[str, Mapping[str, Any]]
-    ) -> list[dict[str, str]]:
-        """Labels of GPU nodes out of service: not Ready, cordoned, or without a usable
-        NodeGpuTopology. Their network domains are not whole (an NVLink clique with a tray
-        down)."""
-        out = []
+    ) -> Iterator[_GpuNode]:
+        """The GPU nodes the node selector admits, schedulable or not."""
         for raw in raw_nodes:
             meta = raw.get("metadata") or {}
             name = meta.get("name") or ""
@@ -96,12 +104,21 @@ class NodeReader:
             topo = topologies.get(name)
             if gpus <= 0 and topo is None:
                 continue
-            unusable = (raw.get("spec") or {}).get("unschedulable") or not _ready(raw)
-            if not unusable:
-                unusable = self._prepared(name, gpus, labels.get(keys.GFD_PRODUCT), topo)[1]
-            if unusable:
-                out.append(dict(labels))
-        return out
+            prepared, count_only = self._prepared(name, gpus, labels.get(keys.GFD_PRODUCT), topo)
+            schedulable = not (raw.get("spec") or {}).get("unschedulable") and _ready(raw)
+            yield _GpuNode(raw, name, labels, prepared, count_only, schedulable)
+
+    def down_labels(
+        self, raw_nodes: Iterable[Mapping[str, Any]], topologies: Mapping[str, Mapping[str, Any]]
+    ) -> list[dict[str, str]]:
+        """Labels of GPU nodes out of service: not Ready, cordoned, or without a usable
+        NodeGpuTopology. Their network domains are not whole (an NVLink clique with a tray
+        down)."""
+        return [
+            dict(n.labels)
+            for n in self._gpu_nodes(raw_nodes, topologies)
+            if not n.schedulable or n.count_only
+        ]
 
     def nodes(
         self,
@@ -112,35 +129,24 @@ class NodeReader:
         """Schedulable GPU nodes; ``busy`` gives per node the GPU indices held by pods outside
         any GpuJob and the count of such GPUs whose indices are unknown."""
         out = []
-        for raw in raw_nodes:
-            meta = raw.get("metadata") or {}
-            name = meta.get("name") or ""
-            labels = meta.get("labels") or {}
-            if any(labels.get(k) != v for k, v in self.node_selector.items()):
+        for n in self._gpu_nodes(raw_nodes, topologies):
+            if not n.schedulable or n.count_only:
+                # Count-only: the extender refuses it (NoTopology), nothing admitted could bind.
                 continue
-            if (raw.get("spec") or {}).get("unschedulable") or not _ready(raw):
-                continue
-            gpus = _allocatable_gpus(raw)
-            topo = topologies.get(name)
-            if gpus <= 0 and topo is None:
-                continue
-            prepared, count_only = self._prepared(name, gpus, labels.get(keys.GFD_PRODUCT), topo)
-            if count_only:
-                continue  # the extender refuses it (NoTopology): nothing admitted here could bind
             taints = tuple(
                 Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")
-                for t in (raw.get("spec") or {}).get("taints") or []
+                for t in (n.raw.get("spec") or {}).get("taints") or []
             )
-            indices, unknown = busy.get(name, (set(), 0))
+            indices, unknown = busy.get(n.name, (set(), 0))
             out.append(
                 Node(
-                    name=name,
-                    topology=prepared,
-                    model=node_model(labels, None if count_only else prepared.topology),
-                    labels=dict(labels),
+                    name=n.name,
+                    topology=n.prepared,
+                    model=node_model(n.labels, n.prepared.topology),
+                    labels=dict(n.labels),
                     busy=frozenset(indices),
                     busy_count=unknown,
-                    count_only=count_only,
+                    count_only=False,
                     taints=taints,
                 )
             )
