@@ -118,6 +118,7 @@ def test_a_replica_that_loses_the_lease_drops_its_job_and_tenant_gauges(
             store.replace_nodes,
             store.replace_topologies,
             store.replace_priorities,
+            store.replace_network,
         ):
             replace([])
         store.replace_quotas([quota])

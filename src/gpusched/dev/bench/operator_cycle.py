@@ -207,6 +207,7 @@ def load_store(snapshot: Snapshot, kinds: dict[str, str]) -> Store:
     store.replace_gpu_pods([])
     store.replace_quotas(quotas)
     store.replace_priorities([{"metadata": {"name": f"p{p}"}, "value": p} for p in range(4)])
+    store.replace_network([])
     return store
 
 
