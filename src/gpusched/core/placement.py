@@ -218,12 +218,6 @@ class Placement:
         return scope_rank(self.topology_class) <= scope_rank(self.policy.scope)
 
     @property
-    def node_fastest_pair(self) -> int:
-        """The fastest GPU pair the node has, free or not (tenths of GB/s; 0 for one GPU):
-        what the node can offer the jobs that gain from its wiring."""
-        return self._ctx.wiring.max_bw
-
-    @property
     def free_after(self) -> int:
         """Free placeable GPUs the node keeps once this set is taken."""
         return self._ctx.free.bit_count() - len(self._positions)

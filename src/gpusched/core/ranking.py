@@ -14,10 +14,7 @@ rule, in order:
 5. then, and only among choices equal in all of the above (equally wired), **pack**: the node
    left with the fewest free GPUs wins (best fit), so small jobs fill partly used nodes and whole
    nodes stay free for large ones;
-6. then the node whose wiring the job needs least: the one whose fastest GPU pair is slowest
-   (a one-GPU job takes an idle PCIe board before an idle NVSwitch board, which stays whole for
-   the jobs that gain from NVLink);
-7. then the rest of the placement score (aggregate bandwidth, NUMA spread, NIC locality, what
+6. then the rest of the placement score (aggregate bandwidth, NUMA spread, NIC locality, what
    the set leaves connected on its node).
 
 Ties after that go to the node name, so every caller that sees the same nodes picks the same
@@ -49,9 +46,6 @@ class NodeRank(NamedTuple):
     wiring: WiringRank
     fuller: int
     """Minus the free GPUs the node keeps after the placement (best fit)."""
-    less_capable: int
-    """Minus the node's fastest GPU pair: among equally wired and equally packed choices, the
-    node whose wiring the job needs least."""
     score: float
     """The placement's 0..100 score: the remaining terms of the objective."""
 
@@ -76,7 +70,6 @@ def node_rank(placement: Placement, *, unaccounted: int = 0) -> NodeRank:
     return NodeRank(
         wiring=wiring_rank(placement),
         fuller=-max(0, placement.free_after - unaccounted),
-        less_capable=-placement.node_fastest_pair,
         score=placement.score,
     )
 

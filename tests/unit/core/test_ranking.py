@@ -225,27 +225,3 @@ def test_nodes_equal_in_rank_across_hardware_kinds_tie_by_name() -> None:
     assert outcome.fits == ("a-sick",)
     tied = filter_nodes([busy, sick], GpuRequest(2, Policy(), soft_preferences=True))
     assert tied.fits == ("a-sick", "b-busy")
-
-
-def test_a_one_gpu_job_takes_an_idle_pcie_board_before_an_idle_nvswitch_board() -> None:
-    """Equally wired for the job (one GPU) and equally packed (both idle): the node whose
-    wiring the job needs least, so the NVSwitch board stays whole for NVLink jobs."""
-    nodes = [
-        admission_node(f"{i}-{fixture}", prepare(topology(fixture, f"{i}-{fixture}")))
-        for i, fixture in enumerate((H100, BRIDGED, A100, TREES, ALLSYS))
-    ]
-    name, _ = plan(nodes, 1)
-    assert name == f"4-{ALLSYS}"
-    scores = prioritize([NodeView(n.name, n.topology) for n in nodes], GpuRequest(1, Policy()))
-    assert max(scores, key=lambda n: (scores[n], n)) == f"4-{ALLSYS}"
-    assert sorted(scores.values()).count(scores[f"4-{ALLSYS}"]) == 1
-
-
-def test_packing_still_comes_before_the_wiring_a_job_does_not_need() -> None:
-    """A partly used NVSwitch board takes a one-GPU job before an idle PCIe board."""
-    nodes = [
-        admission_node("hgx", prepare(topology(H100, "hgx")), busy=(0,)),
-        admission_node("rtx", prepare(topology(ALLSYS, "rtx"))),
-    ]
-    name, _ = plan(nodes, 1)
-    assert name == "hgx"
