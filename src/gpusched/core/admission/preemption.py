@@ -225,7 +225,8 @@ def find_victims(
             lenders_ok=lambda v: lenders_ok(v) and worth_it(v),
         )
     ordered = by_cost(candidates)
-    own_all = [c.job for c in ordered if c.own(preemptor)]
+    mine = {id(c) for c in ordered if c.own(preemptor)}
+    own_all = [c.job for c in ordered if id(c) in mine]
     if not ordered or not quota_ok(own_all, _reclaims(ordered)):
         # Reclaim victims may be what breaks the quota rule; try without them.
         ordered = [c for c in ordered if c.reason is not PreemptReason.RECLAIM_GUARANTEE]
@@ -252,14 +253,14 @@ def find_victims(
         return result
 
     def ok(victims: Sequence[Candidate]) -> bool:
-        own = [c.job for c in victims if c.own(preemptor)]
+        own = [c.job for c in victims if id(c) in mine]
         return quota_ok(own, _reclaims(victims)) and lenders_ok(victims) and worth_it(victims)
 
     def ok_subset(victims: Sequence[Candidate]) -> bool:
         """:func:`ok` of a subset of a set that passed it: fewer victims leave every lender
         at least as much (a subset sum over more jobs) and cost less, so only the quota is
         left to check."""
-        own = [c.job for c in victims if c.own(preemptor)]
+        own = [c.job for c in victims if id(c) in mine]
         return quota_ok(own, _reclaims(victims))
 
     # 1. Upper bound: everything released.
