@@ -181,3 +181,50 @@ def test_a_pod_being_deleted_is_terminating_at_once_and_a_deleted_pod_stays_gone
     store.delete_job_pod(pod(9))
     store.upsert_job_pod(pod(8))  # a late answer about the pod, after the watch said deleted
     assert store.world(NOW).jobs[0].pods == ()
+
+
+def _network(name: str = "default", label: str = "nvidia.com/gpu.clique") -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "NetworkTopology",
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "spec": {"levels": [{"name": "clique", "nodeLabel": label, "wholeDomains": True}]},
+    }
+
+
+def test_only_the_network_topology_named_default_gives_the_levels() -> None:
+    store = Store()
+    store.replace_network([_network("racks"), _network()])
+    assert "networktopologies" in store.synced
+    assert store.network is not None
+    assert [lv.name for lv in store.network.spec.levels] == ["clique"]
+    store.upsert_network(_network("racks", "example.com/rack"))
+    assert store.network.spec.levels[0].node_label == "nvidia.com/gpu.clique"
+    store.upsert_network(_network(label="not a label"))  # refused by the model: no levels
+    assert store.network is None
+    store.upsert_network(_network())
+    store.delete_network(_network())
+    assert store.network is None
+
+
+def test_a_cluster_without_the_network_topology_crd_is_a_cluster_without_levels() -> None:
+    """A 404 on the NetworkTopology watch (a chart upgrade adds no CRD) counts as an empty list,
+    so the operator decides; other failures of that watch, and 404s of other watches, do not."""
+    from kubernetes import client
+
+    from gpusched.kubeasync import ApiError, AsyncApi
+    from gpusched.metrics import OperatorMetrics
+    from gpusched.operator.main import reflectors
+
+    store = Store()
+    watches = {
+        r.name: r for r in reflectors(AsyncApi(client.Configuration()), store, OperatorMetrics())
+    }
+    failed = watches["networktopologies"].on_error
+    assert failed is not None
+    failed("gpujobs", ApiError(404, "NotFound", "the server could not find the resource"))
+    failed("networktopologies", ApiError(500, "InternalError", "etcd"))
+    assert "networktopologies" not in store.synced
+    failed("networktopologies", ApiError(404, "NotFound", "the server could not find the resource"))
+    assert "networktopologies" in store.synced
+    assert store.network is None
