@@ -15,7 +15,7 @@ from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.decide import OperatorConfig, decide
-from gpusched.operator.main import reflectors
+from gpusched.operator.main import kind_not_installed, reflectors
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store
 
@@ -39,8 +39,8 @@ async def _list(api: AsyncApi, watch: Reflector) -> list[dict[str, Any]]:
     try:
         items, _ = await api.list(watch.path, watch.params)
     except ApiError as err:
-        if watch.name == "networktopologies" and err.status == 404:
-            return []  # no NetworkTopology CRD: no levels, as the operator reads it
+        if kind_not_installed(watch.name, err):
+            return []  # no levels, as the operator reads it
         raise
     return items
 

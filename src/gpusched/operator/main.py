@@ -56,14 +56,19 @@ class _Consumer:
         self.replace, self.upsert, self.delete = replace, upsert, delete
 
 
+def kind_not_installed(watch: str, err: BaseException) -> bool:
+    """Whether ``err`` says the NetworkTopology CRD is not installed (a chart upgrade adds no
+    CRD): the cluster then has no levels and admission goes on without them."""
+    return watch == "networktopologies" and isinstance(err, ApiError) and err.status == 404
+
+
 def reflectors(api: AsyncApi, store: Store, metrics: OperatorMetrics) -> list[Reflector]:
     """The watches that feed the store."""
 
     def failed(kind: str, err: BaseException) -> None:
         metrics.api_errors.labels(f"watch-{kind}").inc()
-        if kind == "networktopologies" and isinstance(err, ApiError) and err.status == 404:
-            # The CRD is not installed (a chart upgrade does not add CRDs): no levels, and
-            # admission goes on; the watch keeps trying and finds the levels once it is.
+        if kind_not_installed(kind, err):
+            # The watch keeps trying and finds the levels once the CRD is installed.
             store.replace_network([])
 
     def watch(name: str, path: str, consumer: _Consumer, **params: str) -> Reflector:

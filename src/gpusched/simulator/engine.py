@@ -97,9 +97,7 @@ def best_link(
     if job.gpus == 1:
         return Link.NVLINK
     nodes = list(nodes)
-    best = _across_link(nodes, free, job, cluster)
-    if best is Link.NVLINK:
-        return best
+    best: Link | None = None
     for node in nodes:
         if job.gpu_model is not None and node.model != job.gpu_model:
             continue
@@ -110,10 +108,14 @@ def best_link(
         if isinstance(chosen, Refusal):
             continue
         link = _set_link(node.topology, chosen.gpus)
-        if LINK_ORDER.index(link) < LINK_ORDER.index(best):
+        if best is None or LINK_ORDER.index(link) < LINK_ORDER.index(best):
             best = link
             if best is Link.NVLINK:
-                break
+                return best
+    # Across nodes (an NVLink clique can beat a node's PCIe set): only when no node gave NVLink.
+    across = _across_link(nodes, free, job, cluster)
+    if best is None or LINK_ORDER.index(across) < LINK_ORDER.index(best):
+        return across
     return best
 
 
@@ -121,8 +123,8 @@ def _across_link(
     nodes: Sequence[SimNode], free: Mapping[str, int], job: TraceJob, cluster: Cluster | None
 ) -> Link:
     """The best link a job spanning nodes could get from the free GPUs."""
-    if cluster is None or not cluster.levels:
-        return Link.NETWORK if cluster is None else cluster.beyond
+    if cluster is None:
+        return Link.NETWORK
     for level in cluster.levels:
         by_value: dict[str, int] = {}
         for node in nodes:

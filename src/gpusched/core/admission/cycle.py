@@ -88,6 +88,10 @@ _GPU_BOUND = frozenset(
 )
 
 
+#: Failures decided on quota alone, before any placement was tried.
+_QUOTA_BOUND = frozenset({WaitReason.QUOTA_EXCEEDED, WaitReason.GUARANTEE_EXCEEDED})
+
+
 class _Claims(dict[str, set[str]]):
     """Keys of each tenant's jobs inside its guarantee, computed on first use."""
 
@@ -925,30 +929,10 @@ class Cycle:
         as it does now, in the shape of its jobs, however many of its jobs the eviction takes:
         it loses only GPUs its guarantee does not cover. A tenant at or below its guarantee
         never loses a job; one holding 17 GPUs against 16 it can fill loses at most 1 GPU,
-        whichever of its jobs came last in its queue."""
-        taken: dict[str, set[str]] = {}
-        for c in victims:
-            if c.reason is PreemptReason.RECLAIM_GUARANTEE and c.job.tenant is not None:
-                taken.setdefault(c.job.tenant, set()).add(c.job.key)
-        for name, keys in taken.items():
-            tenant = self.tenants[name]
-            if tenant.guaranteed_by_model:
-                # What the ledger covers without the taken jobs (usable_guarantee's measure
-                # for per-model guarantees), worked out from the taken jobs alone.
-                taken_jobs = [self.admitted[name][k] for k in keys]
-                if self.ledgers[name].covered(None, taken_jobs) < self._usable(name):
-                    return False
-                continue
-            # By job size: the subset sum depends on how many jobs of each size stay.
-            sizes = self._sizes.get(name)
-            if sizes is None:
-                sizes = self._sizes[name] = job_sizes(self.admitted[name].values())
-            left = sizes.copy()
-            for key in keys:
-                left[self.admitted[name][key].total_gpus] -= 1
-            if usable_of_sizes(tenant.guaranteed, left) < self._usable(name):
-                return False
-        return True
+        whichever of its jobs came last in its queue. (What a lender keeps only shrinks as
+        victims are added, so checking them one at a time decides the whole set.)"""
+        take = self.lender_tracker()
+        return all(take(c) for c in victims)
 
     def lender_tracker(self) -> Callable[[Candidate], bool]:
         """:meth:`lenders_ok` for victims added one at a time: each reclaim victim is checked
@@ -1079,6 +1063,8 @@ class Cycle:
             lenders_ok=self.lenders_ok,
             worth_it=worth_it,
             lender_tracker=self.lender_tracker,
+            # Only a job refused for its quota was not just tried on the free GPUs.
+            may_place_now=failure.reason in _QUOTA_BOUND,
         )
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)

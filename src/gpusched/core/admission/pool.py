@@ -795,7 +795,7 @@ class Pool:
                 )
         if failure is None and request.across is not None and request.across.segment_label:
             label = request.across.segment_label
-            segment = (request.across.segment_replicas or 1) * k
+            segment = _segment(request) * k
             domains = self.eligible_domains(label, request)
             best = max((placeable for _, _, placeable in domains), default=0)
             if best < segment:

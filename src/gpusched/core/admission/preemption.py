@@ -204,6 +204,7 @@ def find_victims(
     lenders_ok: LenderCheck = lambda _: True,
     worth_it: LenderCheck = lambda _: True,
     lender_tracker: Callable[[], Callable[[Candidate], bool]] | None = None,
+    may_place_now: bool = True,
 ) -> VictimSearch | GangFailure | None:
     """The cheapest minimal victim set that makes the gang placeable.
 
@@ -213,7 +214,9 @@ def find_victims(
     a set's gain outweighs its cost (adding victims never makes a failing set pass).
     ``lender_tracker``: a new tracker of ``lenders_ok`` as reclaim victims are added one by
     one (True and the victim counted when the lenders still keep their guarantee), for a
-    greedy pass over many candidates in linear time.
+    greedy pass over many candidates in linear time. ``may_place_now``: False when the caller
+    has just seen the job fail to place on the free GPUs as they are (no victim set for its
+    limit alone is then worth looking for).
     """
     if request.replicas == 1 and request.across is None:
         return _one_replica(
@@ -223,6 +226,7 @@ def find_victims(
             by_cost(candidates),
             quota_ok=quota_ok,
             lenders_ok=lambda v: lenders_ok(v) and worth_it(v),
+            may_place_now=may_place_now,
         )
     ordered = by_cost(candidates)
     mine = {id(c) for c in ordered if c.own(preemptor)}
@@ -376,6 +380,7 @@ def _one_replica(
     *,
     quota_ok: QuotaCheck,
     lenders_ok: LenderCheck,
+    may_place_now: bool = True,
 ) -> VictimSearch | GangFailure | None:
     """A single replica: the node whose cheapest freeing victim set costs least."""
     static = pool.static_failure(request)
@@ -392,7 +397,7 @@ def _one_replica(
         own = [c.job for c in victims if c.own(preemptor)]
         return lenders_ok(victims) and quota_ok(own, _reclaims(victims))
 
-    quota_only = _quota_only(pool, preemptor, request, ordered, ok)
+    quota_only = _quota_only(pool, preemptor, request, ordered, ok) if may_place_now else None
     if quota_only is not None:
         # The job places on free GPUs: victims are for its tenant's limit only, and any of
         # the tenant's jobs will do, wherever they run (a node's set would have to meet the
