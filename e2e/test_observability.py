@@ -85,6 +85,7 @@ def _start_operator(cluster: LocalCluster, metrics_port: int) -> ProcessRecord:
             "operator",
             f"--kubeconfig={identities.kubeconfig(cluster, identities.OPERATOR)}",
             f"--metrics-port={metrics_port}",
+            f"--health-port={free_port()}",
             "--resync=1",
             "--pods-ready-timeout=60",
             f"--node-selector={POOL_LABEL}={POOL}",

@@ -483,6 +483,14 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.webhook_reviews = Counter(
+            "operator_webhook_reviews",
+            "Objects the operator's validating webhook checked, by resource and verdict "
+            "(allowed, refused).",
+            ["resource", "verdict"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.leading = Gauge(
             "operator_leading",
             "1 on the operator replica that holds the Lease and runs admission cycles, 0 on "

@@ -7,8 +7,9 @@ import itertools
 import os
 import signal
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,9 +60,15 @@ class OperatorProcess:
         self.record: ProcessRecord | None = None
         self.starts = 0
         self.metrics_port = 0
+        self.health_port = 0
 
     def start(
-        self, failpoints: str = "", *, pods_ready_timeout: float = 30, backoff_base: float = 1
+        self,
+        failpoints: str = "",
+        *,
+        pods_ready_timeout: float = 30,
+        backoff_base: float = 1,
+        extra: Sequence[str] = (),
     ) -> None:
         env = {**os.environ}
         env.pop("GPUSCHED_FAILPOINTS", None)
@@ -69,6 +76,7 @@ class OperatorProcess:
             env["GPUSCHED_FAILPOINTS"] = failpoints
         self.starts += 1
         self.metrics_port = free_port()
+        self.health_port = free_port()
         self.record = self.cluster.spawn(
             f"gpusched-operator-{self.starts}",
             [
@@ -76,7 +84,9 @@ class OperatorProcess:
                 "operator",
                 f"--kubeconfig={self.kubeconfig}",
                 f"--metrics-port={self.metrics_port}",
+                f"--health-port={self.health_port}",
                 "--resync=1",
+                *extra,
                 f"--pods-ready-timeout={pods_ready_timeout}",
                 "--reservations-per-tenant=1",
                 f"--backoff-base={backoff_base}",
@@ -85,17 +95,32 @@ class OperatorProcess:
             env=env,
         )
 
-    def gauge(self, name: str, label: str) -> dict[str, float]:
-        """One gauge of the operator's /metrics, by the value of its one label."""
+    def health(self) -> tuple[int, str]:
+        """kopf's liveness endpoint: the HTTP status and body (0 while it does not listen)."""
+        url = f"http://127.0.0.1:{self.health_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except urllib.error.URLError as err:  # not listening yet
+            return 0, str(err)
+
+    def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """Every sample of one metric of the operator's /metrics: (labels, value)."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
-        return {
-            sample.labels[label]: sample.value
+        return [
+            (sample.labels, sample.value)
             for family in text_string_to_metric_families(text)
             for sample in family.samples
             if sample.name == name
-        }
+        ]
+
+    def gauge(self, name: str, label: str) -> dict[str, float]:
+        """One gauge of the operator's /metrics, by the value of its one label."""
+        return {labels[label]: value for labels, value in self.samples(name)}
 
     def metrics(self) -> OperatorCounts:
         """The operator's request counts and cycles so far, from its /metrics."""

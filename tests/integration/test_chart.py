@@ -284,8 +284,8 @@ def _release_objects(cluster: LocalCluster) -> list[str]:
     kinds_ = (
         "serviceaccounts,secrets,configmaps,services,deployments,daemonsets,"
         "poddisruptionbudgets,roles,rolebindings,clusterroles,clusterrolebindings,"
-        "validatingadmissionpolicies,validatingadmissionpolicybindings,flowschemas,"
-        "priorityclasses"
+        "validatingadmissionpolicies,validatingadmissionpolicybindings,"
+        "validatingwebhookconfigurations,flowschemas,priorityclasses"
     )
     result = cluster.kubectl(
         "get", kinds_, "-A", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name"

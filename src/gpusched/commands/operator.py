@@ -1,4 +1,5 @@
-"""``gpusched operator``: run the GpuJob operator (watches, admission cycle, metrics)."""
+"""``gpusched operator``: run the GpuJob operator (a kopf operator: watches, admission cycle,
+metrics, liveness, validating webhook)."""
 
 from __future__ import annotations
 
@@ -114,6 +115,35 @@ def _labels(value: str) -> dict[str, str]:
     help="ConfigMap (in --lease-namespace) keeping finished jobs' run times for prediction "
     "across restarts; empty: kept in memory only.",
 )
+@click.option(
+    "--health-port",
+    type=click.IntRange(min=0, max=65535),
+    default=8081,
+    show_default=True,
+    help="Liveness endpoint /healthz (fails when the admission loop is stuck); 0 disables it.",
+)
+@click.option(
+    "--stuck-after",
+    type=POSITIVE_DURATION,
+    default="120s",
+    show_default=True,
+    help="Liveness fails when the admission loop has not come round for this long (it does at "
+    "least every --resync).",
+)
+@click.option(
+    "--webhook-port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="HTTPS port of the validating webhook (TenantQuota namespaces, a GpuJob's tenant "
+    "and PriorityClass); 0: no webhook.",
+)
+@click.option(
+    "--webhook-cert-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Directory with the webhook's tls.crt and tls.key (reloaded when they change).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def operator(
     *,
@@ -133,6 +163,10 @@ def operator(
     forecast_interval: float,
     reservations_per_tenant: int,
     runtime_history: str,
+    health_port: int,
+    stuck_after: float,
+    webhook_port: int,
+    webhook_cert_dir: Path | None,
     verbose: bool,
 ) -> None:
     """Run the GpuJob / TenantQuota operator until interrupted."""
@@ -140,8 +174,13 @@ def operator(
     from gpusched.operator.main import RunOptions, run
 
     configure_logging(logging.DEBUG if verbose else logging.INFO)
+    if webhook_port and webhook_cert_dir is None:
+        raise click.BadParameter(
+            "--webhook-port needs --webhook-cert-dir", param_hint="--webhook-cert-dir"
+        )
     if not verbose:
-        for noisy in ("kubernetes", "urllib3", "aiohttp"):
+        # kopf.objects logs every handled watch event at INFO.
+        for noisy in ("kubernetes", "urllib3", "aiohttp", "kopf.objects"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     run(
         RunOptions(
@@ -163,5 +202,9 @@ def operator(
             leader_elect=leader_elect,
             lease_namespace=lease_namespace,
             runtime_history=runtime_history or None,
+            health_port=health_port,
+            stuck_after=max(stuck_after, 2 * resync),
+            webhook_port=webhook_port,
+            webhook_cert_dir=webhook_cert_dir,
         )
     )

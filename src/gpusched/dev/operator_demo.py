@@ -116,6 +116,7 @@ def run_operator_demo(
             "operator",
             f"--kubeconfig={kubeconfig}",
             "--metrics-port=0",
+            "--health-port=0",
             "--resync=1",
             f"--node-selector={DEMO_LABEL}={prefix}",
         ],

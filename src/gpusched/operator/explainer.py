@@ -11,13 +11,11 @@ from typing import Any
 from gpusched.core.admission.explain import Explanation, explain
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.core.lifecycle.status import admitted_by_pods
-from gpusched.kubeasync import ApiError, AsyncApi
-from gpusched.kubewatch import Reflector
-from gpusched.metrics import OperatorMetrics
+from gpusched.kubeasync import AsyncApi
 from gpusched.operator.decide import OperatorConfig, decide
-from gpusched.operator.main import kind_not_installed, reflectors
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store
+from gpusched.operator.watches import list_all
 
 
 class JobNotFoundError(LookupError):
@@ -27,22 +25,9 @@ class JobNotFoundError(LookupError):
 async def read_store(api: AsyncApi) -> Store:
     """One list of everything the operator watches, in a store of its own."""
     store = Store()
-    watches = reflectors(api, store, OperatorMetrics())
-    lists = await asyncio.gather(*(_list(api, r) for r in watches))
-    for watch, items in zip(watches, lists, strict=True):
-        watch.consumer.replace(items)
+    await list_all(api, store)
     assume_unwritten_admissions(store)
     return store
-
-
-async def _list(api: AsyncApi, watch: Reflector) -> list[dict[str, Any]]:
-    try:
-        items, _ = await api.list(watch.path, watch.params)
-    except ApiError as err:
-        if kind_not_installed(watch.name, err):
-            return []  # no levels, as the operator reads it
-        raise
-    return items
 
 
 def assume_unwritten_admissions(store: Store) -> None:

@@ -1,10 +1,12 @@
 """Crash points for restart tests: ``GPUSCHED_FAILPOINTS=name[,name...]`` makes the operator exit
 abruptly (as if killed) the first time it reaches a named point, so tests can stop it exactly
 between two writes of an admission or a preemption and check that a restart finishes the work
-without duplicates or losses. Unset, the points cost one set lookup."""
+without duplicates or losses; a hang point instead blocks there for good (the liveness test).
+Unset, the points cost one set lookup."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -19,6 +21,7 @@ POINTS: Final = frozenset(
         "admission-after-first-pod",
         "preemption-after-victims-marked",
         "preemption-after-evict",
+        "cycle-hangs",
     }
 )
 
@@ -34,3 +37,10 @@ def reach(point: str) -> None:
         logging.getLogger(__name__).error("failpoint %s reached: exiting", point)
         sys.stderr.flush()
         os._exit(137)
+
+
+async def hang(point: str) -> None:
+    """Never return if ``point`` is enabled (a cycle stuck on a call that never ends)."""
+    if point in _enabled:
+        logging.getLogger(__name__).error("failpoint %s reached: hanging", point)
+        await asyncio.Event().wait()

@@ -38,6 +38,7 @@ from gpusched.core.lifecycle import (
 )
 from gpusched.core.lifecycle import status as st
 from gpusched.metrics import OperatorMetrics
+from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
 from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
 from gpusched.operator.executor import Executor
@@ -53,6 +54,10 @@ log = logging.getLogger(__name__)
 QUOTA_MIN_INTERVAL = 1.0
 #: Most waiting jobs whose status wording (not reason) is rewritten in one cycle.
 STATUS_REFRESH_BUDGET = 100
+
+
+class StuckError(RuntimeError):
+    """The admission loop stopped coming round."""
 
 
 @dataclass
@@ -104,6 +109,8 @@ class AdmissionLoop:
             refresh_seconds=self.config.status_refresh,
         )
         self.cycles = 0
+        self.turned = time.monotonic()
+        """When the loop last came round (it does at least every ``resync`` seconds)."""
         self._published = False
         """Whether this replica's job and tenant gauges hold values (it led a cycle)."""
         self._last_seconds = 0.0
@@ -116,11 +123,27 @@ class AdmissionLoop:
     def leading(self) -> bool:
         return self.leader is None or self.leader.leading
 
+    def health(self, stuck_after: float) -> dict[str, Any]:
+        """What the liveness probe reports; raises :class:`StuckError` when the loop has not
+        come round for ``stuck_after`` seconds (a cycle or a write that never returns: the
+        process answers HTTP but admits nothing, and only a restart helps)."""
+        since = time.monotonic() - self.turned
+        if since > stuck_after:
+            raise StuckError(f"the admission loop has not come round for {since:.0f}s")
+        return {
+            "leading": self.leading(),
+            "ready": self.store.ready,
+            "cycles": self.cycles,
+            "secondsSinceLoop": round(since, 1),
+            "jobs": len(self.store.jobs),
+        }
+
     # --- the loop ------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         """Cycle until ``stop`` is set."""
         while not stop.is_set():
+            self.turned = time.monotonic()
             await self._wait(stop)
             if stop.is_set():
                 break
@@ -183,6 +206,7 @@ class AdmissionLoop:
     async def cycle(self) -> CycleReport:
         """One cycle: decide over the store, start the writes, publish."""
         started = time.perf_counter()
+        await failpoints.hang("cycle-hangs")
         self.store.changed.clear()
         world = self.store.world(self.clock())
         verdicts = await self._verdicts(world)

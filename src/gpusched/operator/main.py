@@ -1,33 +1,39 @@
-"""The operator process: watches feeding the store, the admission loop, leader election and a
-metrics endpoint, on one event loop and one API client (:mod:`gpusched.kubeasync`).
+"""The operator process, a kopf operator: kopf hosts it (start-up, cleanup, liveness probe,
+validating webhook) and watches six kinds into the store; the admission loop, the Lease and the
+pod watches are tasks it starts, and every write goes through :mod:`gpusched.kubeasync`.
 
-Seven watches (GpuJobs, their pods, other GPU pods, nodes, NodeGpuTopologies, TenantQuotas,
-PriorityClasses) list once and then follow changes; the loop decides over the store and writes
-only what its decisions change. A GpuJob deleted has its pods deleted at once (the garbage
-collector would, later).
+kopf runs standalone (no KopfPeering: the Lease elects one leader and keeps the standbys' stores
+warm) and writes nothing on anyone's objects: only ``@kopf.on.event``, ``on.validate`` and
+operator-level handlers are registered, so kopf keeps no progress, diff-base or finalizer.
+``docs/architecture.md`` says what kopf does here, what it does not, and the measurements.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import signal
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpusched.api import keys
+import kopf
+from kubernetes import client
+
+from gpusched.core.lifecycle import JobFacts
 from gpusched.kube import load_configuration
-from gpusched.kubeasync import ApiError, AsyncApi
-from gpusched.kubewatch import Reflector
+from gpusched.kubeasync import AsyncApi
 from gpusched.metrics import OperatorMetrics
-from gpusched.operator import api as paths
 from gpusched.operator.api import OperatorApi
 from gpusched.operator.decide import OperatorConfig
+from gpusched.operator.feeds import KindFeed
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.loop import AdmissionLoop
 from gpusched.operator.runtimes import DEFAULT_NAME, RuntimeBook
 from gpusched.operator.store import Store
+from gpusched.operator.watches import WATCHED, feeds, reflectors
+from gpusched.operator.webhooks import Validator, register
 
 log = logging.getLogger(__name__)
 
@@ -47,139 +53,194 @@ class RunOptions:
     identity: str | None = None
     runtime_history: str | None = DEFAULT_NAME
     """ConfigMap keeping finished jobs' run times across restarts (None: kept in memory)."""
+    health_port: int = 8081
+    """kopf's liveness endpoint (``/healthz``); 0: none."""
+    webhook_port: int = 0
+    """The validating webhook's HTTPS port; 0: no webhook."""
+    webhook_cert_dir: Path | None = None
+    """Directory with the webhook's ``tls.crt`` and ``tls.key`` (reloaded when they change)."""
+    stuck_after: float = 120.0
+    """Seconds without the admission loop coming round before liveness fails."""
 
 
-class _Consumer:
-    """A reflector's consumer made of three store methods."""
+def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the ``kubernetes`` configuration the rest of the operator uses
+    (``--kubeconfig``, ``$KUBECONFIG``, the pod's service account), read afresh on each login so
+    a rotated service-account token is picked up when kopf logs in again after a 401."""
+    if configuration.refresh_api_key_hook is not None:
+        configuration.refresh_api_key_hook(configuration)
+    header = (
+        configuration.get_api_key_with_prefix("BearerToken")
+        or configuration.get_api_key_with_prefix("authorization")
+        or ""
+    )
+    scheme, _, token = header.rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
 
-    def __init__(self, replace: Any, upsert: Any, delete: Any) -> None:
-        self.replace, self.upsert, self.delete = replace, upsert, delete
+
+class Host:
+    """The operator's parts, and the kopf handlers that start, feed, probe and stop them."""
+
+    def __init__(self, options: RunOptions, metrics: OperatorMetrics) -> None:
+        self.options = options
+        self.metrics = metrics
+        self.client = AsyncApi(
+            load_configuration(options.kubeconfig), on_request=metrics.count_request
+        )
+        self.api = OperatorApi(self.client)
+        self.leader = (
+            LeaderElector(self.client, options.lease_namespace, options.identity)
+            if options.leader_elect
+            else None
+        )
+        self.store = Store(on_job_deleted=self._job_deleted)
+        self.loop = AdmissionLoop(
+            self.api,
+            self.store,
+            options.config,
+            metrics,
+            leader=self.leader,
+            runtimes=RuntimeBook(self.client, options.lease_namespace, options.runtime_history),
+            resync=options.resync,
+        )
+        self.feeds = {feed.name: feed for feed in feeds(self.store, metrics)}
+        self.halt = asyncio.Event()
+        """Stops the admission loop (kopf's cleanup sets it)."""
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.loop_task: asyncio.Task[None] | None = None
+        self.registry = kopf.OperatorRegistry()
+        self._register()
+
+    def settings(self) -> kopf.OperatorSettings:
+        settings = kopf.OperatorSettings()
+        settings.posting.enabled = False  # events go through OperatorApi, inside the plan
+        # CRDs are scanned so that a NetworkTopology CRD installed later is watched then.
+        settings.scanning.disabled = False
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.watching.connect_timeout = 5
+        settings.watching.chunk_size = 2000  # a paged list, as kubewatch's
+        settings.queueing.worker_limit = None  # a limit deadlocks kopf's index barrier (#1243)
+        if self.options.webhook_port:
+            certs = self.options.webhook_cert_dir or Path(".")
+            settings.admission.server = kopf.WebhookServer(
+                addr="0.0.0.0",
+                port=self.options.webhook_port,
+                certfile=certs / "tls.crt",
+                pkeyfile=certs / "tls.key",
+            )
+        return settings
+
+    def _register(self) -> None:
+        registry = self.registry
+        kopf.on.login(registry=registry)(self._login)
+        kopf.on.startup(registry=registry)(self._startup)
+        kopf.on.cleanup(registry=registry)(self._cleanup)
+        # No retries: a failing probe must answer 500 now, not after kopf's backoff.
+        kopf.on.probe(id="admission", errors=kopf.ErrorsMode.PERMANENT, registry=registry)(
+            self._probe
+        )
+        for watched in WATCHED:
+            if watched.resource is not None:
+                handler = _feeding(self.feeds[watched.name])
+                kopf.on.event(*watched.resource, id=f"feed-{watched.name}", registry=registry)(
+                    handler
+                )
+        if self.options.webhook_port:
+            register(registry, Validator(self.store, self.client, self.metrics))
+
+    # --- kopf's operator-level handlers --------------------------------------------------
+
+    def _login(self, **_: Any) -> kopf.ConnectionInfo:
+        return connection_info(load_configuration(self.options.kubeconfig))
+
+    async def _startup(self, **_: Any) -> None:
+        """Before kopf's watches start: LIST the kopf-fed kinds into the store (kopf says
+        neither when a kind is listed nor what a list dropped), then start the pod watches,
+        the Lease and the admission loop."""
+        await asyncio.gather(*(feed.anchor(self.client) for feed in self.feeds.values()))
+        for reflector in reflectors(self.client, self.store, self.metrics):
+            self._spawn(reflector.run(), f"watch-{reflector.name}")
+        if self.leader is not None:
+            self._spawn(self.leader.run(), "lease")
+        self.loop_task = asyncio.create_task(self.loop.run(self.halt), name="admission")
+        for feed in self.feeds.values():
+            feed.start_reconcile()
+
+    async def _cleanup(self, **_: Any) -> None:
+        """Let the admission loop finish its cycle and its writes, then stop the rest."""
+        self.halt.set()
+        if self.loop_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self.loop_task, timeout=30)
+        for feed in self.feeds.values():
+            feed.stop()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _probe(self, **_: Any) -> Mapping[str, Any]:
+        """On the event loop (async), so a blocked loop cannot answer at all."""
+        return self.loop.health(self.options.stuck_after)
+
+    # --- the rest ------------------------------------------------------------------------
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _job_deleted(self, job: JobFacts) -> None:
+        """A GpuJob deleted has its pods deleted at once (the garbage collector would, later)."""
+        if self.loop.leading():
+            self._spawn(self.api.delete_job_pods(job.namespace, job.uid), "delete-pods")
+
+    async def close(self) -> None:
+        await self.client.close()
 
 
-def kind_not_installed(watch: str, err: BaseException) -> bool:
-    """Whether ``err`` says the NetworkTopology CRD is not installed (a chart upgrade adds no
-    CRD): the cluster then has no levels and admission goes on without them."""
-    return watch == "networktopologies" and isinstance(err, ApiError) and err.status == 404
+def _feeding(feed: KindFeed) -> Callable[..., Awaitable[None]]:
+    """A kopf event handler handing its kind's events to ``feed``."""
 
+    async def on_event(event: Mapping[str, Any], **_: Any) -> None:
+        feed.take(event)
 
-def reflectors(api: AsyncApi, store: Store, metrics: OperatorMetrics) -> list[Reflector]:
-    """The watches that feed the store."""
-
-    def failed(kind: str, err: BaseException) -> None:
-        metrics.api_errors.labels(f"watch-{kind}").inc()
-        if kind_not_installed(kind, err):
-            # The watch keeps trying and finds the levels once the CRD is installed.
-            store.replace_network([])
-
-    def watch(name: str, path: str, consumer: _Consumer, **params: str) -> Reflector:
-        return Reflector(name, api, path, consumer, params=params, on_error=failed)
-
-    return [
-        watch(
-            "gpujobs",
-            paths.GPUJOBS,
-            _Consumer(store.replace_jobs, store.upsert_job, store.delete_job),
-        ),
-        watch(
-            "jobpods",
-            paths.PODS,
-            _Consumer(store.replace_job_pods, store.upsert_job_pod, store.delete_job_pod),
-            labelSelector=keys.LABEL_JOB_NAME,
-        ),
-        watch(
-            "gpupods",
-            paths.PODS,
-            _Consumer(store.replace_gpu_pods, store.upsert_gpu_pod, store.delete_gpu_pod),
-            labelSelector=f"!{keys.LABEL_JOB_NAME}",
-            fieldSelector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
-        ),
-        watch(
-            "nodes",
-            paths.NODES,
-            _Consumer(store.replace_nodes, store.upsert_node, store.delete_node),
-        ),
-        watch(
-            "nodegputopologies",
-            paths.TOPOLOGIES,
-            _Consumer(store.replace_topologies, store.upsert_topology, store.delete_topology),
-        ),
-        watch(
-            "tenantquotas",
-            paths.TENANTQUOTAS,
-            _Consumer(store.replace_quotas, store.upsert_quota, store.delete_quota),
-        ),
-        watch(
-            "networktopologies",
-            paths.NETWORKTOPOLOGIES,
-            _Consumer(store.replace_network, store.upsert_network, store.delete_network),
-        ),
-        watch(
-            "priorities",
-            paths.PRIORITY_CLASSES,
-            _Consumer(store.replace_priorities, store.upsert_priority, store.delete_priority),
-        ),
-    ]
+    on_event.__name__ = f"feed_{feed.name}"
+    return on_event
 
 
 async def serve(options: RunOptions, stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set."""
+    """Run under kopf until ``stop`` is set (or kopf is signalled)."""
     metrics = OperatorMetrics()
     if options.metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(options.metrics_port, registry=metrics.registry)
         log.info("metrics on :%d/metrics", options.metrics_port)
-    client = AsyncApi(
-        load_configuration(options.kubeconfig),
-        on_request=metrics.count_request,
-    )
-    api = OperatorApi(client)
-    leader = (
-        LeaderElector(client, options.lease_namespace, options.identity)
-        if options.leader_elect
-        else None
-    )
-    store = Store()
-    runtimes = RuntimeBook(client, options.lease_namespace, options.runtime_history)
-    loop = AdmissionLoop(
-        api,
-        store,
-        options.config,
-        metrics,
-        leader=leader,
-        runtimes=runtimes,
-        resync=options.resync,
-    )
-    tasks: set[asyncio.Task[Any]] = set()
-
-    def job_deleted(job: Any) -> None:
-        if loop.leading():
-            task = asyncio.create_task(api.delete_job_pods(job.namespace, job.uid))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-    store.on_job_deleted = job_deleted
-    watches = [r.start() for r in reflectors(client, store, metrics)]
-    background = list(watches)
-    if leader is not None:
-        background.append(asyncio.create_task(leader.run(), name="lease"))
+    host = Host(options, metrics)
     try:
-        await loop.run(stop)
+        await kopf.operator(
+            registry=host.registry,
+            settings=host.settings(),
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=(
+                f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
+            ),
+            stop_flag=stop,
+        )
     finally:
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, *tasks, return_exceptions=True)
-        await client.close()
+        await host.close()
 
 
 def run(options: RunOptions) -> None:
-    """Run until SIGTERM / SIGINT."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        running = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            running.add_signal_handler(sig, stop.set)
-        await serve(options, stop)
-
-    asyncio.run(main())
+    """Run until SIGTERM / SIGINT (kopf handles both)."""
+    asyncio.run(serve(options, asyncio.Event()))

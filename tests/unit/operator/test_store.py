@@ -205,26 +205,3 @@ def test_only_the_network_topology_named_default_gives_the_levels() -> None:
     store.upsert_network(_network())
     store.delete_network(_network())
     assert store.network is None
-
-
-def test_a_cluster_without_the_network_topology_crd_is_a_cluster_without_levels() -> None:
-    """A 404 on the NetworkTopology watch (a chart upgrade adds no CRD) counts as an empty list,
-    so the operator decides; other failures of that watch, and 404s of other watches, do not."""
-    from kubernetes import client
-
-    from gpusched.kubeasync import ApiError, AsyncApi
-    from gpusched.metrics import OperatorMetrics
-    from gpusched.operator.main import reflectors
-
-    store = Store()
-    watches = {
-        r.name: r for r in reflectors(AsyncApi(client.Configuration()), store, OperatorMetrics())
-    }
-    failed = watches["networktopologies"].on_error
-    assert failed is not None
-    failed("gpujobs", ApiError(404, "NotFound", "the server could not find the resource"))
-    failed("networktopologies", ApiError(500, "InternalError", "etcd"))
-    assert "networktopologies" not in store.synced
-    failed("networktopologies", ApiError(404, "NotFound", "the server could not find the resource"))
-    assert "networktopologies" in store.synced
-    assert store.network is None

@@ -112,3 +112,8 @@ seccompProfile:
 {{- range $i, $k := $own }}{{ if $i }}, {{ end }}'gpusched.io/{{ $k }}'{{ end -}}
 {{- range $gfd }}, 'nvidia.com/{{ . }}'{{ end -}}
 {{- end -}}
+
+{{/* The Secret holding the operator webhook's certificate. */}}
+{{- define "gpusched.webhookSecret" -}}
+{{- .Values.operator.webhook.certificateSecret | default (printf "%s-webhook-certificate" (include "gpusched.operator" .)) -}}
+{{- end -}}

@@ -250,6 +250,7 @@ def run_e2e(
                     "operator",
                     f"--kubeconfig={kubeconfig}",
                     f"--metrics-port={port}",
+                    f"--health-port={free_port()}",
                     "--resync=5",
                     *([f"--record-delay={record_delay}"] if record_delay is not None else []),
                 ],

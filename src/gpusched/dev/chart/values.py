@@ -311,6 +311,25 @@ class PodPolicy(Closed):
     this to confine the operator to them."""
 
 
+class Webhook(Closed):
+    enabled: bool = True
+    """Serve the validating webhook from the operator: `kubectl apply` is refused, naming the
+    field, for a TenantQuota claiming a namespace another one owns, a GpuJob in a namespace no
+    TenantQuota owns or naming a PriorityClass that does not exist. Its `failurePolicy` is
+    `Ignore`: while no operator replica answers, objects are accepted and the operator explains
+    later (docs/install.md)."""
+    port: Port = 9443
+    """The operator's HTTPS port for the webhook (the Service listens on 443)."""
+    timeoutSeconds: int = Field(5, ge=1, le=30)
+    """Seconds the API server waits for the webhook before accepting the object anyway."""
+    certificateSecret: Annotated[
+        str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$", max_length=253)
+    ] = ""
+    """A `kubernetes.io/tls` Secret with the webhook's certificate (`tls.crt`, `tls.key`,
+    `ca.crt`), e.g. from cert-manager; empty: the chart makes a CA and a certificate for the
+    Service (kept across upgrades)."""
+
+
 class Operator(Placement):
     enabled: bool = True
     """Run the GpuJob / TenantQuota operator."""
@@ -346,6 +365,13 @@ class Operator(Placement):
     replay of the queue); reservations' starts are worked out every cycle."""
     metricsPort: Port = 8080
     """Port of the operator's Prometheus endpoint."""
+    healthPort: Port = 8081
+    """Port of the operator's liveness endpoint (`/healthz`, served by kopf)."""
+    stuckAfter: float = Field(120.0, ge=10, le=86400)
+    """Seconds the admission loop may go without coming round before liveness fails and the
+    kubelet restarts the container."""
+    webhook: Webhook = Field(default_factory=Webhook)
+    """The validating webhook (cross-object checks at apply time)."""
     verbose: bool = False
     """Debug logging."""
     podPolicy: PodPolicy = Field(default_factory=PodPolicy)

@@ -223,6 +223,14 @@ class LocalCluster:
         self.state.processes = [p for p in self.state.processes if p != record]
         self.state.save()
 
+    def restart_apiserver(self, timeout: float = 60.0) -> None:
+        """Stop kube-apiserver and start it again on the same port: every watch ends, and its
+        watch cache starts afresh, so a client resuming from a version before the restart gets
+        ``410 Gone`` and must list again."""
+        for record in [p for p in self.state.processes if p.name == "kube-apiserver"]:
+            self.stop_process(record)
+        self._start_apiserver(timeout)
+
     def processes(self) -> list[ProcessRecord]:
         """Processes this cluster started and has not stopped."""
         return list(self.state.processes)
@@ -397,6 +405,9 @@ class LocalCluster:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
+                # No kube-proxy here: webhooks (the operator's) are called at their Service's
+                # endpoints, not its cluster IP.
+                "--enable-aggregator-routing=true",
                 "--max-requests-inflight=1600",
                 "--max-mutating-requests-inflight=800",
                 # GPUSCHED_PROFILING=1 serves /debug/pprof (CPU profiles of the API server for
