@@ -109,6 +109,16 @@ def test_helm_install_with_defaults_publishes_topology_and_places_a_job(
     assert labels[keys.LABEL_GPU_COUNT] == "8"
     assert labels[keys.LABEL_NVSWITCH] == "true"
 
+    # The operator's validating webhook, through the chart's Service and certificate: a GpuJob
+    # in a namespace no TenantQuota owns is refused, naming the field.
+    core.create_namespace({"metadata": {"name": "nobody"}})
+    refusal = wait_for(
+        lambda: _refused(custom, "nobody", gpujob("stray")),
+        timeout=120,
+        what=f"the operator's webhook to refuse a job without a tenant ({_pod_report(core)})",
+    )
+    assert "metadata.namespace" in refusal
+
     custom.create_cluster_custom_object(
         keys.GROUP, keys.VERSION, "tenantquotas", tenantquota("team", namespaces=["team"])
     )
@@ -127,6 +137,19 @@ def test_helm_install_with_defaults_publishes_topology_and_places_a_job(
     (pod,) = core.list_namespaced_pod("team").items
     assert pod.metadata.annotations[keys.ANNOTATION_GPU_INDICES]
     assert pod.spec.node_name == NODE
+
+
+def _refused(custom: Any, namespace: str, job: dict[str, Any]) -> str | None:
+    """The refusal's message, or None (and the job deleted) when it was accepted: the webhook
+    was not answering yet and failurePolicy Ignore let it through."""
+    try:
+        custom.create_namespaced_custom_object(keys.GROUP, keys.VERSION, namespace, "gpujobs", job)
+    except client.ApiException as err:
+        return str(err.body)
+    custom.delete_namespaced_custom_object(
+        keys.GROUP, keys.VERSION, namespace, "gpujobs", job["metadata"]["name"]
+    )
+    return None
 
 
 def _topology(custom: Any) -> dict[str, Any] | None:

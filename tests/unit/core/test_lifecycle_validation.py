@@ -20,7 +20,8 @@ def test_a_namespace_another_tenant_owns_is_refused_naming_its_index_and_owner()
     refusal = namespace_claim_refusal("nlp", ["nlp", "asr"], others)
     assert refusal is not None
     assert refusal.startswith("spec.namespaces[1]:")
-    assert "'asr'" in refusal and "'speech'" in refusal
+    assert "'asr'" in refusal
+    assert "'speech'" in refusal
 
 
 def test_a_tenant_updating_itself_does_not_conflict_with_its_own_namespaces() -> None:
@@ -34,13 +35,15 @@ def test_fresh_namespaces_are_accepted() -> None:
 
 def test_a_job_in_a_namespace_no_tenant_owns_is_refused_naming_the_namespace() -> None:
     refusal = unowned_namespace_refusal("scratch", [_quota("vision", "cv")])
-    assert refusal is not None and refusal.startswith("metadata.namespace:")
+    assert refusal is not None
+    assert refusal.startswith("metadata.namespace:")
     assert "'scratch'" in refusal
     assert unowned_namespace_refusal("cv", [_quota("vision", "cv")]) is None
 
 
 def test_a_missing_priority_class_is_refused_and_no_class_is_fine() -> None:
     refusal = priority_class_refusal("urgent", {"low", "high"})
-    assert refusal is not None and refusal.startswith("spec.priorityClassName:")
+    assert refusal is not None
+    assert refusal.startswith("spec.priorityClassName:")
     assert priority_class_refusal("high", {"low", "high"}) is None
     assert priority_class_refusal(None, set()) is None

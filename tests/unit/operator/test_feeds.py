@@ -43,7 +43,8 @@ def test_a_deleted_event_removes_the_object() -> None:
     feed = _feed(store)
     feed.take({"type": "ADDED", "object": _quota("a", 20)})
     feed.take({"type": "DELETED", "object": _quota("a", 21)})
-    assert "a" not in store.quotas and "a" not in feed.seen
+    assert "a" not in store.quotas
+    assert "a" not in feed.seen
 
 
 def test_a_list_lacks_deleted_objects_not_those_created_after_it() -> None:

@@ -1,0 +1,186 @@
+"""The operator's validating webhook on the real API server, registered by the chart's own
+ValidatingWebhookConfiguration (pointed at the local process instead of the Service): objects
+that break a rule across objects are refused naming the field; an operator that does not answer
+blocks nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+from kubernetes import client
+
+from gpusched.api import keys
+from gpusched.dev.chart import render
+from gpusched.dev.localcluster import LocalCluster
+from gpusched.dev.localcluster.components import SchedulerProcesses
+from gpusched.dev.localcluster.processes import free_port
+from tests.integration.operator_harness import OperatorProcess, Scenario, wait_for
+
+G, V = keys.GROUP, keys.VERSION
+#: TenantQuota-then-GpuJob pairs applied at once.
+BURST = 24
+
+
+class WebhookOperator(OperatorProcess):
+    """The operator serving its webhook on a loopback port with a test CA's certificate."""
+
+    def __init__(self, cluster: LocalCluster, cert_dir: Path) -> None:
+        super().__init__(cluster)
+        self.cert_dir = cert_dir
+        self.webhook_port = free_port()
+
+    def serve(self) -> None:
+        self.start(
+            extra=[f"--webhook-port={self.webhook_port}", f"--webhook-cert-dir={self.cert_dir}"]
+        )
+
+
+def _webhook_configuration(port: int, ca_pem: bytes) -> dict[str, Any]:
+    """The chart's ValidatingWebhookConfiguration, its Service swapped for the local URL."""
+    (config,) = [o for o in render.render() if o["kind"] == "ValidatingWebhookConfiguration"]
+    config["metadata"] = {"name": "gpusched-operator-webhook-test"}
+    for hook in config["webhooks"]:
+        service = hook["clientConfig"].pop("service")
+        hook["clientConfig"] = {
+            "url": f"https://127.0.0.1:{port}{service['path']}",
+            "caBundle": base64.b64encode(ca_pem).decode(),
+        }
+    return config
+
+
+@pytest.fixture(scope="module")
+def operator(
+    local_cluster: LocalCluster,
+    extender: SchedulerProcesses,
+    tmp_path_factory: pytest.TempPathFactory,
+    kube: Any,
+) -> Iterator[WebhookOperator]:
+    """This module's operator: the webhook's server, registered with the API server."""
+    ca = trustme.CA()
+    cert_dir = tmp_path_factory.mktemp("webhook-cert")
+    served = ca.issue_cert("127.0.0.1", "localhost")
+    served.cert_chain_pems[0].write_to_path(str(cert_dir / "tls.crt"))
+    served.private_key_pem.write_to_path(str(cert_dir / "tls.key"))
+    process = WebhookOperator(local_cluster, cert_dir)
+    process.serve()
+    admission = client.AdmissionregistrationV1Api(kube)
+    config = _webhook_configuration(process.webhook_port, ca.cert_pem.bytes())
+    admission.create_validating_webhook_configuration(config)
+    yield process
+    admission.delete_validating_webhook_configuration(config["metadata"]["name"])
+    process.kill()
+
+
+def _refusal(create: Any) -> str:
+    """The API server's message refusing ``create()`` (fails if it was accepted)."""
+    with pytest.raises(client.ApiException) as refused:
+        create()
+    return str(json.loads(refused.value.body)["message"])
+
+
+def _job(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "GpuJob",
+        "metadata": {"name": name},
+        "spec": {
+            "gpusPerReplica": 1,
+            "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
+            **spec,
+        },
+    }
+
+
+def _wait_served(sc: Scenario, operator: WebhookOperator) -> None:
+    """Until the webhook answers: a job in a namespace no tenant owns is refused."""
+    namespace = sc.namespace("probe")
+
+    def refused() -> bool:
+        try:
+            sc.custom.create_namespaced_custom_object(G, V, namespace, "gpujobs", _job("probe"))
+        except client.ApiException:
+            return True
+        sc.custom.delete_namespaced_custom_object(G, V, namespace, "gpujobs", "probe")
+        return False
+
+    wait_for(refused, 60, f"the webhook to answer (log: {operator.log()[-1500:]})")
+
+
+def test_a_tenant_quota_claiming_another_tenants_namespace_is_refused_naming_it(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    owner, namespace = sc.tenant("vision")
+    _wait_served(sc, operator)
+    fresh = sc.namespace("fresh")
+    body = {
+        "apiVersion": keys.API_VERSION,
+        "kind": "TenantQuota",
+        "metadata": {"name": f"{sc.id}-thief"},
+        "spec": {"namespaces": [fresh, namespace], "guaranteedGpus": 0},
+    }
+    message = _refusal(lambda: sc.custom.create_cluster_custom_object(G, V, "tenantquotas", body))
+    assert "spec.namespaces[1]" in message
+    assert owner in message
+
+
+def test_a_gpujob_in_a_namespace_no_tenant_owns_is_refused_naming_the_namespace(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    _wait_served(sc, operator)
+    orphan = sc.namespace("orphan")
+    message = _refusal(
+        lambda: sc.custom.create_namespaced_custom_object(G, V, orphan, "gpujobs", _job("j"))
+    )
+    assert "metadata.namespace" in message
+    assert orphan in message
+
+
+def test_a_gpujob_naming_a_missing_priority_class_is_refused_naming_the_field(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    _, namespace = sc.tenant("nlp")
+    _wait_served(sc, operator)
+    job = _job("urgent", priorityClassName=f"{sc.id}-no-such-class")
+    message = _refusal(
+        lambda: sc.custom.create_namespaced_custom_object(G, V, namespace, "gpujobs", job)
+    )
+    assert "spec.priorityClassName" in message
+
+
+def test_gpujobs_applied_right_after_their_tenant_quotas_are_accepted(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    """`kubectl apply` of a TenantQuota and then a job, many at once: a job's review may come
+    before its TenantQuota reached the operator's store. A refusal is checked against the API
+    server first, so every job is accepted."""
+    _wait_served(sc, operator)
+    namespaces = [sc.namespace(f"burst{i}") for i in range(BURST)]
+
+    def apply(i: int) -> None:
+        sc.quota(f"burst{i}", [namespaces[i]])
+        sc.custom.create_namespaced_custom_object(G, V, namespaces[i], "gpujobs", _job("first"))
+
+    with ThreadPoolExecutor(max_workers=BURST) as pool:
+        list(pool.map(apply, range(BURST)))
+
+
+def test_an_operator_that_does_not_answer_blocks_no_gpujob(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    """failurePolicy Ignore: with the webhook down, even a job it would refuse is accepted
+    (the operator explains it later)."""
+    _wait_served(sc, operator)
+    orphan = sc.namespace("down")
+    operator.kill()
+    try:
+        sc.custom.create_namespaced_custom_object(G, V, orphan, "gpujobs", _job("accepted"))
+        assert sc.job(orphan, "accepted")["metadata"]["name"] == "accepted"
+    finally:
+        operator.serve()
