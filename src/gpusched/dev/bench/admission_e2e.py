@@ -243,18 +243,22 @@ def run_e2e(
             start_scheduler(cluster)
             kubeconfig = identities.kubeconfig(cluster, identities.OPERATOR)
             port = free_port()
-            cluster.spawn(
-                "gpusched-operator",
-                [
-                    *gpusched_command(),
-                    "operator",
-                    f"--kubeconfig={kubeconfig}",
-                    f"--metrics-port={port}",
-                    f"--health-port={free_port()}",
-                    "--resync=5",
-                    *([f"--record-delay={record_delay}"] if record_delay is not None else []),
-                ],
-            )
+
+            def start_operator(name: str) -> None:
+                cluster.spawn(
+                    name,
+                    [
+                        *gpusched_command(),
+                        "operator",
+                        f"--kubeconfig={kubeconfig}",
+                        f"--metrics-port={port}",
+                        f"--health-port={free_port()}",
+                        "--resync=5",
+                        *([f"--record-delay={record_delay}"] if record_delay is not None else []),
+                    ],
+                )
+
+            start_operator(OPERATOR)
             # Start-up (imports, the first lists) is not part of the figures.
             _wait(lambda: _operator_cycles(port) > 0, 120)
 
@@ -338,11 +342,16 @@ def run_e2e(
             progress(f"[bench] plain pods: {pod_rate} pods/s")
             if steady_jobs:
                 result["steady"] = _steady_state(
-                    api, core, custom, port, count=steady_jobs, workers=workers
+                    api, core, custom, port, cluster, count=steady_jobs, workers=workers
                 )
+                result["restart"] = _restart(cluster, port, start_operator)
             return result
         finally:
             cluster.down()
+
+
+#: The operator's process name in the cluster's records.
+OPERATOR = "gpusched-operator"
 
 
 def cpu_seconds(cluster: LocalCluster) -> dict[str, float]:
@@ -449,10 +458,44 @@ def _plain_pods_per_second(api: Any, core: Any, *, count: int, workers: int) -> 
     return round(len(running) / max(1e-9, finished - started), 1)
 
 
+def _operator_cpu(cluster: LocalCluster) -> float:
+    return cpu_seconds(cluster).get(OPERATOR, 0.0)
+
+
+def _operator_rss_mib(cluster: LocalCluster) -> float | None:
+    for record in cluster.processes():
+        if record.name == OPERATOR:
+            for line in Path(f"/proc/{record.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+def _restart(cluster: LocalCluster, port: int, start: Callable[[str], None]) -> dict[str, Any]:
+    """The operator stopped and started again over every queued job: how long until it
+    cycles, and the CPU and memory its start-up (lists and watches) costs."""
+    (record,) = [r for r in cluster.processes() if r.name == OPERATOR]
+    cluster.stop_process(record)
+    default_progress("[bench] restart: operator started again over every queued job")
+    started = time.time()
+    start(OPERATOR)
+    _wait(lambda: _operator_cycles(port) > 0, 600, step=0.2)
+    first_cycle = time.time() - started
+    cpu_at_cycle = _operator_cpu(cluster)
+    time.sleep(30)  # kopf delivers its own initial list as events; then the reconcile LIST
+    return {
+        "seconds_to_first_cycle": round(first_cycle, 1),
+        "cpu_seconds_to_first_cycle": round(cpu_at_cycle, 2),
+        "cpu_seconds_after_30s_more": round(_operator_cpu(cluster), 2),
+        "rss_mib": _operator_rss_mib(cluster),
+    }
+
+
 def _steady_state(
-    api: Any, core: Any, custom: Any, port: int, *, count: int, workers: int
+    api: Any, core: Any, custom: Any, port: int, cluster: LocalCluster, *, count: int, workers: int
 ) -> dict[str, Any]:
-    """``count`` jobs that wait for good; then what the operator asks of the API server."""
+    """``count`` jobs that wait for good; then what the operator asks of the API server, and
+    its CPU per queued job and memory."""
     namespace = "bench-steady"
     core.create_namespace(body({"metadata": {"name": namespace}}))
     custom.create_cluster_custom_object(
@@ -465,6 +508,7 @@ def _steady_state(
         )
 
     default_progress(f"[bench] steady state: creating {count} GpuJobs that wait for good")
+    cpu_before = _operator_cpu(cluster)
     apply_seconds = _create_all(create, count, workers)
     default_progress("[bench] steady state: waiting until every one of them waits")
 
@@ -477,6 +521,7 @@ def _steady_state(
 
     _wait(all_waiting, 1200, step=5)
     time.sleep(10)  # writes of the last cycles land
+    cpu_queued = _operator_cpu(cluster) - cpu_before
     window = 60.0
     default_progress(f"[bench] steady state: counting requests over {window:.0f} s")
     api_before = apiserver_requests(api)
@@ -496,6 +541,8 @@ def _steady_state(
         "operator_lists": sum(n for (verb, *_), n in operator_requests.items() if verb == "LIST"),
         "operator_requests": dict(_table(operator_requests, 1)),
         "apiserver_lists_all_clients": api_lists,
+        "operator_cpu_ms_per_queued_job": round(1000 * cpu_queued / max(1, count), 2),
+        "operator_rss_mib": _operator_rss_mib(cluster),
         "cycle_mean_ms": round(1000 * cycle_seconds / max(1.0, cycles), 1),
         "cycle_p99_bucket_ms": (
             None
@@ -564,5 +611,15 @@ def admission_e2e(
             f"steady state, {steady['queued_jobs']} queued jobs: {steady['cycles']:.0f} cycles in "
             f"{steady['window_seconds']:.0f} s, operator LIST calls {steady['operator_lists']}, "
             f"all clients' LISTs {steady['apiserver_lists_all_clients']}, cycle mean "
-            f"{steady['cycle_mean_ms']} ms (p99 <= {steady['cycle_p99_bucket_ms']} ms)"
+            f"{steady['cycle_mean_ms']} ms (p99 <= {steady['cycle_p99_bucket_ms']} ms); "
+            f"operator CPU {steady['operator_cpu_ms_per_queued_job']} ms per queued job, "
+            f"RSS {steady['operator_rss_mib']} MiB"
+        )
+    restart = result.get("restart")
+    if restart:
+        click.echo(
+            f"operator restarted over them: first cycle after "
+            f"{restart['seconds_to_first_cycle']} s ({restart['cpu_seconds_to_first_cycle']} "
+            f"CPU-s; {restart['cpu_seconds_after_30s_more']} CPU-s 30 s later), "
+            f"RSS {restart['rss_mib']} MiB"
         )
