@@ -162,3 +162,25 @@ def test_jobs_deleted_while_the_operator_was_frozen_are_gone_after_kopf_lists_ag
         f"the deleted jobs to leave the operator's store (gauge {_queued(operator, quota)})",
     )
     assert sc.status(ns, names[2]).get("reason") == "QuotaExceeded"
+
+
+def test_kopf_leaves_no_annotation_or_finalizer_on_the_objects_it_watches(
+    sc: Scenario, operator: OperatorProcess
+) -> None:
+    """kopf keeps handling progress and a diff base in annotations, and adds finalizers, for
+    change handlers and daemons; the operator registers none, so the objects kopf watches carry
+    nothing of kopf's (kopf's annotations live under its own domains, e.g. kopf.zalando.org)."""
+    nodes = sc.nodes(1)
+    quota, ns = sc.tenant("clean", guaranteed=8)
+    sc.submit(ns, "runs", 1)
+    sc.wait_phase(ns, "runs", "Running")
+    objects = [
+        sc.job(ns, "runs"),
+        sc.custom.get_cluster_custom_object(G, V, "tenantquotas", quota),
+        sc.core.read_node(nodes[0]).to_dict(),
+    ]
+    for obj in objects:
+        meta = obj["metadata"]
+        marks = [k for k in (meta.get("annotations") or {}) if "kopf" in k]
+        marks += [f for f in (meta.get("finalizers") or []) if "kopf" in f]
+        assert not marks, f"{meta['name']}: {marks}"
