@@ -306,6 +306,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
     metrics.runtime_history_kinds.set(3)
     metrics.cycle_seconds.labels("decide").observe(0.1)
     metrics.api_errors.labels("job-status").inc()
+    metrics.webhook_reviews.labels("gpujobs", "allowed").inc()
     metrics.count_request("GET", "/api/v1/pods", 200)
     exported = {
         line.split("{")[0].split(" ")[0]
