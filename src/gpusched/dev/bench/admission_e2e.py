@@ -594,6 +594,11 @@ def admission_e2e(
         f"apply->Running p50 {result['apply_to_running_p50_s']} s, "
         f"p99 {result['apply_to_running_p99_s']} s"
     )
+    writes = result["operator_requests_per_job_by_kind"].get("PATCH gpujobs/status", 0.0)
+    click.echo(
+        f"status writes per job: {writes} (1: admission written with its pods running; near 2: "
+        "pods ran after --record-delay, a slower mode; see docs/benchmarks.md)"
+    )
     click.echo(
         f"same count of plain 1-GPU pods straight to the gpusched scheduler: "
         f"{result['plain_pods_per_second']} pods/s (GpuJobs at {result['ratio_to_plain_pods']}x)"
