@@ -5,7 +5,6 @@ blocks nothing."""
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 from kubernetes import client
 
 from gpusched.api import keys
-from gpusched.dev.chart import render
 from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.components import SchedulerProcesses
 from gpusched.dev.localcluster.processes import free_port
+from gpusched.dev.localcluster.webhook import webhook_configuration, write_certificates
 from tests.integration.operator_harness import OperatorProcess, Scenario, wait_for
 
 G, V = keys.GROUP, keys.VERSION
@@ -42,19 +40,6 @@ class WebhookOperator(OperatorProcess):
         )
 
 
-def _webhook_configuration(port: int, ca_pem: bytes) -> dict[str, Any]:
-    """The chart's ValidatingWebhookConfiguration, its Service swapped for the local URL."""
-    (config,) = [o for o in render.render() if o["kind"] == "ValidatingWebhookConfiguration"]
-    config["metadata"] = {"name": "gpusched-operator-webhook-test"}
-    for hook in config["webhooks"]:
-        service = hook["clientConfig"].pop("service")
-        hook["clientConfig"] = {
-            "url": f"https://127.0.0.1:{port}{service['path']}",
-            "caBundle": base64.b64encode(ca_pem).decode(),
-        }
-    return config
-
-
 @pytest.fixture(scope="module")
 def operator(
     local_cluster: LocalCluster,
@@ -63,15 +48,12 @@ def operator(
     kube: Any,
 ) -> Iterator[WebhookOperator]:
     """This module's operator: the webhook's server, registered with the API server."""
-    ca = trustme.CA()
     cert_dir = tmp_path_factory.mktemp("webhook-cert")
-    served = ca.issue_cert("127.0.0.1", "localhost")
-    served.cert_chain_pems[0].write_to_path(str(cert_dir / "tls.crt"))
-    served.private_key_pem.write_to_path(str(cert_dir / "tls.key"))
+    ca_pem = write_certificates(cert_dir)
     process = WebhookOperator(local_cluster, cert_dir)
     process.serve()
     admission = client.AdmissionregistrationV1Api(kube)
-    config = _webhook_configuration(process.webhook_port, ca.cert_pem.bytes())
+    config = webhook_configuration("gpusched-operator-webhook-test", process.webhook_port, ca_pem)
     admission.create_validating_webhook_configuration(config)
     yield process
     admission.delete_validating_webhook_configuration(config["metadata"]["name"])

@@ -48,6 +48,7 @@ from gpusched.dev.localcluster.components import (
 from gpusched.dev.localcluster.nodes import add_gpu_nodes, wait_nodes_ready
 from gpusched.dev.localcluster.processes import free_port
 from gpusched.dev.localcluster.topologies import fixture_objects
+from gpusched.dev.localcluster.webhook import webhook_configuration, write_certificates
 from gpusched.kube import body
 from gpusched.kubeasync import AsyncApi
 from gpusched.kubewatch import Reflector
@@ -208,6 +209,7 @@ def run_e2e(
     steady_jobs: int = 0,
     *,
     record_delay: float | None = None,
+    webhook: bool = True,
 ) -> dict[str, Any]:
     """See the module docstring."""
     from kubernetes import client
@@ -243,6 +245,18 @@ def run_e2e(
             start_scheduler(cluster)
             kubeconfig = identities.kubeconfig(cluster, identities.OPERATOR)
             port = free_port()
+            webhook_args: list[str] = []
+            if webhook:
+                # As the chart runs it: every GpuJob create is reviewed by the operator.
+                webhook_port = free_port()
+                ca_pem = write_certificates(Path(tmp) / "webhook")
+                webhook_args = [
+                    f"--webhook-port={webhook_port}",
+                    f"--webhook-cert-dir={Path(tmp) / 'webhook'}",
+                ]
+                client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(
+                    body(webhook_configuration("gpusched-operator", webhook_port, ca_pem))
+                )
 
             def start_operator(name: str) -> None:
                 cluster.spawn(
@@ -255,6 +269,7 @@ def run_e2e(
                         f"--health-port={free_port()}",
                         "--resync=5",
                         *([f"--record-delay={record_delay}"] if record_delay is not None else []),
+                        *webhook_args,
                     ],
                 )
 
@@ -311,6 +326,7 @@ def run_e2e(
             result: dict[str, Any] = {
                 "jobs": jobs,
                 "record_delay": record_delay,
+                "webhook": webhook,
                 "running": len(running),
                 "nodes": nodes,
                 "gpus_per_job": gpus_per_job,
@@ -530,7 +546,12 @@ def _steady_state(
     op_after = operator_metrics(port)
     api_after = apiserver_requests(api)
     operator_requests = _diff(op_after["requests"], op_before["requests"])
-    api_lists = sum(n for (verb, *_), n in _diff(api_after, api_before).items() if verb == "LIST")
+    lists_by_kind = {
+        key: n
+        for key, n in _table(_diff(api_after, api_before), 1).items()
+        if key.startswith("LIST")
+    }
+    api_lists = sum(lists_by_kind.values())
     cycles = op_after["cycles"] - op_before["cycles"]
     cycle_seconds = op_after["cycle_sum"] - op_before["cycle_sum"]
     return {
@@ -541,6 +562,7 @@ def _steady_state(
         "operator_lists": sum(n for (verb, *_), n in operator_requests.items() if verb == "LIST"),
         "operator_requests": dict(_table(operator_requests, 1)),
         "apiserver_lists_all_clients": api_lists,
+        "apiserver_lists_by_resource": lists_by_kind,
         "operator_cpu_ms_per_queued_job": round(1000 * cpu_queued / max(1, count), 2),
         "operator_rss_mib": _operator_rss_mib(cluster),
         "cycle_mean_ms": round(1000 * cycle_seconds / max(1.0, cycles), 1),
@@ -566,6 +588,13 @@ def _steady_state(
     "steady state.",
 )
 @click.option(
+    "--webhook/--no-webhook",
+    default=True,
+    show_default=True,
+    help="Register the operator's validating webhook, as the chart does (each GpuJob create "
+    "is reviewed).",
+)
+@click.option(
     "--record-delay",
     type=click.FloatRange(min=0),
     default=None,
@@ -581,10 +610,13 @@ def admission_e2e(
     workers: int,
     steady_jobs: int,
     record_delay: float | None,
+    webhook: bool,
 ) -> None:
     """GpuJobs per second from apply to Running, through the operator, the extender and a
     kube-scheduler on a fresh local control plane, beside plain pods, with API requests."""
-    result = run_e2e(jobs, nodes, gpus_per_job, workers, steady_jobs, record_delay=record_delay)
+    result = run_e2e(
+        jobs, nodes, gpus_per_job, workers, steady_jobs, record_delay=record_delay, webhook=webhook
+    )
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
