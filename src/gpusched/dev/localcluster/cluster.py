@@ -230,6 +230,41 @@ class LocalCluster:
         for record in [p for p in self.state.processes if p.name == "kube-apiserver"]:
             self.stop_process(record)
         self._start_apiserver(timeout)
+        self._wait_admission_settled(timeout)
+
+    def _wait_admission_settled(self, timeout: float) -> None:
+        """Until admission policies whose parameters are custom resources can resolve them:
+        for a few seconds after a start, before the CRDs' discovery is loaded, such a policy
+        refuses every request it matches ("failed to configure policy"). A server-side dry run
+        of a GpuJob tells; any other answer (accepted, or refused for a reason of its own) is
+        settled. Nothing to wait for without the CRDs."""
+        job = json.dumps(
+            {
+                "apiVersion": "gpusched.io/v1alpha1",
+                "kind": "GpuJob",
+                "metadata": {"name": "admission-settled"},
+                "spec": {
+                    "gpusPerReplica": 1,
+                    "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+                },
+            }
+        ).encode()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            request = urllib.request.Request(
+                self.server + "/apis/gpusched.io/v1alpha1/namespaces/default/gpujobs?dryRun=All",
+                data=job,
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, context=self.ssl_context(), timeout=5):
+                    return
+            except urllib.error.HTTPError as err:
+                if "failed to configure policy" not in err.read().decode(errors="replace"):
+                    return
+            time.sleep(0.5)
+        raise ClusterError("admission policies did not settle after the API server restarted")
 
     def processes(self) -> list[ProcessRecord]:
         """Processes this cluster started and has not stopped."""
