@@ -19,6 +19,7 @@ from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.components import SchedulerProcesses
 from gpusched.dev.localcluster.processes import free_port
 from gpusched.dev.localcluster.webhook import webhook_configuration, write_certificates
+from tests.cases.manifests import gpujob
 from tests.integration.operator_harness import OperatorProcess, Scenario, wait_for
 
 G, V = keys.GROUP, keys.VERSION
@@ -68,16 +69,7 @@ def _refusal(create: Any) -> str:
 
 
 def _job(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": keys.API_VERSION,
-        "kind": "GpuJob",
-        "metadata": {"name": name},
-        "spec": {
-            "gpusPerReplica": 1,
-            "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
-            **spec,
-        },
-    }
+    return gpujob(name, gpusPerReplica=1, **spec)
 
 
 def _wait_served(sc: Scenario, operator: WebhookOperator) -> None:

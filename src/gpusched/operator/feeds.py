@@ -1,7 +1,7 @@
 """kopf's watch events into the store, with the two things kopf does not do for a cache.
 
 kopf runs one watch per kind and hands every event to the ``@kopf.on.event`` handlers that
-:mod:`gpusched.operator.kopfhost` registers; a :class:`KindFeed` turns them into the store's
+:mod:`gpusched.operator.main` registers; a :class:`KindFeed` turns them into the store's
 ``upsert_*`` / ``delete_*`` calls. kopf tells a handler neither when a kind has been listed nor
 which objects a new list no longer holds (after ``410 Gone`` it lists again and delivers the
 listed objects as events of type ``None``, but nothing for the objects deleted meanwhile; measured
@@ -68,8 +68,6 @@ class KindFeed:
     """Key -> the newest version this feed handed the store, and the object's identity
     (name, namespace, UID) to delete it by."""
     synced: bool = False
-    lists: int = 0
-    """LIST calls made: the anchor and every reconcile."""
     api: AsyncApi | None = field(default=None, repr=False)
     _pending: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
     _running: asyncio.Task[int] | None = field(default=None, init=False, repr=False)
@@ -109,18 +107,13 @@ class KindFeed:
                 break
             except asyncio.CancelledError:
                 raise
-            except ApiError as err:
-                if self.optional and err.status == 404:
+            except Exception as err:
+                if self.optional and not_installed(err):
                     items = []
                     break
                 self._failed(err)
                 log.warning("listing %s failed (%s); retrying", self.name, err)
                 await asyncio.sleep(ANCHOR_RETRY)
-            except Exception as err:
-                self._failed(err)
-                log.warning("listing %s failed (%s); retrying", self.name, err)
-                await asyncio.sleep(ANCHOR_RETRY)
-        self.lists += 1
         self.seen = {
             _key(item["metadata"]): (_version(item["metadata"]), _identity(item["metadata"]))
             for item in items
@@ -154,33 +147,18 @@ class KindFeed:
         version no newer than the list's; the number deleted."""
         try:
             items, list_version = await api.list(self.path)
-        except ApiError as err:
-            if not (self.optional and err.status == 404):
-                self._failed(err)
-                self._schedule_reconcile()
-                return 0
-            items, list_version = [], ""
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            self._failed(err)
-            log.warning("listing %s to reconcile failed (%s); retrying", self.name, err)
-            self._schedule_reconcile()
-            return 0
-        self.lists += 1
-        listed = {_key(item["metadata"]) for item in items}
-        newest = (
-            int(list_version)
-            if list_version.isdigit()
-            else max((v for v, _ in self.seen.values()), default=0)
-        )
-        gone = [
-            (key, identity)
-            for key, (version, identity) in self.seen.items()
-            if key not in listed and version <= newest
-        ]
-        for key, identity in gone:
-            del self.seen[key]
+            if not (self.optional and not_installed(err)):
+                self._failed(err)
+                log.warning("listing %s to reconcile failed (%s); retrying", self.name, err)
+                self._schedule_reconcile()
+                return 0
+            items, list_version = [], ""
+        gone = vanished(self.seen, {_key(item["metadata"]) for item in items}, list_version)
+        for key in gone:
+            _, identity = self.seen.pop(key)
             self.delete({"metadata": identity})
         for item in items:
             self._upsert(item)
@@ -197,6 +175,11 @@ class KindFeed:
     def _failed(self, err: BaseException) -> None:
         if self.on_error is not None:
             self.on_error(self.name, err)
+
+
+def not_installed(err: BaseException) -> bool:
+    """Whether ``err`` says the kind is not served (its CRD is not installed)."""
+    return isinstance(err, ApiError) and err.status == 404
 
 
 def vanished(

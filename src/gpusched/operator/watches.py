@@ -20,7 +20,7 @@ from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.kubewatch import Reflector
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import api as paths
-from gpusched.operator.feeds import KindFeed
+from gpusched.operator.feeds import KindFeed, not_installed
 from gpusched.operator.store import Store
 
 Raw = Mapping[str, Any]
@@ -104,12 +104,6 @@ WATCHED = (
 )
 
 
-def kind_not_installed(name: str, err: BaseException) -> bool:
-    """Whether ``err`` says an optional kind's CRD is not installed: no objects of it."""
-    optional = any(w.optional for w in WATCHED if w.name == name)
-    return optional and isinstance(err, ApiError) and err.status == 404
-
-
 class _Consumer:
     """A reflector's consumer made of three store methods."""
 
@@ -150,7 +144,7 @@ async def list_all(api: AsyncApi, store: Store) -> None:
         try:
             items, _ = await api.list(watched.path, watched.params)
         except ApiError as err:
-            if not kind_not_installed(watched.name, err):
+            if not (watched.optional and not_installed(err)):
                 raise
             return []
         return items

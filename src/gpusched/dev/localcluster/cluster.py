@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from gpusched.api import keys
 from gpusched.dev.localcluster import pki, podnetwork
 from gpusched.dev.localcluster.binaries import Progress, Toolchain, cache_dir, default_progress
 from gpusched.dev.localcluster.processes import (
@@ -240,7 +241,7 @@ class LocalCluster:
         settled. Nothing to wait for without the CRDs."""
         job = json.dumps(
             {
-                "apiVersion": "gpusched.io/v1alpha1",
+                "apiVersion": keys.API_VERSION,
                 "kind": "GpuJob",
                 "metadata": {"name": "admission-settled"},
                 "spec": {
@@ -252,7 +253,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             request = urllib.request.Request(
-                self.server + "/apis/gpusched.io/v1alpha1/namespaces/default/gpujobs?dryRun=All",
+                f"{self.server}/apis/{keys.API_VERSION}/namespaces/default/gpujobs?dryRun=All",
                 data=job,
                 method="POST",
                 headers={"Content-Type": "application/json"},
