@@ -40,7 +40,11 @@ def crowded(draw: Any) -> tuple[Snapshot, list[Job]]:
         node(f"n{i}", draw(st.sampled_from(["nvswitch", "dgx1", "count"])), "H100")
         for i in range(draw(st.integers(1, 3)))
     ]
-    tenants: list[Tenant] = draw(tenant_sets())
+    tenants: list[Tenant] = [
+        # Some tenants cap one submitter, so alike jobs of different users end differently.
+        replace(t, user_max_gpus=draw(st.sampled_from([None, 2, 8])))
+        for t in draw(tenant_sets())
+    ]
     shapes = [
         (draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(0, 2)), draw(st.booleans()))
         for _ in range(draw(st.integers(1, 3)))
@@ -57,6 +61,7 @@ def crowded(draw: Any) -> tuple[Snapshot, list[Job]]:
                 priority=priority,
                 preemptible=preemptible,
                 submitted=float(i),
+                submitter=draw(st.sampled_from(["alice", "bob", ""])),
             )
         )
     split = draw(st.integers(0, len(jobs)))

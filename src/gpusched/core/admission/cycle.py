@@ -120,6 +120,7 @@ class _Failed:
     reason: WaitReason
     message: str
     backfill: frozenset[str]
+    submitter: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,20 @@ class Cycle:
         self.ledgers = {
             name: Ledger(t, self.admitted[name].values()) for name, t in self.tenants.items()
         }
+        self.users: dict[tuple[str, str], list[int]] = {}
+        """(tenant, submitter) -> [GPUs, jobs] admitted, for tenants that cap one user."""
+        for name, tenant in self.tenants.items():
+            if tenant.caps_users:
+                for job in self.admitted[name].values():
+                    self._count_user(job, 1)
+        self._over_cap_at_start = {
+            j.key
+            for name, tenant in self.tenants.items()
+            if tenant.caps_users
+            for j in self.queued[name]
+            if self._user_cap_text(j) is not None
+        }
+        """Queued jobs over their submitter's cap when the cycle began: no claim, no demand."""
         self._feasible_request = {
             request: self.pool.static_failure(request) is None
             for request in set(self.requests.values())
@@ -240,10 +255,61 @@ class Cycle:
         self._carry()
 
     def _feasible(self, tenant: str) -> list[Job]:
-        """The tenant's queued jobs that could be placed on an empty cluster, in queue order."""
+        """The tenant's queued jobs that could be placed on an empty cluster, in queue order
+        (none while its budget is spent; none over its submitter's cap)."""
+        if self.tenants[tenant].budget_exhausted(self.now):
+            return []
         feasible = self._feasible_request
         requests = self.requests
-        return [j for j in self.queued[tenant] if feasible[requests[j.key]]]
+        capped = self._over_cap_at_start
+        return [j for j in self.queued[tenant] if feasible[requests[j.key]] and j.key not in capped]
+
+    # --- per-user caps and budgets -------------------------------------------------------
+
+    def _count_user(self, job: Job, sign: int) -> None:
+        assert job.tenant is not None
+        held = self.users.setdefault((job.tenant, job.submitter), [0, 0])
+        held[0] += sign * job.total_gpus
+        held[1] += sign
+
+    def _user_cap_text(self, job: Job) -> str | None:
+        """Why admitting the job would take its submitter past the tenant's per-user cap
+        (None: it would not)."""
+        assert job.tenant is not None
+        tenant = self.tenants[job.tenant]
+        if not tenant.caps_users:
+            return None
+        gpus, jobs = self.users.get((job.tenant, job.submitter), (0, 0))
+        who = f"user {job.submitter}" if job.submitter else "jobs with no recorded submitter"
+        if tenant.user_max_gpus is not None and gpus + job.total_gpus > tenant.user_max_gpus:
+            return (
+                f"needs {job.total_gpus} GPUs; {who} holds {gpus} of the "
+                f"{tenant.user_max_gpus} GPUs tenant {tenant.name} allows one user"
+            )
+        if tenant.user_max_jobs is not None and jobs + 1 > tenant.user_max_jobs:
+            return (
+                f"{who} has {jobs} of the {tenant.user_max_jobs} jobs holding GPUs tenant "
+                f"{tenant.name} allows one user"
+            )
+        return None
+
+    def _tenant_rule(self, job: Job) -> GangFailure | None:
+        """The tenant's budget or per-user cap standing in the job's way, whatever GPUs are
+        free (None: neither does)."""
+        assert job.tenant is not None
+        tenant = self.tenants[job.tenant]
+        if tenant.budget_exhausted(self.now):
+            assert tenant.budget_exhausted_until is not None
+            turns = _in(tenant.budget_exhausted_until - self.now)
+            return GangFailure(
+                WaitReason.BUDGET_EXHAUSTED,
+                f"tenant {tenant.name} has spent its budget's hard cap for this period; new "
+                f"jobs start when the next period begins, {turns}",
+            )
+        text = self._user_cap_text(job)
+        if text is not None:
+            return GangFailure(WaitReason.USER_CAP_EXCEEDED, text)
+        return None
 
     def _claims_of(self, tenant: str) -> set[str]:
         return claims(self.tenants[tenant], self._admitted_at_start[tenant], self._feasible(tenant))
@@ -264,7 +330,8 @@ class Cycle:
         if ledger.fits_within(job):
             return (0, 0.0, job.order, tenant, self._versions[tenant])
         borrowed_after = ledger.used + job.total_gpus - ledger.covered(job)
-        share = borrowed_after / self.tenants[tenant].weight
+        standing = self.tenants[tenant]
+        share = (borrowed_after + standing.recent_borrowed) / standing.weight
         return (1, share, job.order, tenant, self._versions[tenant])
 
     def _park_unstartable(self, tenant: str) -> None:
@@ -276,6 +343,7 @@ class Cycle:
         while (job := self._head(tenant)) is not None and (
             not self._feasible_request[self.requests[job.key]]
             or (job.not_before is not None and job.not_before > self.now)
+            or self._tenant_rule(job) is not None
         ):
             touched = self._decide(job)
             assert not touched, "a job that cannot start changed another tenant's standing"
@@ -361,6 +429,7 @@ class Cycle:
             or job.key in self.reserved
             or (job.key in self.claims[tenant]) != before.claim
             or self._backfill_options(job) != before.backfill
+            or (job.submitter != before.submitter and self.tenants[tenant].caps_users)
         ):
             return False
         self._wait(job, before.reason, before.message)
@@ -410,6 +479,7 @@ class Cycle:
             reason=last[1],
             message=last[2],
             backfill=self._backfill_options(job),
+            submitter=job.submitter,
         )
 
     def _decide(self, job: Job) -> set[str]:
@@ -437,6 +507,10 @@ class Cycle:
         static = self.pool.static_failure(request)
         if static is not None:
             self._wait(job, static.reason, static.message)
+            return set()
+        rule = self._tenant_rule(job)
+        if rule is not None:
+            self._wait(job, rule.reason, rule.message)
             return set()
         within = ledger.fits_within(job)
         failure: GangFailure | None = None
@@ -503,16 +577,25 @@ class Cycle:
         preempted, the order stays. Jobs that can never run here get None.
         """
         profile = self.profile()
-        planned: dict[str, list[tuple[float, float, int]]] = {}
+        planned: dict[str, list[_Interval]] = {}
+        # Per capped submitter: GPUs and jobs over time.
+        user_gpus: dict[tuple[str, str], list[_Interval]] = {}
+        user_jobs: dict[tuple[str, str], list[_Interval]] = {}
+
+        def plan(job: Job, start: float, end: float) -> None:
+            assert job.tenant is not None
+            planned[job.tenant].append((start, end, job.total_gpus))
+            if self.tenants[job.tenant].caps_users:
+                user = (job.tenant, job.submitter)
+                user_gpus.setdefault(user, []).append((start, end, job.total_gpus))
+                user_jobs.setdefault(user, []).append((start, end, 1))
+
         for name in self.tenants:
-            planned[name] = [
-                (self.now, _end(self.ends.get(j.key)), j.total_gpus)
-                for j in self.admitted[name].values()
-            ]
+            planned[name] = []
+            for j in self.admitted[name].values():
+                plan(j, self.now, _end(self.ends.get(j.key)))
         for reservation in self.reserved.values():
-            planned[reservation.tenant].append(
-                (reservation.start, reservation.end, self.jobs[reservation.job].total_gpus)
-            )
+            plan(self.jobs[reservation.job], reservation.start, reservation.end)
         done = 0
         for key in self.order:
             if key in self.expected:
@@ -531,14 +614,26 @@ class Cycle:
             done += 1
             assert job.tenant is not None
             request = self.requests.get(key) or Request.of(job)
-            found = self._plan_one(job, request, profile, planned[job.tenant])
+            tenant = self.tenants[job.tenant]
+            limits = [
+                (
+                    planned[job.tenant],
+                    job.total_gpus,
+                    tenant.borrowing_limit if job.preemptible else tenant.guaranteed,
+                )
+            ]
+            if tenant.caps_users:
+                user = (job.tenant, job.submitter)
+                limits.append((user_gpus.get(user, []), job.total_gpus, tenant.user_max_gpus))
+                limits.append((user_jobs.get(user, []), 1, tenant.user_max_jobs))
+            found = self._plan_one(job, request, profile, limits)
             if found is None:
                 self.expected[key] = None
                 continue
             runtime = job.expected_runtime
             end = found.start + runtime if runtime is not None else NEVER
             profile.take(found.plans, end)
-            planned[job.tenant].append((found.start, end, job.total_gpus))
+            plan(job, found.start, end)
             self.expected[key] = found.start
         return dict(self.expected)
 
@@ -547,26 +642,36 @@ class Cycle:
         job: Job,
         request: Request,
         profile: Profile,
-        planned: list[tuple[float, float, int]],
+        limits: Sequence[tuple[Sequence[_Interval], int, int | None]],
     ) -> Slotting | None:
+        """Where and when the job fits soonest on ``profile`` under ``limits``: (what is
+        planned over time, what the job adds, the cap) for its tenant and its submitter; and
+        not before its backoff ends or its tenant's budget period turns."""
         assert job.tenant is not None
-        tenant = self.tenants[job.tenant]
-        cap = tenant.borrowing_limit if job.preemptible else tenant.guaranteed
-        if cap is not None and sum(n for _, _, n in planned) + job.total_gpus <= cap:
-            cap = None  # all of the tenant's jobs at once would fit: nothing to check
+        # Caps that all of the planned jobs at once would fit under are not checked.
+        checks = [
+            (planned, n, cap)
+            for planned, n, cap in limits
+            if cap is not None and sum(x for _, _, x in planned) + n > cap
+        ]
         floor = max(self.now, job.not_before or self.now)
+        budget = self.tenants[job.tenant]
+        if budget.budget_exhausted(self.now):
+            assert budget.budget_exhausted_until is not None
+            floor = max(floor, budget.budget_exhausted_until)
         for _ in range(_FORECAST_ROUNDS):
             found = profile.earliest(request, floor)
             if found is None:
                 return None
-            if cap is None:
+            later = found.start
+            for planned, n, cap in checks:
+                allowed = _quota_allows(planned, found.start, n, cap)
+                if allowed is None:
+                    return None
+                later = max(later, allowed)
+            if later <= found.start:
                 return found
-            allowed = _quota_allows(planned, found.start, job.total_gpus, cap)
-            if allowed is None:
-                return None
-            if allowed <= found.start:
-                return found
-            floor = allowed
+            floor = later
         return None
 
     # --- reservations and backfill -------------------------------------------------------
@@ -980,11 +1085,13 @@ class Cycle:
         """Seconds until ``job`` is expected to fit without evicting anyone (inf: never, as
         far as the running jobs' expected ends tell)."""
         assert job.tenant is not None
+        tenant = self.tenants[job.tenant]
         planned = [
             (self.now, _end(self.ends.get(j.key)), j.total_gpus)
             for j in self.admitted[job.tenant].values()
         ]
-        found = self._plan_one(job, request, self.profile(), planned)
+        cap = tenant.borrowing_limit if job.preemptible else tenant.guaranteed
+        found = self._plan_one(job, request, self.profile(), [(planned, job.total_gpus, cap)])
         return float("inf") if found is None or found.start >= NEVER else found.start - self.now
 
     def _on_reserved(self, victim: Job, preemptor: Job) -> bool:
@@ -1083,6 +1190,8 @@ class Cycle:
                 for node, mask in self.pool.holdings(victim.key).items():
                     profile.free_from(node, mask, self.now)
             self.ledgers[victim.tenant].remove(victim)
+            if self.tenants[victim.tenant].caps_users:
+                self._count_user(victim, -1)
             del self.admitted[victim.tenant][victim.key]
             self._admitted_version += 1
             self._borrowed.pop(victim.tenant, None)
@@ -1135,6 +1244,8 @@ class Cycle:
         self.admitted[job.tenant][job.key] = admitted
         self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
+        if self.tenants[job.tenant].caps_users:
+            self._count_user(admitted, 1)
         self._borrowed.pop(job.tenant, None)
         self._usable_gpus.pop(job.tenant, None)
         self._sizes.pop(job.tenant, None)
@@ -1231,15 +1342,15 @@ def _guarantee_text(tenant: Tenant, ledger: Ledger, job: Job) -> str:
 
 #: Rounds of (GPUs, quota) a forecast tries per job before it gives up on an answer.
 _FORECAST_ROUNDS = 32
+#: (start, end, amount) of something planned to be held.
+_Interval = tuple[float, float, int]
 
 
 def _end(end: float | None) -> float:
     return NEVER if end is None else end
 
 
-def _quota_allows(
-    planned: Sequence[tuple[float, float, int]], at: float, gpus: int, cap: int
-) -> float | None:
+def _quota_allows(planned: Sequence[_Interval], at: float, gpus: int, cap: int) -> float | None:
     """First time from ``at`` when the tenant's jobs (start, end, GPUs) leave room for
     ``gpus`` under ``cap`` (None: never)."""
     when = at

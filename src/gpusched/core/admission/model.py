@@ -55,6 +55,11 @@ class WaitReason(StrEnum):
     down (an NVLink clique with trays down): it waits for them rather than be half-bound."""
     NO_FEASIBLE_NODES = "NoFeasibleNodes"
     """No node could host it even if the cluster were empty (model, size, selector, taints)."""
+    USER_CAP_EXCEEDED = "UserCapExceeded"
+    """Admitting it would take its submitter above the GPUs or jobs its tenant allows one user."""
+    BUDGET_EXHAUSTED = "BudgetExhausted"
+    """The tenant has spent its budget's hard cap for the period: no new job starts before the
+    next period (running jobs go on)."""
 
 
 class AdmitReason(StrEnum):
@@ -232,6 +237,10 @@ class Job:
     """QUEUED: the GPUs the previous cycle reserved for the job (kept when still as early)."""
     reservation_start: float | None = None
     """QUEUED: the start the previous cycle expected for that reservation."""
+    submitter: str = ""
+    """Who created the job, as the API server authenticated them (the chart's admission policy
+    records it); empty: not recorded. Per-user caps count a tenant's unrecorded jobs as one
+    user's."""
     preemptions: int = 0
     """How many times the job was preempted (``status.preemptionCount``): a job preempted
     before is protected longer against priority preemption (no thrash)."""
@@ -275,6 +284,27 @@ class Tenant:
     weight: float = 1.0
     within_tenant: WithinTenantPreemption = WithinTenantPreemption.LOWER_PRIORITY
     reclaim: ReclaimPolicy = ReclaimPolicy.ANY
+    user_max_gpus: int | None = None
+    """Most GPUs one submitter's admitted jobs may hold at once (None: no cap)."""
+    user_max_jobs: int | None = None
+    """Most admitted jobs one submitter may have at once (None: no cap)."""
+    budget_exhausted_until: float | None = None
+    """The tenant spent its budget's hard cap: no new admission before this time (the end of
+    the budget period). None: within budget."""
+    recent_borrowed: float = 0.0
+    """Borrowed GPUs in the recent past (an average decayed with the cluster's usage half-life;
+    0 when fair share has no memory): added to what a tenant borrows now when ranking
+    borrowers, so a tenant that borrowed much lately lends way to one that did not."""
+
+    @property
+    def caps_users(self) -> bool:
+        """Whether any one submitter's usage is capped."""
+        return self.user_max_gpus is not None or self.user_max_jobs is not None
+
+    def budget_exhausted(self, now: float) -> bool:
+        """Whether new jobs wait for the next budget period."""
+        until = self.budget_exhausted_until
+        return until is not None and until > now
 
 
 @dataclass(frozen=True, slots=True)
