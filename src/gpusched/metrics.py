@@ -460,6 +460,53 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.tenant_cost = Gauge(
+            "tenant_cost",
+            "What the tenant's GPU time cost (pricing currency; without prices, GPU-hours) over "
+            "a window: the current budget period (period), the last 7 or 30 days.",
+            ["tenant", "window"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.tenant_gpu_hours = Gauge(
+            "tenant_gpu_hours",
+            "GPU-hours the tenant's jobs ran over a window (period, 7d, 30d).",
+            ["tenant", "window"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.tenant_budget_cap = Gauge(
+            "tenant_budget_cap",
+            "The tenant's budget caps for the period (soft: alert; hard: new jobs wait), in the "
+            "pricing currency; only caps that are set.",
+            ["tenant", "cap"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.tenant_recent_borrowed = Gauge(
+            "tenant_recent_borrowed_gpus",
+            "GPUs the tenant borrowed on average lately (decayed with --usage-half-life; 0 "
+            "without): what fair share with memory ranks borrowers by, besides what they "
+            "borrow now.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.user_gpus = Gauge(
+            "user_gpus",
+            "GPUs held now by one submitter's admitted jobs, by tenant and user (the empty "
+            "user: jobs with no recorded submitter).",
+            ["tenant", "user"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.user_cost = Gauge(
+            "user_cost",
+            "What one submitter's jobs cost in the current budget period, by tenant and user.",
+            ["tenant", "user"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.cycle_seconds = Histogram(
             "admission_cycle_duration_seconds",
             "Time of one admission cycle: snapshot, decisions and API writes.",
@@ -513,6 +560,12 @@ class OperatorMetrics:
             self.gpus_pending,
             self.oldest_wait,
             self.gpu_seconds,
+            self.tenant_cost,
+            self.tenant_gpu_hours,
+            self.tenant_budget_cap,
+            self.tenant_recent_borrowed,
+            self.user_gpus,
+            self.user_cost,
             self.reservations,
             self.reserved_idle_gpus,
         ):

@@ -81,6 +81,10 @@ ANNOTATION_PLANNED_GPU_INDICES: Final = f"{PREFIX}planned-gpu-indices"
 #: On a GpuJob (or its pods): RFC 3339 time of the job's latest checkpoint, written by the
 #: workload; work before it is not counted as lost when choosing preemption victims.
 ANNOTATION_LAST_CHECKPOINT: Final = f"{PREFIX}last-checkpoint"
+#: On a GpuJob: the user the API server authenticated when it was created, recorded by the
+#: chart's admission policy (it cannot be set or changed by anyone else); per-user caps and
+#: per-user spending count it.
+ANNOTATION_SUBMITTER: Final = f"{PREFIX}submitter"
 #: Number of replicas of the pod's gang; above 1 the placement favours NIC-local GPUs.
 ANNOTATION_GANG_SIZE: Final = f"{PREFIX}gang-size"
 #: Why a pod was evicted by the operator (preemption), human readable.

@@ -54,6 +54,62 @@ class PreemptionPolicy(ApiModel):
     within this (plus one admission cycle), whatever the job asked."""
 
 
+class UserLimits(ApiModel):
+    """What any one submitter of the tenant may hold at once. The submitter is the user the
+    API server authenticated when the GpuJob was created (recorded by the chart's admission
+    policy in the ``gpusched.io/submitter`` annotation)."""
+
+    max_gpus: int | None = Field(None, ge=1, le=1_000_000)
+    """Most GPUs one user's admitted jobs hold together. Unset: no cap."""
+    max_jobs: int | None = Field(None, ge=1, le=1_000_000)
+    """Most jobs of one user holding GPUs at once. Unset: no cap."""
+
+
+class BudgetPeriod(StrEnum):
+    """The calendar period (UTC) a budget is spent over; spending starts again at its turn."""
+
+    DAY = "Day"
+    WEEK = "Week"
+    """Monday to Sunday."""
+    MONTH = "Month"
+
+
+class Budget(ApiModel):
+    """A spending limit per period, in the cluster's pricing currency (the chart's
+    ``operator.pricing``; without a price list every GPU-hour costs 1, so caps count
+    GPU-hours)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.softCap) || !has(self.hardCap) "
+                    "|| self.softCap <= self.hardCap",
+                    "message": "softCap must not be above hardCap",
+                    "fieldPath": ".softCap",
+                    "reason": "FieldValueInvalid",
+                }
+            ]
+        }
+    )
+
+    period: BudgetPeriod = BudgetPeriod.MONTH
+    """Over what the caps count."""
+    soft_cap: float | None = Field(None, ge=0, le=1e12)
+    """Spending that sets the ``BudgetSoftCapReached`` condition, records an event and fires
+    the ``GpuschedTenantBudgetSoftCap`` alert; nothing waits."""
+    hard_cap: float | None = Field(None, ge=0, le=1e12)
+    """Spending after which the tenant's new jobs wait (``BudgetExhausted``) until the next
+    period; running jobs go on."""
+
+    @model_validator(mode="after")
+    def _soft_not_above_hard(self) -> Budget:
+        soft, hard = self.soft_cap, self.hard_cap
+        if soft is not None and hard is not None and soft > hard:
+            raise ValueError("spec.budget.softCap must not be above spec.budget.hardCap")
+        return self
+
+
 DnsLabel = Annotated[
     str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ]
@@ -117,6 +173,11 @@ class TenantQuotaSpec(ApiModel):
     """PriorityClasses the tenant's GpuJobs may name (refused at apply time otherwise; a job
     naming none gets the cluster's default class). Unset: any class but Kubernetes' own
     ``system-`` ones."""
+    per_user: UserLimits | None = None
+    """Caps on any one submitter's share of the tenant (jobs over it wait,
+    ``UserCapExceeded``)."""
+    budget: Budget | None = None
+    """Spending caps per period (metered in ``status`` whether set or not)."""
 
     @model_validator(mode="after")
     def _limits_are_consistent(self) -> TenantQuotaSpec:
@@ -127,6 +188,36 @@ class TenantQuotaSpec(ApiModel):
                 "spec.guaranteedGpusByModel must not add up to more than spec.guaranteedGpus"
             )
         return self
+
+
+class DaySpend(ApiModel):
+    """GPU-hours and cost of one UTC day."""
+
+    date: str = Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+    """The day, ``YYYY-MM-DD``."""
+    gpu_hours: float = Field(0.0, ge=0)
+    """GPU-hours run that day."""
+    cost: float = Field(0.0, ge=0)
+    """What they cost, in ``status.currency``."""
+
+
+class UserSpend(ApiModel):
+    """One submitter's part of the tenant: held now, and spent in the budget period."""
+
+    name: str = Field(max_length=512)
+    """The authenticated user name; empty for jobs with no recorded submitter."""
+    gpus: int = Field(0, ge=0)
+    """GPUs held now by the user's admitted jobs."""
+    jobs: int = Field(0, ge=0)
+    """The user's jobs holding GPUs now."""
+    gpu_hours: float = Field(0.0, ge=0)
+    """GPU-hours in the current budget period."""
+    cost: float = Field(0.0, ge=0)
+    """Cost in the current budget period."""
+
+
+MAX_DAYS: Final = 35
+MAX_USERS: Final = 100
 
 
 class TenantQuotaStatus(ApiModel):
@@ -155,6 +246,30 @@ class TenantQuotaStatus(ApiModel):
     """Ready, and NamespaceConflict when a namespace is claimed by an older TenantQuota."""
     last_metered_at: datetime | None = None
     """When ``gpuSeconds`` was last brought up to date."""
+    currency: str = ""
+    """Unit of the cost fields (the cluster's pricing currency)."""
+    period_start: datetime | None = None
+    """Start of the current budget period (the month, unless ``spec.budget.period`` says
+    otherwise)."""
+    period_gpu_hours: float = Field(0.0, ge=0)
+    """GPU-hours run since ``periodStart``."""
+    period_cost: float = Field(0.0, ge=0)
+    """What they cost: what the budget's caps are compared with."""
+    gpu_hours_7d: float = Field(0.0, ge=0, alias="gpuHours7d")
+    """GPU-hours of the last 7 days (today included)."""
+    cost_7d: float = Field(0.0, ge=0, alias="cost7d")
+    """What ``gpuHours7d`` cost."""
+    gpu_hours_30d: float = Field(0.0, ge=0, alias="gpuHours30d")
+    """GPU-hours of the last 30 days (today included)."""
+    cost_30d: float = Field(0.0, ge=0, alias="cost30d")
+    """What ``gpuHours30d`` cost."""
+    daily: list[DaySpend] = Field(default_factory=list, max_length=MAX_DAYS)
+    """GPU-hours and cost per UTC day, oldest first (the last 35 days)."""
+    users: list[UserSpend] = Field(default_factory=list, max_length=MAX_USERS)
+    """Per submitter, the most spending first (the first 100)."""
+    recent_borrowed_gpus: float = Field(0.0, ge=0)
+    """GPUs borrowed on average in the recent past (decayed with the operator's usage
+    half-life); ranks borrowers when fair share has memory. 0 without."""
 
 
 class TenantQuota(LenientApiModel):

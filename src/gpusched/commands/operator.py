@@ -144,6 +144,21 @@ def _labels(value: str) -> dict[str, str]:
     default=None,
     help="Directory with the webhook's tls.crt and tls.key (reloaded when they change).",
 )
+@click.option(
+    "--pricing",
+    default="",
+    help='Price of a GPU-hour per GPU model, as JSON: {"currency": "USD", "default": 2.0, '
+    '"byModel": {"NVIDIA-H100-80GB-HBM3": 4.5}}. Unset: every GPU-hour costs 1 (budgets '
+    "count GPU-hours).",
+)
+@click.option(
+    "--usage-half-life",
+    type=DURATION,
+    default="0s",
+    show_default=True,
+    help="Fair share with memory: a tenant's past borrowing counts when borrowers are ranked, "
+    "halving every this long (e.g. 168h); 0: no memory.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def operator(
     *,
@@ -167,11 +182,19 @@ def operator(
     stuck_after: float,
     webhook_port: int,
     webhook_cert_dir: Path | None,
+    pricing: str,
+    usage_half_life: float,
     verbose: bool,
 ) -> None:
     """Run the GpuJob / TenantQuota operator until interrupted."""
+    from gpusched.core.lifecycle.spend import Pricing
     from gpusched.operator.decide import OperatorConfig
     from gpusched.operator.main import RunOptions, run
+
+    try:
+        prices = Pricing.parse(pricing)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--pricing") from err
 
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     if webhook_port and webhook_cert_dir is None:
@@ -196,6 +219,8 @@ def operator(
                 max_node_rejections=max_node_rejections,
                 forecast_interval=forecast_interval,
                 reservations_per_tenant=reservations_per_tenant,
+                pricing=prices,
+                usage_half_life=usage_half_life or None,
             ),
             metrics_port=metrics_port,
             resync=resync,

@@ -37,6 +37,7 @@ from gpusched.core.lifecycle import (
     settle,
     tenant_map,
 )
+from gpusched.core.lifecycle.spend import Pricing
 from gpusched.core.runtime import JobKind, Prediction, RuntimeHistory, family_of
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import World
@@ -70,6 +71,11 @@ class OperatorConfig:
     """Blocked jobs per tenant holding a reservation (0: none; see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""
+    pricing: Pricing = field(default_factory=Pricing)
+    """Price of a GPU-hour per GPU model: what TenantQuota spending and budgets count."""
+    usage_half_life: float | None = None
+    """Seconds over which a tenant's past borrowing halves in the order of borrowers (None:
+    fair share has no memory)."""
 
     def lifecycle(self) -> LifecycleConfig:
         return LifecycleConfig(

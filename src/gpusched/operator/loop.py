@@ -21,9 +21,10 @@ from typing import Any
 
 from prometheus_client import Gauge
 
+from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.api.meta import ConditionStatus
-from gpusched.api.tenantquota import TenantQuotaStatus
+from gpusched.api.tenantquota import TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import AdmitReason, PreemptReason, TenantUsage
 from gpusched.core.lifecycle import (
     CreatePod,
@@ -37,6 +38,7 @@ from gpusched.core.lifecycle import (
     tenant_map,
 )
 from gpusched.core.lifecycle import status as st
+from gpusched.core.lifecycle.tenants import QuotaEvent, QuotaUpdate
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
@@ -118,6 +120,8 @@ class AdmissionLoop:
         self._quota_due: datetime | None = None
         self._quota_written: dict[str, float] = {}
         self._quota_busy: set[str] = set()
+        self._user_series: dict[str, set[str]] = {}
+        """Tenant -> users with per-user series published (to drop those that leave)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     def leading(self) -> bool:
@@ -284,6 +288,7 @@ class AdmissionLoop:
     def _publish_quotas(self, decision: Decision) -> None:
         now = decision.world.now
         usage = {u.name: u for u in decision.result.tenants}
+        models = {n.name: n.model or "" for n in decision.snapshot.nodes}
         # Only jobs that ran count towards GPU-seconds.
         metered = [
             MeteredJob(
@@ -291,6 +296,8 @@ class AdmissionLoop:
                 gpus=job.gpus,
                 before=job.status,
                 after=decision.final_status(job.key),
+                submitter=job.submitter,
+                models=_gpus_by_model(job.status, models),
             )
             for job in decision.world.jobs
             if job.status.started_at is not None
@@ -301,8 +308,15 @@ class AdmissionLoop:
             if found is None or name in self._quota_busy:
                 continue
             update = quota_status(
-                quota, found, decision.tenants.conflicts.get(name, []), metered, now
+                quota,
+                found,
+                decision.tenants.conflicts.get(name, []),
+                metered,
+                now,
+                pricing=self.config.pricing,
+                half_life=self.config.usage_half_life,
             )
+            self._publish_spend(quota, update)
             stale = time.monotonic() - self._quota_written.get(name, 0.0)
             if not update.changed and stale < self.config.quota_meter_interval:
                 self.metrics.gpu_seconds.labels(name).set(quota.status.gpu_seconds)
@@ -317,13 +331,53 @@ class AdmissionLoop:
                 continue
             self._quota_busy.add(name)
             task = asyncio.create_task(
-                self._write_quota(name, quota.metadata.uid or "", update.status, patch)
+                self._write_quota(
+                    name, quota.metadata.uid or "", update.status, patch, update.events
+                )
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _publish_spend(self, quota: TenantQuota, update: QuotaUpdate) -> None:
+        """The tenant's spending, budget caps, recent borrowing and per-user figures."""
+        m = self.metrics
+        name = quota.metadata.name or ""
+        status = update.status
+        for window, hours, cost in (
+            ("period", status.period_gpu_hours, status.period_cost),
+            ("7d", status.gpu_hours_7d, status.cost_7d),
+            ("30d", status.gpu_hours_30d, status.cost_30d),
+        ):
+            m.tenant_cost.labels(name, window).set(cost)
+            m.tenant_gpu_hours.labels(name, window).set(hours)
+        budget = quota.spec.budget
+        for cap, value in (
+            ("soft", budget.soft_cap if budget else None),
+            ("hard", budget.hard_cap if budget else None),
+        ):
+            if value is not None:
+                m.tenant_budget_cap.labels(name, cap).set(value)
+            else:
+                with contextlib.suppress(KeyError):
+                    m.tenant_budget_cap.remove(name, cap)
+        m.tenant_recent_borrowed.labels(name).set(status.recent_borrowed_gpus)
+        users = {u.name for u in status.users}
+        for user in status.users:
+            m.user_gpus.labels(name, user.name).set(user.gpus)
+            m.user_cost.labels(name, user.name).set(user.cost)
+        for gone in self._user_series.get(name, set()) - users:
+            for gauge in (m.user_gpus, m.user_cost):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(name, gone)
+        self._user_series[name] = users
+
     async def _write_quota(
-        self, name: str, uid: str, status: TenantQuotaStatus, patch: dict[str, Any]
+        self,
+        name: str,
+        uid: str,
+        status: TenantQuotaStatus,
+        patch: dict[str, Any],
+        events: Sequence[QuotaEvent] = (),
     ) -> None:
         try:
             answer = await self.api.patch_quota_status(name, uid, patch)
@@ -331,6 +385,20 @@ class AdmissionLoop:
                 self.store.upsert_quota(answer)
                 self._quota_written[name] = time.monotonic()
                 self.metrics.gpu_seconds.labels(name).set(status.gpu_seconds)
+                reference = {
+                    "apiVersion": keys.API_VERSION,
+                    "kind": "TenantQuota",
+                    "name": name,
+                    "uid": uid,
+                }
+                for event in events:
+                    await self.api.event(
+                        reference,
+                        warning=event.warning,
+                        reason=event.reason,
+                        message=event.message,
+                        now=datetime.now(UTC),
+                    )
         except Exception as err:
             self.metrics.api_errors.labels("quota-status").inc()
             log.warning("status of TenantQuota %s not written: %s", name, err)
@@ -439,6 +507,15 @@ def set_series(gauge: Gauge, label: str, values: Mapping[str, float]) -> None:
         gauge.labels(key).set(value)
     for key in current - set(values):
         gauge.remove(key)
+
+
+def _gpus_by_model(status: GpuJobStatus, models: Mapping[str, str]) -> dict[str, int]:
+    """GPU model -> GPUs of the job's placement (model "" where a node's is not known)."""
+    out: dict[str, int] = {}
+    for replica in status.placement:
+        model = models.get(replica.node, "")
+        out[model] = out.get(model, 0) + len(replica.gpu_indices)
+    return out
 
 
 def _queued_since(status: GpuJobStatus) -> datetime | None:

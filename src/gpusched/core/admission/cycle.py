@@ -1289,7 +1289,10 @@ class Cycle:
         for name, tenant in self.tenants.items():
             ledger = self.ledgers[name]
             by_model: dict[str, int] = {}
+            users: dict[str, tuple[int, int]] = {}
             for job in self.admitted[name].values():
+                gpus, count = users.get(job.submitter, (0, 0))
+                users[job.submitter] = (gpus + job.total_gpus, count + 1)
                 for assignment in job.placement:
                     slot = self.pool.slots.get(assignment.node)
                     model = (slot.node.model if slot else None) or UNKNOWN_MODEL
@@ -1311,6 +1314,7 @@ class Cycle:
                     ),
                     demand=self.demand[name],
                     admitted=len(self.admitted[name]),
+                    users=dict(sorted(users.items())),
                 )
             )
         return tuple(out)

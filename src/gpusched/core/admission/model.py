@@ -458,6 +458,8 @@ class TenantUsage:
     """GPUs held plus GPUs of feasible queued jobs."""
     admitted: int = 0
     """Jobs holding GPUs (ADMITTED): pods being created, starting or running."""
+    users: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Submitter -> (GPUs, jobs) of its ADMITTED jobs ("": no recorded submitter)."""
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,12 @@ class JobFacts:
     written yet: what the API server has instead, and the version the decision was taken on."""
 
     @property
+    def submitter(self) -> str:
+        """Who created the job, as the admission policy recorded it ("" when not recorded)."""
+        annotations = self.raw_meta.get("annotations") or {}
+        return str(annotations.get(keys.ANNOTATION_SUBMITTER) or "")
+
+    @property
     def written(self) -> GpuJobStatus:
         """The status the API server has: what a status write is a patch from."""
         return self.unwritten.status if self.unwritten is not None else self.status

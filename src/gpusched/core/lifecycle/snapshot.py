@@ -115,6 +115,7 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
         ),
         reservation_start=reservation.start.timestamp() if reservation is not None else None,
         preemptions=status.preemption_count,
+        submitter=job.submitter,
         **job_shape(job.job, context.protection),
     )
 
@@ -215,7 +216,7 @@ def build_snapshot(
     """The admission core's input."""
     return Snapshot(
         now=now.timestamp(),
-        tenants=tuple(core_tenant(q) for q in quotas),
+        tenants=tuple(core_tenant(q, now) for q in quotas),
         jobs=tuple(jobs),
         nodes=tuple(nodes),
         config=config,

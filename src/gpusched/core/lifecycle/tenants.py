@@ -3,14 +3,15 @@ the operator writes on them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpusched.api.gpujob import GpuJobSpec, GpuJobStatus, JobPhase
 from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.api.tenantquota import PreemptionPolicy, TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import Tenant, TenantUsage
+from gpusched.core.lifecycle.spend import Pricing, Run, decayed, exhausted_until, meter
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,16 @@ def class_not_allowed(quota: TenantQuota | None, class_name: str | None) -> str 
     return f"tenant {quota.metadata.name} allows the PriorityClasses {listed}, not {class_name}"
 
 
-def core_tenant(quota: TenantQuota) -> Tenant:
+def core_tenant(quota: TenantQuota, now: datetime | None = None) -> Tenant:
+    """The TenantQuota as admission sees it (at ``now``: whether its budget is spent)."""
     spec = quota.spec
+    status = quota.status
+    until = (
+        exhausted_until(spec.budget, status.period_start, status.period_cost, now)
+        if now is not None
+        else None
+    )
+    limits = spec.per_user
     return Tenant(
         name=quota.metadata.name or "",
         guaranteed=spec.guaranteed_gpus,
@@ -109,6 +118,10 @@ def core_tenant(quota: TenantQuota) -> Tenant:
         weight=spec.weight,
         within_tenant=spec.preemption.within_tenant,
         reclaim=spec.preemption.reclaim_borrowed,
+        user_max_gpus=limits.max_gpus if limits is not None else None,
+        user_max_jobs=limits.max_jobs if limits is not None else None,
+        budget_exhausted_until=until.timestamp() if until is not None else None,
+        recent_borrowed=status.recent_borrowed_gpus,
     )
 
 
@@ -120,16 +133,29 @@ class MeteredJob:
     gpus: int
     before: GpuJobStatus
     after: GpuJobStatus
+    submitter: str = ""
+    models: Mapping[str, int] = field(default_factory=dict)
+    """GPU model -> GPUs the job holds (empty: not known; charged at the default price)."""
 
 
 def gpu_seconds_between(
     jobs: Iterable[MeteredJob], tenant: str, since: datetime, until: datetime
 ) -> float:
-    """GPU-seconds the tenant's jobs ran between two times, from their start and finish times.
+    """GPU-seconds the tenant's jobs ran between two times, from their start and finish times."""
+    return sum(
+        run.gpus * (run.end - run.begin).total_seconds()
+        for run in runs_between(jobs, tenant, since, until)
+    )
+
+
+def runs_between(
+    jobs: Iterable[MeteredJob], tenant: str, since: datetime, until: datetime
+) -> list[Run]:
+    """What the tenant's jobs ran between two times, from their start and finish times.
 
     Read from each job's status as it stood when the cycle began: a job this cycle preempts or
     requeues still counts up to now (its new status has forgotten that it started)."""
-    total = 0.0
+    out: list[Run] = []
     for job in jobs:
         if job.tenant != tenant:
             continue
@@ -148,8 +174,9 @@ def gpu_seconds_between(
             end = min(end, finished)
         begin = max(started, since)
         if end > begin:
-            total += (end - begin).total_seconds() * job.gpus
-    return total
+            models = dict(job.models) if sum(job.models.values()) == job.gpus else {"": job.gpus}
+            out.append(Run(job.submitter, models, begin, end))
+    return out
 
 
 def set_condition(
@@ -175,15 +202,85 @@ def set_condition(
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaEvent:
+    """Something to record as an event on the TenantQuota."""
+
+    reason: str
+    message: str
+    warning: bool
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaUpdate:
     """The next status of a TenantQuota, and whether it says more than the metered time."""
 
     status: TenantQuotaStatus
     changed: bool
-    """Something besides ``gpuSeconds`` / ``lastMeteredAt`` differs, or a job stopped."""
+    """Something besides the metered figures (GPU-seconds, spending, recent borrowing)
+    differs, or a job stopped."""
     urgent: bool = False
     """To be written now: a job stopped running (next cycle its status no longer says it ran,
     so its GPU-seconds up to now are counted only by this write), or never metered yet."""
+    events: tuple[QuotaEvent, ...] = ()
+    """Budget caps reached by this metering (recorded once, when the condition turns)."""
+
+
+#: Status fields that move with time alone; written at the metering interval.
+METERED_FIELDS = frozenset(
+    {
+        "gpuSeconds",
+        "lastMeteredAt",
+        "periodGpuHours",
+        "periodCost",
+        "gpuHours7d",
+        "cost7d",
+        "gpuHours30d",
+        "cost30d",
+        "daily",
+        "users",
+        "recentBorrowedGpus",
+    }
+)
+
+
+def _budget_conditions(
+    quota: TenantQuota,
+    old_conditions: Sequence[Condition],
+    cost: float,
+    currency: str,
+    now: datetime,
+) -> tuple[list[Condition], list[QuotaEvent]]:
+    """``BudgetSoftCapReached`` and ``BudgetExhausted`` (only while a budget is set), and an
+    event for each that turns true."""
+    budget = quota.spec.budget
+    conditions = [
+        c for c in old_conditions if c.type not in ("BudgetSoftCapReached", "BudgetExhausted")
+    ]
+    if budget is None:
+        return sorted(conditions, key=lambda c: c.type), []
+    events: list[QuotaEvent] = []
+    name = quota.metadata.name or ""
+    spent = f"{cost:.2f} {currency} spent this {budget.period.value.lower()}"
+    for type_, cap, reason, warning, effect in (
+        ("BudgetSoftCapReached", budget.soft_cap, "BudgetSoftCapReached", False, "alert only"),
+        ("BudgetExhausted", budget.hard_cap, "BudgetExhausted", True, "new jobs wait"),
+    ):
+        reached = cap is not None and cost >= cap
+        was = any(c.type == type_ and c.status is ConditionStatus.TRUE for c in old_conditions)
+        message = (
+            f"{spent}, cap {cap:.2f} ({effect})" if cap is not None else f"{spent}; no cap set"
+        )
+        conditions = set_condition(
+            [*conditions, *(c for c in old_conditions if c.type == type_)],
+            type_,
+            value=reached,
+            reason=reason if reached else "WithinBudget",
+            message=message,
+            now=now,
+        )
+        if reached and not was:
+            events.append(QuotaEvent(reason, f"tenant {name}: {message}", warning))
+    return conditions, events
 
 
 def quota_status(
@@ -192,14 +289,36 @@ def quota_status(
     conflicts: Sequence[str],
     jobs: Sequence[MeteredJob],
     now: datetime,
+    *,
+    pricing: Pricing | None = None,
+    half_life: float | None = None,
 ) -> QuotaUpdate:
-    """What the cycle writes on a TenantQuota."""
+    """What the cycle writes on a TenantQuota: usage, GPU-seconds, spending against its
+    budget, recent borrowing (with ``half_life`` seconds; None: no memory)."""
+    pricing = pricing or Pricing()
     name = quota.metadata.name or ""
     old = quota.status
     seconds = old.gpu_seconds
     last = old.last_metered_at
-    if last is not None:
-        seconds += gpu_seconds_between(jobs, name, last, now)
+    runs = runs_between(jobs, name, last, now) if last is not None else []
+    seconds += sum(run.gpus * (run.end - run.begin).total_seconds() for run in runs)
+    spend = meter(
+        budget=quota.spec.budget,
+        old_period_start=old.period_start,
+        old_period=(old.period_gpu_hours, old.period_cost),
+        old_daily=old.daily,
+        old_users=old.users,
+        runs=runs,
+        holding=usage.users,
+        pricing=pricing,
+        now=now,
+    )
+    recent = decayed(
+        old.recent_borrowed_gpus,
+        float(usage.borrowed),
+        (now - last).total_seconds() if last is not None else 0.0,
+        half_life,
+    )
     # A job of the tenant stopped running in this cycle: its time up to now is counted only if
     # written now (next cycle its status no longer says it ran).
     stopped = any(
@@ -208,8 +327,11 @@ def quota_status(
         and job.after.phase is not JobPhase.RUNNING
         for job in jobs
     )
+    conditions, events = _budget_conditions(
+        quota, old.conditions, spend.period_cost, pricing.currency, now
+    )
     conditions = set_condition(
-        old.conditions,
+        conditions,
         "NamespaceConflict",
         value=bool(conflicts),
         reason="NamespaceOwnedElsewhere" if conflicts else "NoConflict",
@@ -239,9 +361,19 @@ def quota_status(
         gpu_seconds=round(seconds, 1),
         conditions=conditions,
         last_metered_at=now,
+        currency=pricing.currency,
+        period_start=spend.period_start,
+        period_gpu_hours=spend.period_gpu_hours,
+        period_cost=spend.period_cost,
+        gpu_hours_7d=spend.gpu_hours_7d,
+        cost_7d=spend.cost_7d,
+        gpu_hours_30d=spend.gpu_hours_30d,
+        cost_30d=spend.cost_30d,
+        daily=spend.daily,
+        users=spend.users,
+        recent_borrowed_gpus=recent,
     )
-    metered = ("gpuSeconds", "lastMeteredAt")
-    before = {k: v for k, v in old.to_k8s().items() if k not in metered}
-    after = {k: v for k, v in new.to_k8s().items() if k not in metered}
-    urgent = stopped or last is None
-    return QuotaUpdate(new, before != after or urgent, urgent)
+    before = {k: v for k, v in old.to_k8s().items() if k not in METERED_FIELDS}
+    after = {k: v for k, v in new.to_k8s().items() if k not in METERED_FIELDS}
+    urgent = stopped or last is None or bool(events)
+    return QuotaUpdate(new, before != after or urgent, urgent, tuple(events))

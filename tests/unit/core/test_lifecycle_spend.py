@@ -1,0 +1,196 @@
+"""Metering spending into a TenantQuota's status: days, budget periods, prices per GPU model,
+users, budget conditions and events, recent borrowing. Expected figures are worked out by hand
+in each test from the jobs' run times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.api.meta import ConditionStatus
+from gpusched.api.tenantquota import BudgetPeriod, TenantQuota
+from gpusched.core.admission import TenantUsage
+from gpusched.core.lifecycle.spend import Pricing, decayed, period_end, period_start
+from gpusched.core.lifecycle.tenants import MeteredJob, core_tenant, quota_status
+
+PRICES = Pricing("USD", 2.0, {"H100": 4.0})
+
+
+def quota(status: dict[str, Any] | None = None, **spec: Any) -> TenantQuota:
+    return TenantQuota.model_validate(
+        {
+            "metadata": {"name": "team", "uid": "u1"},
+            "spec": {"namespaces": ["team"], "guaranteedGpus": 8, **spec},
+            "status": status or {},
+        }
+    )
+
+
+def usage(borrowed: int = 0, users: dict[str, tuple[int, int]] | None = None) -> TenantUsage:
+    return TenantUsage(
+        name="team",
+        guaranteed=8,
+        borrowing_limit=None,
+        weight=1.0,
+        used=8 + borrowed,
+        borrowed=borrowed,
+        used_by_model={},
+        fair_share=8.0,
+        pending=0,
+        running=1,
+        demand=8,
+        users=users or {},
+    )
+
+
+def running(
+    started: datetime, gpus: int, models: dict[str, int], submitter: str = "alice"
+) -> MeteredJob:
+    status = GpuJobStatus(phase=JobPhase.RUNNING, started_at=started)
+    return MeteredJob("team", gpus, status, status, submitter, models)
+
+
+def test_a_run_across_midnight_is_charged_to_each_day_at_its_models_price() -> None:
+    last = datetime(2026, 11, 25, 23, 0, tzinfo=UTC)
+    now = datetime(2026, 11, 26, 1, 0, tzinfo=UTC)
+    q = quota({"lastMeteredAt": last.isoformat()})
+    # 4 H100 GPUs (4.0/h) and 2 GPUs of an unlisted model (2.0/h): 20.0 per hour.
+    job = running(last - timedelta(hours=5), 6, {"H100": 4, "A100": 2})
+    status = quota_status(q, usage(), [], [job], now, pricing=PRICES).status
+    assert [(d.date, d.gpu_hours, d.cost) for d in status.daily] == [
+        ("2026-11-25", 6.0, 20.0),
+        ("2026-11-26", 6.0, 20.0),
+    ]
+    assert (status.gpu_hours_7d, status.cost_7d) == (12.0, 40.0)
+    # Both hours are in November's budget period.
+    assert status.period_start == datetime(2026, 11, 1, tzinfo=UTC)
+    assert (status.period_gpu_hours, status.period_cost) == (12.0, 40.0)
+    assert status.currency == "USD"
+    assert status.gpu_seconds == 12 * 3600
+
+
+def test_a_new_budget_period_starts_from_zero_and_counts_only_what_ran_after_its_start() -> None:
+    last = datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
+    now = datetime(2026, 12, 1, 0, 30, tzinfo=UTC)
+    q = quota(
+        {
+            "lastMeteredAt": last.isoformat(),
+            "periodStart": "2026-11-01T00:00:00Z",
+            "periodGpuHours": 500.0,
+            "periodCost": 1000.0,
+            "users": [{"name": "alice", "gpuHours": 500.0, "cost": 1000.0}],
+        }
+    )
+    job = running(last, 2, {"H100": 2})
+    status = quota_status(q, usage(users={"alice": (2, 1)}), [], [job], now, pricing=PRICES).status
+    assert status.period_start == datetime(2026, 12, 1, tzinfo=UTC)
+    assert (status.period_gpu_hours, status.period_cost) == (1.0, 4.0)
+    assert [(u.name, u.gpus, u.jobs, u.gpu_hours, u.cost) for u in status.users] == [
+        ("alice", 2, 1, 1.0, 4.0)
+    ]
+
+
+def test_users_are_listed_by_spending_with_what_they_hold_now() -> None:
+    last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    now = last + timedelta(hours=1)
+    q = quota({"lastMeteredAt": last.isoformat(), "periodStart": "2026-11-01T00:00:00Z"})
+    jobs = [
+        running(last, 1, {"H100": 1}, "alice"),
+        running(last, 4, {"H100": 4}, "bob"),
+        running(last, 2, {}, ""),  # no recorded submitter, model not known: default price
+    ]
+    holding = {"alice": (1, 1), "bob": (4, 1), "": (2, 1), "carol": (8, 1)}
+    status = quota_status(q, usage(users=holding), [], jobs, now, pricing=PRICES).status
+    assert [(u.name, u.gpus, u.cost) for u in status.users] == [
+        ("bob", 4, 16.0),
+        ("", 2, 4.0),  # as much as alice, in more GPU-hours
+        ("alice", 1, 4.0),
+        ("carol", 8, 0.0),
+    ]
+
+
+def test_the_soft_cap_sets_its_condition_and_one_event_and_the_hard_cap_stops_new_jobs() -> None:
+    last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    now = last + timedelta(hours=1)
+    base = {"lastMeteredAt": last.isoformat(), "periodStart": "2026-11-01T00:00:00Z"}
+    budget = {"period": "Month", "softCap": 50.0, "hardCap": 100.0}
+    # 90 spent before; one H100 hour (4.0) crosses nothing; eight cross the soft cap.
+    q = quota({**base, "periodCost": 40.0}, budget=budget)
+    first = quota_status(q, usage(), [], [running(last, 4, {"H100": 4})], now, pricing=PRICES)
+    soft = {c.type: c for c in first.status.conditions}["BudgetSoftCapReached"]
+    assert soft.status is ConditionStatus.TRUE
+    assert [e.reason for e in first.events] == ["BudgetSoftCapReached"]
+    assert first.urgent
+    again = quota_status(
+        quota(first.status.to_k8s(), budget=budget), usage(), [], [], now + timedelta(minutes=1)
+    )
+    assert again.events == ()
+    assert (
+        core_tenant(quota(first.status.to_k8s(), budget=budget), now).budget_exhausted_until is None
+    )
+    spent = quota({**base, "periodCost": 100.0}, budget=budget)
+    tenant = core_tenant(spent, now)
+    assert tenant.budget_exhausted_until == datetime(2026, 12, 1, tzinfo=UTC).timestamp()
+    # Spending of an earlier period stops nothing.
+    assert (
+        core_tenant(spent, datetime(2026, 12, 1, 0, 1, tzinfo=UTC)).budget_exhausted_until is None
+    )
+
+
+def test_without_a_budget_no_budget_condition_is_kept() -> None:
+    q = quota(
+        {
+            "lastMeteredAt": "2026-11-26T10:00:00Z",
+            "conditions": [
+                {
+                    "type": "BudgetExhausted",
+                    "status": "True",
+                    "reason": "BudgetExhausted",
+                    "message": "old",
+                    "lastTransitionTime": "2026-11-20T00:00:00Z",
+                }
+            ],
+        }
+    )
+    status = quota_status(q, usage(), [], [], datetime(2026, 11, 26, 11, tzinfo=UTC)).status
+    assert "BudgetExhausted" not in {c.type for c in status.conditions}
+
+
+@pytest.mark.parametrize(
+    ("period", "at", "start", "end"),
+    [
+        (BudgetPeriod.DAY, "2026-11-26T13:00:00", "2026-11-26", "2026-11-27"),
+        (BudgetPeriod.WEEK, "2026-11-26T13:00:00", "2026-11-23", "2026-11-30"),
+        (BudgetPeriod.MONTH, "2026-12-31T23:59:00", "2026-12-01", "2027-01-01"),
+    ],
+)
+def test_budget_periods_are_utc_calendar_days_weeks_from_monday_and_months(
+    period: BudgetPeriod, at: str, start: str, end: str
+) -> None:
+    began = period_start(period, datetime.fromisoformat(at).replace(tzinfo=UTC))
+    assert began == datetime.fromisoformat(start).replace(tzinfo=UTC)
+    assert period_end(period, began) == datetime.fromisoformat(end).replace(tzinfo=UTC)
+
+
+def test_recent_borrowing_halves_every_half_life_and_is_zero_without_one() -> None:
+    assert decayed(8.0, 0.0, 3600.0, 3600.0) == 4.0
+    assert decayed(0.0, 8.0, 3600.0, 3600.0) == 4.0
+    assert decayed(8.0, 8.0, 10.0, None) == 0.0
+    last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    q = quota({"lastMeteredAt": last.isoformat(), "recentBorrowedGpus": 2.0})
+    status = quota_status(
+        q, usage(borrowed=6), [], [], last + timedelta(hours=2), half_life=7200.0
+    ).status
+    assert status.recent_borrowed_gpus == 4.0
+    assert core_tenant(quota(status.to_k8s())).recent_borrowed == 4.0
+
+
+def test_pricing_refuses_negative_prices_and_unknown_keys() -> None:
+    assert Pricing.parse('{"currency": "EUR", "byModel": {"H100": 3}}').price("H100") == 3.0
+    assert Pricing.parse("").currency == "GPU-hours"
+    for bad in ('{"default": -1}', '{"price": 2}', "[1]"):
+        with pytest.raises(ValueError):
+            Pricing.parse(bad)
