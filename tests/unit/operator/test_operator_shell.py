@@ -302,6 +302,12 @@ def test_operator_metrics_have_the_documented_names() -> None:
     ):
         gauge.labels("t").set(1)
     metrics.largest_free_domain.labels("clique").set(8)
+    metrics.tenant_recent_borrowed.labels("t").set(2)
+    metrics.tenant_cost.labels("t", "period").set(10)
+    metrics.tenant_gpu_hours.labels("t", "7d").set(5)
+    metrics.tenant_budget_cap.labels("t", "soft").set(100)
+    metrics.user_gpus.labels("t", "alice").set(4)
+    metrics.user_cost.labels("t", "alice").set(3)
     metrics.expected_start_error.labels("late").observe(60)
     metrics.runtime_history_kinds.set(3)
     metrics.cycle_seconds.labels("decide").observe(0.1)
