@@ -25,6 +25,8 @@ ALERTS = {
     "GpuschedJobsPendingTooLong",
     "GpuschedTenantBelowGuaranteeWhileOthersBorrow",
     "GpuschedPreemptionChurn",
+    "GpuschedTenantBudgetSoftCap",
+    "GpuschedTenantBudgetExhausted",
 }
 
 

@@ -170,6 +170,13 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
             _column(
                 "Message", "string", ".status.message", "The reason in a sentence.", priority=1
             ),
+            _column(
+                "Submitter",
+                "string",
+                ".metadata.annotations.gpusched\\.io/submitter",
+                "Who created the job (recorded by the chart's admission policy).",
+                priority=1,
+            ),
             _AGE,
         ),
     ),
@@ -188,6 +195,16 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
             _column("Borrowed", "integer", ".status.borrowedGpus", "GPUs held above guarantee."),
             _column("Pending", "integer", ".status.pendingJobs", "Jobs waiting."),
             _column("Running", "integer", ".status.runningJobs", "Jobs admitted or running."),
+            _column(
+                "Spent",
+                "number",
+                ".status.periodCost",
+                "Cost in the current budget period (status.currency).",
+            ),
+            _column("Hard-Cap", "number", ".spec.budget.hardCap", "Budget hard cap.", priority=1),
+            _column(
+                "Cost-30d", "number", ".status.cost30d", "Cost of the last 30 days.", priority=1
+            ),
             _AGE,
         ),
     ),

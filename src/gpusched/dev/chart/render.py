@@ -35,6 +35,8 @@ IDENTITY_KINDS: Final = frozenset(
         "RoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
         "FlowSchema",
     }
 )

@@ -330,6 +330,19 @@ class Webhook(Closed):
     Service (kept across upgrades)."""
 
 
+class Pricing(Closed):
+    currency: Annotated[str, Field(min_length=1, max_length=32)] = "GPU-hours"
+    """Unit of every cost in TenantQuota status, metrics and budgets (e.g. `USD`)."""
+    default: float = Field(1.0, ge=0, le=1e6)
+    """Price of one GPU-hour of a model not listed in `byModel` (1 with the default currency:
+    budgets then count GPU-hours)."""
+    byModel: dict[LabelValue, Annotated[float, Field(ge=0, le=1e6)]] = Field(
+        default_factory=dict
+    )
+    """Price of one GPU-hour per GPU model, keyed by the `nvidia.com/gpu.product` label value,
+    e.g. `NVIDIA-H100-80GB-HBM3: 4.5`."""
+
+
 class Operator(Placement):
     enabled: bool = True
     """Run the GpuJob / TenantQuota operator."""
@@ -363,6 +376,12 @@ class Operator(Placement):
     forecastInterval: float = Field(60.0, gt=0, le=3600)
     """Least seconds between two forecasts of every waiting job's expected start (a forward
     replay of the queue); reservations' starts are worked out every cycle."""
+    pricing: Pricing = Field(default_factory=Pricing)
+    """Price of a GPU-hour per GPU model: what TenantQuota spending (`status.periodCost`,
+    `cost7d`, ...) and budgets count (docs/quotas.md, "Budgets and cost")."""
+    usageHalfLife: float = Field(0.0, ge=0, le=365 * 86400)
+    """Fair share with memory: seconds over which a tenant's past borrowing halves when
+    borrowers are ranked (e.g. 604800 for a week); 0: no memory (docs/quotas.md)."""
     metricsPort: Port = 8080
     """Port of the operator's Prometheus endpoint."""
     healthPort: Port = 8081

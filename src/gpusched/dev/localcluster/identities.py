@@ -70,6 +70,8 @@ def install(cluster: LocalCluster, component: str) -> None:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
         if any(obj["kind"] == "ValidatingAdmissionPolicy" for obj in objects):
             _wait_policy_in_force(cluster, component)
+        if any(obj["kind"] == "MutatingAdmissionPolicy" for obj in objects):
+            _wait_submitter_recorded(cluster)
         _installed.add(key)
 
 
@@ -217,6 +219,50 @@ _CANARY_SETUP: Final = {
     "scheduler": _CANARY_POD,
     NODE_AGENT: _CANARY_POD,
 }
+
+
+#: A GpuJob the submitter policy annotates (created as a server-side dry run only).
+_SUBMITTER_CANARY: Final = """
+apiVersion: gpusched.io/v1alpha1
+kind: GpuJob
+metadata: {name: submitter-canary, namespace: default}
+spec:
+  replicas: 1
+  gpusPerReplica: 1
+  template: {spec: {containers: [{name: main, image: canary}]}}
+"""
+
+
+def _wait_submitter_recorded(cluster: LocalCluster, timeout: float = 60.0) -> None:
+    """Wait until the API server applies the chart's mutating policy that records a GpuJob's
+    submitter (a policy takes effect a moment after it is created)."""
+    deadline = time.monotonic() + timeout
+    answer = ""
+    while time.monotonic() < deadline:
+        result = subprocess.run(
+            [
+                cluster.binary("kubectl"),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "create",
+                "--dry-run=server",
+                "-o",
+                "jsonpath={.metadata.annotations.gpusched\\.io/submitter}",
+                "-f",
+                "-",
+            ],
+            input=_SUBMITTER_CANARY,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        answer = result.stdout.strip() or result.stderr.strip()
+        if result.returncode == 0 and result.stdout.strip():
+            return
+        time.sleep(0.2)
+    raise ClusterError(
+        f"the chart's submitter policy does not annotate GpuJobs after {timeout:.0f}s ({answer})"
+    )
 
 
 def _wait_policy_in_force(

@@ -1,0 +1,140 @@
+"""Per-user caps and budgets on the real API server: the submitter recorded by the chart's
+admission policies from the authenticated user, a user over the cap waiting while a teammate
+runs, and a budget's soft cap (condition, event) and hard cap (new jobs wait, running jobs go
+on), with the operator running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpusched.api import keys
+from gpusched.dev.localcluster import LocalCluster, identities
+from gpusched.kube import api_client
+from tests.integration.operator_harness import G, Scenario, V, job_template, wait_for
+
+
+def _as(cluster: LocalCluster, namespace: str, user: str) -> client.CustomObjectsApi:
+    """A namespace editor's client (a ServiceAccount bound to ``edit`` there)."""
+    return client.CustomObjectsApi(
+        api_client(identities.namespace_editor(cluster, namespace, user))
+    )
+
+
+def _job(name: str, gpus: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "GpuJob",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"replicas": 1, "gpusPerReplica": gpus, "template": job_template()},
+    }
+
+
+def _submitter(custom: Any, namespace: str, name: str) -> str | None:
+    obj = custom.get_namespaced_custom_object(G, V, namespace, "gpujobs", name)
+    return (obj["metadata"].get("annotations") or {}).get(keys.ANNOTATION_SUBMITTER)
+
+
+def test_the_submitter_is_the_authenticated_user_and_nobody_can_change_it(
+    local_cluster: LocalCluster, kube: Any
+) -> None:
+    identities.install(local_cluster, identities.ACCESS)
+    namespace = "submitter-policy"
+    alice = _as(local_cluster, namespace, "alice")
+    forged = {keys.ANNOTATION_SUBMITTER: "system:admin", "team": "x"}
+    alice.create_namespaced_custom_object(G, V, namespace, "gpujobs", _job("forged", 1, forged))
+    admin = client.CustomObjectsApi(kube)
+    expected = identities.user("alice", namespace)
+    assert _submitter(admin, namespace, "forged") == expected
+    got = admin.get_namespaced_custom_object(G, V, namespace, "gpujobs", "forged")
+    assert got["metadata"]["annotations"]["team"] == "x"  # other annotations kept
+    for who in (alice, admin):
+        for value in ("someone-else", None):
+            patch = {"metadata": {"annotations": {keys.ANNOTATION_SUBMITTER: value}}}
+            with pytest.raises(ApiException) as refused:
+                who.patch_namespaced_custom_object(G, V, namespace, "gpujobs", "forged", patch)
+            assert refused.value.status in (403, 422)
+            assert "metadata.annotations[gpusched.io/submitter]" in str(refused.value.body)
+    assert _submitter(admin, namespace, "forged") == expected
+    wide = local_cluster.kubectl("get", "gj", "forged", "-n", namespace, "-o", "wide").stdout
+    assert "SUBMITTER" in wide and expected in wide
+    # Other changes are accepted.
+    alice.patch_namespaced_custom_object(
+        G, V, namespace, "gpujobs", "forged", {"metadata": {"labels": {"a": "b"}}}
+    )
+
+
+def test_a_user_over_the_cap_waits_while_a_teammate_runs(
+    sc: Scenario, local_cluster: LocalCluster
+) -> None:
+    sc.nodes(1)
+    quota, ns = sc.tenant("capped", guaranteed=8, perUser={"maxGpus": 4})
+    alice, bob = _as(local_cluster, ns, "alice"), _as(local_cluster, ns, "bob")
+    alice.create_namespaced_custom_object(G, V, ns, "gpujobs", _job("a1", 4))
+    sc.wait_phase(ns, "a1", "Running")
+    alice.create_namespaced_custom_object(G, V, ns, "gpujobs", _job("a2", 2))
+    waiting = sc.wait_reason(ns, "a2", "UserCapExceeded")
+    user = identities.user("alice", ns)
+    assert f"user {user} holds 4 of the 4 GPUs tenant {quota} allows one user" in str(
+        waiting.get("message")
+    )
+    bob.create_namespaced_custom_object(G, V, ns, "gpujobs", _job("b1", 4))
+    sc.wait_phase(ns, "b1", "Running")
+    assert sc.status(ns, "a2")["reason"] == "UserCapExceeded"
+
+    def users() -> dict[str, tuple[int, int]] | None:
+        listed = {
+            u["name"]: (u["gpus"], u["jobs"]) for u in sc.quota_status(quota).get("users", [])
+        }
+        expected = {user: (4, 1), identities.user("bob", ns): (4, 1)}
+        return listed if listed == expected else None
+
+    wait_for(users, 30, f"{quota}'s status to list both users")
+    # alice's running job ends: her waiting job starts.
+    sc.finish(ns, "a1")
+    sc.wait_phase(ns, "a2", "Running")
+
+
+def test_a_budget_alerts_at_its_soft_cap_and_holds_new_jobs_at_its_hard_cap(
+    sc: Scenario,
+) -> None:
+    sc.nodes(2)
+    # Without a price list a GPU-hour costs 1: 8 GPUs spend the soft cap in about 4 s and the
+    # hard cap in about 9 s.
+    budget = {"period": "Day", "softCap": 0.01, "hardCap": 0.02}
+    quota, ns = sc.tenant("budget", guaranteed=16, budget=budget)
+    sc.submit(ns, "first", 8)
+    sc.wait_phase(ns, "first", "Running")
+
+    def condition(type_: str) -> dict[str, Any] | None:
+        for c in sc.quota_status(quota).get("conditions", []):
+            if c["type"] == type_ and c["status"] == "True":
+                return dict(c)
+        return None
+
+    soft = wait_for(lambda: condition("BudgetSoftCapReached"), 60, "the soft cap")
+    assert "spent this day, cap 0.01 (alert only)" in soft["message"]
+    wait_for(lambda: condition("BudgetExhausted"), 60, "the hard cap")
+    events = wait_for(
+        lambda: [r for r, _ in sc.events("default", quota) if r.startswith("Budget")] or None,
+        30,
+        "the budget events",
+    )
+    assert {"BudgetSoftCapReached", "BudgetExhausted"} <= set(events)
+    assert events.count("BudgetSoftCapReached") == 1
+    sc.submit(ns, "second", 1)
+    waiting = sc.wait_reason(ns, "second", "BudgetExhausted")
+    assert "spent its budget's hard cap for this period" in str(waiting.get("message"))
+    assert sc.status(ns, "first")["phase"] == "Running"  # running jobs go on
+    status = sc.quota_status(quota)
+    assert status["currency"] == "GPU-hours"
+    assert status["periodCost"] >= 0.02
+    assert status["periodGpuHours"] == status["periodCost"]
+    # Raising the cap lets the waiting job start.
+    sc.custom.patch_cluster_custom_object(
+        G, V, "tenantquotas", quota, {"spec": {"budget": {"hardCap": 1000.0}}}
+    )
+    sc.wait_phase(ns, "second", "Running")
