@@ -285,6 +285,7 @@ def _release_objects(cluster: LocalCluster) -> list[str]:
         "serviceaccounts,secrets,configmaps,services,deployments,daemonsets,"
         "poddisruptionbudgets,roles,rolebindings,clusterroles,clusterrolebindings,"
         "validatingadmissionpolicies,validatingadmissionpolicybindings,"
+        "mutatingadmissionpolicies,mutatingadmissionpolicybindings,"
         "validatingwebhookconfigurations,flowschemas,priorityclasses"
     )
     result = cluster.kubectl(

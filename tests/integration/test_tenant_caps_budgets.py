@@ -60,7 +60,8 @@ def test_the_submitter_is_the_authenticated_user_and_nobody_can_change_it(
             assert "metadata.annotations[gpusched.io/submitter]" in str(refused.value.body)
     assert _submitter(admin, namespace, "forged") == expected
     wide = local_cluster.kubectl("get", "gj", "forged", "-n", namespace, "-o", "wide").stdout
-    assert "SUBMITTER" in wide and expected in wide
+    assert "SUBMITTER" in wide
+    assert expected in wide
     # Other changes are accepted.
     alice.patch_namespaced_custom_object(
         G, V, namespace, "gpujobs", "forged", {"metadata": {"labels": {"a": "b"}}}

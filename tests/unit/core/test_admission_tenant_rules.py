@@ -29,7 +29,8 @@ def test_a_user_at_the_gpu_cap_waits_while_a_teammate_starts() -> None:
     result = Cycle(snap([team], jobs, [node("n0"), node("n1")], NOW)).run()
     assert [a.job for a in result.admissions] == ["team/b1"]
     waiting = result.waiting_of("team/a2")
-    assert waiting is not None and waiting.reason is WaitReason.USER_CAP_EXCEEDED
+    assert waiting is not None
+    assert waiting.reason is WaitReason.USER_CAP_EXCEEDED
     assert "user alice holds 8 of the 8 GPUs tenant team allows one user" in waiting.message
 
 
@@ -49,7 +50,8 @@ def test_a_job_cap_counts_jobs_holding_gpus() -> None:
     ]
     result = Cycle(snap([team], jobs, [node("n0")], NOW)).run()
     waiting = result.waiting_of("team/a2")
-    assert waiting is not None and waiting.reason is WaitReason.USER_CAP_EXCEEDED
+    assert waiting is not None
+    assert waiting.reason is WaitReason.USER_CAP_EXCEEDED
     assert "1 of the 1 jobs holding GPUs" in waiting.message
 
 
@@ -59,7 +61,8 @@ def test_jobs_without_a_recorded_submitter_share_one_cap() -> None:
     result = Cycle(snap([team], jobs, [node("n0")], NOW)).run()
     assert [a.job for a in result.admissions] == ["team/x0"]
     waiting = result.waiting_of("team/x1")
-    assert waiting is not None and "jobs with no recorded submitter" in waiting.message
+    assert waiting is not None
+    assert "jobs with no recorded submitter" in waiting.message
 
 
 def test_a_capped_job_never_preempts_and_never_claims_the_guarantee() -> None:
@@ -105,7 +108,8 @@ def test_a_spent_budget_stops_new_jobs_until_the_period_turns_and_keeps_running_
     result = cycle.run()
     assert [a.job for a in result.admissions] == ["other/q"]
     waiting = result.waiting_of("spent/q")
-    assert waiting is not None and waiting.reason is WaitReason.BUDGET_EXHAUSTED
+    assert waiting is not None
+    assert waiting.reason is WaitReason.BUDGET_EXHAUSTED
     assert "next period begins, in 1d 0h" in waiting.message
     assert result.preemptions == ()
     assert cycle.forecast()["spent/q"] is not None

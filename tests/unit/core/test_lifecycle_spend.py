@@ -192,5 +192,5 @@ def test_pricing_refuses_negative_prices_and_unknown_keys() -> None:
     assert Pricing.parse('{"currency": "EUR", "byModel": {"H100": 3}}').price("H100") == 3.0
     assert Pricing.parse("").currency == "GPU-hours"
     for bad in ('{"default": -1}', '{"price": 2}', "[1]"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="pricing"):
             Pricing.parse(bad)

@@ -336,9 +336,7 @@ class Pricing(Closed):
     default: float = Field(1.0, ge=0, le=1e6)
     """Price of one GPU-hour of a model not listed in `byModel` (1 with the default currency:
     budgets then count GPU-hours)."""
-    byModel: dict[LabelValue, Annotated[float, Field(ge=0, le=1e6)]] = Field(
-        default_factory=dict
-    )
+    byModel: dict[LabelValue, Annotated[float, Field(ge=0, le=1e6)]] = Field(default_factory=dict)
     """Price of one GPU-hour per GPU model, keyed by the `nvidia.com/gpu.product` label value,
     e.g. `NVIDIA-H100-80GB-HBM3: 4.5`."""
 
