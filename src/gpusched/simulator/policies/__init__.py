@@ -24,6 +24,11 @@ POLICIES: Final[dict[str, Build]] = {
     "gpusched-reservations": lambda nodes, tenants, seed: GpuschedPolicy(
         nodes, tenants, CycleConfig(reservations_per_tenant=1)
     ),
+    # Fair share with memory: past borrowing halves every 7 days (--usage-half-life=168h,
+    # Slurm's default PriorityDecayHalfLife).
+    "gpusched-usage-decay": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, usage_half_life=7 * 86400.0
+    ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),

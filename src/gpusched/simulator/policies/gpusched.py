@@ -33,6 +33,8 @@ from gpusched.core.admission import (
     Tenant,
     run_cycle,
 )
+from gpusched.core.admission.quota import Ledger
+from gpusched.core.lifecycle.spend import decayed
 from gpusched.core.placement import Policy as PlacementPolicy
 from gpusched.core.runtime import JobKind, RuntimeHistory, expected_end
 from gpusched.simulator.model import SimNode, TraceJob
@@ -93,9 +95,17 @@ class GpuschedPolicy:
         config: CycleConfig | None = None,
         *,
         forecast_interval: float = FORECAST_INTERVAL,
+        usage_half_life: float | None = None,
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
+        self.usage_half_life = usage_half_life
+        """Fair share with memory (the operator's ``--usage-half-life``); None: none."""
+        self.recent: dict[str, float] = {}
+        """Tenant -> borrowed GPUs on average lately, as the operator keeps it in status."""
+        self.borrowed: dict[str, int] = {}
+        """Tenant -> GPUs borrowed since the last cycle."""
+        self.recent_at = 0.0
         self.levels: tuple[Level, ...] = ()
         """The cluster's network levels, narrowest first (set by :func:`build`)."""
         # Replays need only what starts; the reasons of jobs that never start are asked for by
@@ -171,7 +181,7 @@ class GpuschedPolicy:
             self.next_forecast = now + self.forecast_interval
         snapshot = Snapshot(
             now=now,
-            tenants=self.tenants,
+            tenants=self._remembering(now),
             jobs=(*self.admitted.values(), *self.queued.values()),
             nodes=self.nodes,
             config=self.config,
@@ -233,12 +243,39 @@ class GpuschedPolicy:
             # operator's next cycle follows at once, and so does this one (same instant).
             self.dirty = True
         self.wake = self._next_wake(now, result.reservations)
+        if self.usage_half_life:
+            self._count_borrowed()
         return Decisions(
             starts=tuple(starts),
             preempted=tuple(preempted),
             estimates=told,
             wake_at=self.wake if math.isfinite(self.wake) else None,
         )
+
+    def _remembering(self, now: float) -> tuple[Tenant, ...]:
+        """The tenants with their recent borrowing brought up to ``now`` (as the operator's
+        metering does between cycles), when fair share has memory."""
+        if not self.usage_half_life:
+            return self.tenants
+        elapsed = now - self.recent_at
+        self.recent_at = now
+        for tenant in self.tenants:
+            name = tenant.name
+            self.recent[name] = decayed(
+                self.recent.get(name, 0.0),
+                float(self.borrowed.get(name, 0)),
+                elapsed,
+                self.usage_half_life,
+            )
+        return tuple(replace(t, recent_borrowed=self.recent[t.name]) for t in self.tenants)
+
+    def _count_borrowed(self) -> None:
+        """What each tenant borrows after this cycle's decisions (the ledger's own count)."""
+        held: dict[str, list[Job]] = {t.name: [] for t in self.tenants}
+        for job in self.admitted.values():
+            if job.tenant in held:
+                held[job.tenant].append(job)
+        self.borrowed = {t.name: Ledger(t, held[t.name]).borrowed() for t in self.tenants}
 
     def _keep_reservations(self, reservations: Sequence[Reservation]) -> None:
         """The next cycle starts from this one's reservations, as the operator's does from the
