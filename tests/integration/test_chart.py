@@ -352,3 +352,26 @@ def test_helm_template_output_is_what_install_applies(local_cluster: LocalCluste
         for o in render.render(release="dry", namespace="gpusched-dry")
         if "helm.sh/hook" not in o["metadata"].get("annotations", {})
     )
+
+
+def test_the_submitter_is_recorded_by_a_mutating_policy_only_where_the_api_server_has_them() -> (
+    None
+):
+    def submitter_kinds(version: str) -> list[str]:
+        return [
+            o["kind"]
+            for o in render.render(kube_version=version)
+            if o["metadata"]["name"].endswith("gpujob-submitter")
+        ]
+
+    assert submitter_kinds("1.36.0") == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    # Before 1.36 the validating policy alone lets a creator record nobody but themself.
+    assert submitter_kinds("1.33.2") == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]

@@ -75,6 +75,7 @@ def template_args(
     release: str = RELEASE,
     namespace: str = NAMESPACE,
     api_versions: Iterable[str] = (),
+    kube_version: str = KUBERNETES_VERSION,
 ) -> list[str]:
     """``helm template`` arguments for this chart (values are read from stdin)."""
     args = [
@@ -82,7 +83,7 @@ def template_args(
         release,
         str(chart_dir()),
         f"--namespace={namespace}",
-        f"--kube-version={KUBERNETES_VERSION}",
+        f"--kube-version={kube_version}",
         "--values=-",
     ]
     args += [f"--api-versions={version}" for version in api_versions]
@@ -90,8 +91,19 @@ def template_args(
 
 
 @functools.cache
-def _render(values_json: str, release: str, namespace: str, api_versions: tuple[str, ...]) -> str:
-    args = template_args(release=release, namespace=namespace, api_versions=api_versions)
+def _render(
+    values_json: str,
+    release: str,
+    namespace: str,
+    api_versions: tuple[str, ...],
+    kube_version: str = KUBERNETES_VERSION,
+) -> str:
+    args = template_args(
+        release=release,
+        namespace=namespace,
+        api_versions=api_versions,
+        kube_version=kube_version,
+    )
     return helm(*args, stdin=values_json).stdout
 
 
@@ -101,13 +113,16 @@ def render(
     release: str = RELEASE,
     namespace: str = NAMESPACE,
     api_versions: Iterable[str] = (),
+    kube_version: str = KUBERNETES_VERSION,
 ) -> list[dict[str, Any]]:
-    """Every object ``helm template`` renders (CRDs excluded, hooks included)."""
+    """Every object ``helm template`` renders (CRDs excluded, hooks included), for an API
+    server of ``kube_version``."""
     text = _render(
         json.dumps(dict(values or {}), sort_keys=True),
         release,
         namespace,
         tuple(sorted(api_versions)),
+        kube_version,
     )
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
