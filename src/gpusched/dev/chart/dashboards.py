@@ -419,6 +419,93 @@ TENANTS: Final = Dashboard(
             ),
         ),
         Row(
+            "Spending and budgets",
+            (
+                Panel(
+                    "Spent this budget period",
+                    "What each tenant's GPU time cost since its budget period began (at the "
+                    "operator's prices per GPU model; without prices, GPU-hours), with its "
+                    "budget's soft cap (alert) and hard cap (new jobs wait, BudgetExhausted).",
+                    "timeseries",
+                    "short",
+                    (
+                        Query(
+                            f'max by (tenant) (gpusched_tenant_cost{{{_TENANT}, window="period"}})',
+                            "{{tenant}} spent",
+                        ),
+                        Query(
+                            "max by (tenant) "
+                            f'(gpusched_tenant_budget_cap{{{_TENANT}, cap="soft"}})',
+                            "{{tenant}} soft cap",
+                        ),
+                        Query(
+                            "max by (tenant) "
+                            f'(gpusched_tenant_budget_cap{{{_TENANT}, cap="hard"}})',
+                            "{{tenant}} hard cap",
+                        ),
+                    ),
+                    width=8,
+                    core=True,
+                ),
+                Panel(
+                    "Cost, last 30 days",
+                    "What each tenant's GPU time cost over the last 30 UTC days, today included.",
+                    "bargauge",
+                    "short",
+                    (
+                        Query(
+                            f'max by (tenant) (gpusched_tenant_cost{{{_TENANT}, window="30d"}})',
+                            "{{tenant}}",
+                        ),
+                    ),
+                    width=8,
+                    core=True,
+                ),
+                Panel(
+                    "Users who spent most this period",
+                    "The ten submitters whose jobs cost most in the current budget period "
+                    "(user empty: jobs with no recorded submitter).",
+                    "bargauge",
+                    "short",
+                    (
+                        Query(
+                            f"topk(10, max by (tenant, user) (gpusched_user_cost{{{_TENANT}}}))",
+                            "{{tenant}} {{user}}",
+                        ),
+                    ),
+                    width=8,
+                ),
+                Panel(
+                    "GPUs per user now",
+                    "GPUs held by each submitter's admitted jobs: what the tenant's per-user "
+                    "cap (spec.perUser.maxGpus) counts.",
+                    "timeseries",
+                    "short",
+                    (
+                        Query(
+                            f"max by (tenant, user) (gpusched_user_gpus{{{_TENANT}}})",
+                            "{{tenant}} {{user}}",
+                        ),
+                    ),
+                    stacked=True,
+                ),
+                Panel(
+                    "Recent borrowing (fair share memory)",
+                    "GPUs each tenant borrowed on average lately, decayed with the operator's "
+                    "usage half-life; with it set, borrowers are ranked by what they borrow now "
+                    "plus this. Zero when fair share has no memory.",
+                    "timeseries",
+                    "short",
+                    (
+                        Query(
+                            f"max by (tenant) (gpusched_tenant_recent_borrowed_gpus{{{_TENANT}}})",
+                            "{{tenant}}",
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        Row(
             "Reservations and expected starts",
             (
                 Panel(
