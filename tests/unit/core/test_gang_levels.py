@@ -20,6 +20,7 @@ from gpusched.core import NodeTopology, Policy, prepare
 from gpusched.core.admission import (
     AcrossReplicas,
     Assignment,
+    Cycle,
     Job,
     JobState,
     Level,
@@ -477,3 +478,88 @@ def test_the_capacity_oracle_counts_disjoint_sets() -> None:
     job = _gang(2, 2, None, TopologyScope.NVLINK)
     assert _capacity(_node("x", _labels_of(0, (1, 1, 1)), "bridged", busy=(0, 1, 4, 6)), job) == 0
     assert _capacity(_node("y", _labels_of(0, (1, 1, 1)), "bridged"), job) == 4
+
+
+def test_the_expected_start_of_a_segmented_gang_waits_for_a_whole_segment_in_one_rack() -> None:
+    # Rack r1: n0 free, n1 busy until +1000; rack r2: n2 busy until +100, n3 until +2000. Two
+    # replicas of 8 GPUs in one segment per rack: both must be in one rack, so the gang starts
+    # at +1000 on r1 (unsegmented, n0 and n2 would have said +100).
+    now = 10_000.0
+    nodes = [
+        _node(name, {RACK: rack, BLOCK: "b1"})
+        for name, rack in (("n0", "r1"), ("n1", "r1"), ("n2", "r2"), ("n3", "r2"))
+    ]
+    busy = [
+        Job(
+            key=f"other/{name}",
+            tenant="other",
+            replicas=1,
+            gpus_per_replica=8,
+            state=JobState.ADMITTED,
+            placement=(Assignment(name, tuple(range(8))),),
+            started_at=now - 10,
+            expected_end=now + until,
+        )
+        for name, until in (("n1", 1000), ("n2", 100), ("n3", 2000))
+    ]
+    gang = replace(
+        _gang(2, 8, AcrossReplicas(BLOCK, required=True, segment_replicas=2, segment_label=RACK)),
+        submitted_at=now - 1,
+    )
+    snapshot = Snapshot(
+        now=now,
+        tenants=(Tenant("t", guaranteed=0), Tenant("other", guaranteed=64)),
+        jobs=(*busy, gang),
+        nodes=tuple(nodes),
+        levels=LEVELS,
+    )
+    cycle = Cycle(snapshot)
+    cycle.run()
+    assert cycle.forecast()[gang.key] == now + 1000
+    fresh = Cycle(snapshot)
+    fresh.run()
+    plan = fresh.profile().earliest(Request.of(gang))
+    assert plan is not None
+    assert {p.node for p in plan.plans} == {"n0", "n1"}
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_a_forecast_plan_keeps_segments_and_the_required_domain(inst: Instance) -> None:
+    """Where the forecast says a gang starts now, its plan is one the cycle could bind: free,
+    disjoint GPUs, each segment inside one domain of its level (a whole one where the level asks
+    for whole domains), all of it inside one domain of a required level."""
+    from gpusched.core.admission.profile import Profile
+
+    pool = Pool(inst.nodes, [], LEVELS, inst.down)
+    request = Request.of(inst.job)
+    found = Profile(pool, 0.0, {}).earliest(request)
+    if found is None:
+        return
+    assert found.start == 0.0  # nothing held ends: what is free now is all there is
+    by_name = {n.name: n for n in inst.nodes}
+    used: set[tuple[str, int]] = set()
+    for plan in found.plans:
+        node = by_name[plan.node]
+        free = {g.index for g in node.topology.topology.gpus if g.placeable} - set(node.busy)
+        assert set(plan.gpus) <= free
+        assert not used & {(plan.node, g) for g in plan.gpus}
+        used |= {(plan.node, g) for g in plan.gpus}
+    assert [p.replica for p in found.plans] == list(range(inst.job.replicas))
+    across = inst.job.across
+    if across is None:
+        return
+    labels = [by_name[p.node].labels for p in found.plans]
+    if across.required:
+        assert len({lb[across.node_label] for lb in labels}) == 1
+    if across.segment_label is not None:
+        size = across.segment_replicas or 1
+        whole = next(
+            (lv.whole_domains for lv in LEVELS if lv.node_label == across.segment_label), False
+        )
+        for first in range(0, len(labels), size):
+            values = {lb[across.segment_label] for lb in labels[first : first + size]}
+            assert len(values) == 1
+            if whole:
+                (value,) = values
+                assert not pool.degraded(across.segment_label, value)

@@ -280,6 +280,8 @@ class Profile:
 
     def _earliest_gang(self, request: Request, floor: float) -> Slotting | None:
         r = request.replicas
+        if request.across is not None and request.across.segment_label is not None:
+            return self._earliest_segmented(request, floor)
         pairs = [
             (max(floor, t), name)
             for name, times in self._gang_node_times(request).items()
@@ -320,6 +322,92 @@ class Profile:
         if plans is None:
             return None
         return Slotting(start, plans)
+
+    def _earliest_segmented(self, request: Request, floor: float) -> Slotting | None:
+        """The earliest start of a gang in segments (runs of ``segment_replicas`` consecutive
+        replicas, each inside one domain of the segment level), all inside one domain of the
+        outer level when it is required, as the pool places it: a segment domain can take a
+        segment when its ``s``-th replica slot comes free, a second one at its ``2s``-th."""
+        across = request.across
+        assert across is not None
+        assert across.segment_label is not None
+        size = max(1, across.segment_replicas or 1)
+        need = request.replicas // size
+        levels = self.pool.levels
+        whole_outer = across.required and level_of(levels, across.node_label).whole_domains
+        whole_segment = level_of(levels, across.segment_label).whole_domains
+        # outer domain ("" when the outer level is only preferred) -> segment domain -> slots
+        groups: dict[str, dict[str, list[tuple[float, str]]]] = {}
+        for name, times in self._gang_node_times(request).items():
+            labels = self.pool.slots[name].node.labels
+            segment = labels.get(across.segment_label)
+            outer = labels.get(across.node_label) if across.required else ""
+            if segment is None or outer is None:
+                continue
+            slots = groups.setdefault(outer, {}).setdefault(segment, [])
+            slots.extend((max(floor, t), name) for t in times)
+        best: tuple[float, str, list[tuple[float, str]]] | None = None
+        for outer, segments in sorted(groups.items()):
+            if whole_outer and self.pool.degraded(across.node_label, outer):
+                continue
+            ready: list[tuple[float, str]] = []
+            for segment, slots in sorted(segments.items()):
+                if whole_segment and self.pool.degraded(across.segment_label, segment):
+                    continue
+                slots.sort()
+                ready.extend((slots[i][0], segment) for i in range(size - 1, len(slots), size))
+            if len(ready) < need:
+                continue
+            ready.sort()
+            if best is None or ready[need - 1][0] < best[0]:
+                best = (ready[need - 1][0], outer, ready[:need])
+        if best is None:
+            return None
+        start, outer, chosen = best
+        counts: dict[str, int] = {}
+        for _, segment in chosen:
+            counts[segment] = counts.get(segment, 0) + 1
+        parts = [
+            ([name for t, name in groups[outer][segment] if t <= start], n * size)
+            for segment, n in sorted(counts.items())
+        ]
+        plans = self._segments_at(parts, request, start)
+        return Slotting(start, plans) if plans is not None else None
+
+    def _segments_at(
+        self, parts: Sequence[tuple[Sequence[str], int]], request: Request, start: float
+    ) -> tuple[ReplicaPlan, ...] | None:
+        """Place ``count`` consecutive replicas on the nodes of each part in turn (nodes in the
+        order their GPUs come free)."""
+        k = request.gpus_per_replica
+        plans: list[ReplicaPlan] = []
+        for names, count in parts:
+            placed = 0
+            for name in dict.fromkeys(names):
+                slot = self.pool.slots[name]
+                topo = slot.node.topology
+                mask = self._mask_at(name, start)
+                while placed < count:
+                    found = place(topo, k, request.policy, free_mask=mask)
+                    if not isinstance(found, Placement):
+                        break
+                    plans.append(
+                        ReplicaPlan(
+                            len(plans),
+                            name,
+                            found.gpus,
+                            found.topology_class,
+                            found.score,
+                            slot.node.count_only,
+                        )
+                    )
+                    mask &= ~topo.mask(found.gpus)
+                    placed += 1
+                if placed == count:
+                    break
+            if placed < count:
+                return None
+        return tuple(plans)
 
     def _gang_node_times(self, request: Request) -> dict[str, tuple[float, ...]]:
         """Every eligible node's times for the gang's replicas, brought up to date with only
