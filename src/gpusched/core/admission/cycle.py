@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
@@ -58,12 +58,14 @@ from gpusched.core.admission.profile import NEVER, Profile, Slotting
 from gpusched.core.admission.quota import (
     Ledger,
     claims,
+    classify_ordered,
     fair_shares,
     job_sizes,
     running_borrowed,
     usable_guarantee,
     usable_of_sizes,
 )
+from gpusched.core.admission.tree import TenantTree
 
 UNKNOWN_MODEL = "unknown"
 #: Key prefix of a reservation's GPUs in the pool (never a job key: those hold a ``/``
@@ -115,7 +117,7 @@ class _Failed:
     request: Request
     priority: int
     preemptible: bool
-    claim: bool
+    claim: str | None
     version: int
     reason: WaitReason
     message: str
@@ -143,6 +145,9 @@ class Cycle:
         self.tenants: dict[str, Tenant] = {
             t.name: t for t in sorted(snapshot.tenants, key=lambda t: t.name)
         }
+        self.tree = TenantTree.of(self.tenants.values())
+        self._levels: dict[str, tuple[str, ...]] = {n: self.tree.levels(n) for n in self.tenants}
+        """Each tenant and its ancestors, nearest first."""
         jobs = sorted(snapshot.jobs, key=lambda j: j.key)
         self.jobs: dict[str, Job] = {j.key: j for j in jobs}
         holdings = [
@@ -163,7 +168,7 @@ class Cycle:
             elif job.state is JobState.TERMINATING:
                 if job.reserved_for:
                     self.reservations.setdefault(job.reserved_for, []).append(job.key)
-            elif job.tenant in self.tenants:
+            elif job.tenant in self.tenants and not self.tree.is_parent(job.tenant):
                 self.queued[job.tenant].append(job)
             else:
                 self.orphans.append(job)
@@ -176,16 +181,26 @@ class Cycle:
         self.ledgers = {
             name: Ledger(t, self.admitted[name].values()) for name, t in self.tenants.items()
         }
+        self.below: dict[str, int] = dict.fromkeys(self.tree.children, 0)
+        """Parent tenant -> GPUs held by the jobs of the tenants below it."""
+        for name in self.tenants:
+            for level in self._levels[name][1:]:
+                self.below[level] += self.ledgers[name].used
+        self._capped_levels: dict[str, tuple[str, ...]] = {
+            name: tuple(lv for lv in self._levels[name] if self.tenants[lv].caps_users)
+            for name in self.tenants
+        }
+        """Each tenant's levels that cap one user."""
         self.users: dict[tuple[str, str], list[int]] = {}
-        """(tenant, submitter) -> [GPUs, jobs] admitted, for tenants that cap one user."""
-        for name, tenant in self.tenants.items():
-            if tenant.caps_users:
+        """(level, submitter) -> [GPUs, jobs] admitted below it, for levels that cap one user."""
+        for name in self.tenants:
+            if self._capped_levels[name]:
                 for job in self.admitted[name].values():
                     self._count_user(job, 1)
         self._over_cap_at_start = {
             j.key
-            for name, tenant in self.tenants.items()
-            if tenant.caps_users
+            for name in self.tenants
+            if self._capped_levels[name]
             for j in self.queued[name]
             if self._user_cap_text(j) is not None
         }
@@ -200,6 +215,12 @@ class Cycle:
             name: tuple(self.admitted[name].values()) for name in self.tenants
         }
         self.claims = _Claims(self._claims_of, self.tenants)
+        self._leaf_claims: dict[str, frozenset[str]] = {}
+        """Tenant -> keys of its jobs inside its own guarantee (set with :attr:`claims`)."""
+        self._level_claims: dict[str, set[str]] = {}
+        """Parent tenant -> keys of the jobs below it inside its guarantee (on first use)."""
+        self._claiming: str | None = None
+        """During a victim search: the level the preemptor claims at."""
         self.report = not snapshot.config.decisions_only
         self.demand: dict[str, int] = {}
         if self.report:
@@ -257,7 +278,7 @@ class Cycle:
     def _feasible(self, tenant: str) -> list[Job]:
         """The tenant's queued jobs that could be placed on an empty cluster, in queue order
         (none while its budget is spent; none over its submitter's cap)."""
-        if self.tenants[tenant].budget_exhausted(self.now):
+        if any(self.tenants[lv].budget_exhausted(self.now) for lv in self._levels[tenant]):
             return []
         feasible = self._feasible_request
         requests = self.requests
@@ -268,51 +289,122 @@ class Cycle:
 
     def _count_user(self, job: Job, sign: int) -> None:
         assert job.tenant is not None
-        held = self.users.setdefault((job.tenant, job.submitter), [0, 0])
-        held[0] += sign * job.total_gpus
-        held[1] += sign
+        for level in self._capped_levels[job.tenant]:
+            held = self.users.setdefault((level, job.submitter), [0, 0])
+            held[0] += sign * job.total_gpus
+            held[1] += sign
 
     def _user_cap_text(self, job: Job) -> str | None:
         """Why admitting the job would take its submitter past the tenant's per-user cap
         (None: it would not)."""
         assert job.tenant is not None
-        tenant = self.tenants[job.tenant]
-        if not tenant.caps_users:
-            return None
-        gpus, jobs = self.users.get((job.tenant, job.submitter), (0, 0))
         who = f"user {job.submitter}" if job.submitter else "jobs with no recorded submitter"
-        if tenant.user_max_gpus is not None and gpus + job.total_gpus > tenant.user_max_gpus:
-            return (
-                f"needs {job.total_gpus} GPUs; {who} holds {gpus} of the "
-                f"{tenant.user_max_gpus} GPUs tenant {tenant.name} allows one user"
-            )
-        if tenant.user_max_jobs is not None and jobs + 1 > tenant.user_max_jobs:
-            return (
-                f"{who} has {jobs} of the {tenant.user_max_jobs} jobs holding GPUs tenant "
-                f"{tenant.name} allows one user"
-            )
+        for level in self._capped_levels[job.tenant]:
+            tenant = self.tenants[level]
+            gpus, jobs = self.users.get((level, job.submitter), (0, 0))
+            if tenant.user_max_gpus is not None and gpus + job.total_gpus > tenant.user_max_gpus:
+                return (
+                    f"needs {job.total_gpus} GPUs; {who} holds {gpus} of the "
+                    f"{tenant.user_max_gpus} GPUs tenant {tenant.name} allows one user"
+                )
+            if tenant.user_max_jobs is not None and jobs + 1 > tenant.user_max_jobs:
+                return (
+                    f"{who} has {jobs} of the {tenant.user_max_jobs} jobs holding GPUs tenant "
+                    f"{tenant.name} allows one user"
+                )
         return None
 
     def _tenant_rule(self, job: Job) -> GangFailure | None:
         """The tenant's budget or per-user cap standing in the job's way, whatever GPUs are
         free (None: neither does)."""
         assert job.tenant is not None
-        tenant = self.tenants[job.tenant]
-        if tenant.budget_exhausted(self.now):
-            assert tenant.budget_exhausted_until is not None
-            turns = _in(tenant.budget_exhausted_until - self.now)
-            return GangFailure(
-                WaitReason.BUDGET_EXHAUSTED,
-                f"tenant {tenant.name} has spent its budget's hard cap for this period; new "
-                f"jobs start when the next period begins, {turns}",
-            )
+        for level in self._levels[job.tenant]:
+            tenant = self.tenants[level]
+            if tenant.budget_exhausted(self.now):
+                assert tenant.budget_exhausted_until is not None
+                turns = _in(tenant.budget_exhausted_until - self.now)
+                return GangFailure(
+                    WaitReason.BUDGET_EXHAUSTED,
+                    f"tenant {tenant.name} has spent its budget's hard cap for this period; "
+                    f"new jobs start when the next period begins, {turns}",
+                )
         text = self._user_cap_text(job)
         if text is not None:
             return GangFailure(WaitReason.USER_CAP_EXCEEDED, text)
         return None
 
     def _claims_of(self, tenant: str) -> set[str]:
-        return claims(self.tenants[tenant], self._admitted_at_start[tenant], self._feasible(tenant))
+        """The tenant's jobs inside its own guarantee, or inside an ancestor's (in the queue
+        order of all the jobs below that ancestor)."""
+        own = claims(self.tenants[tenant], self._admitted_at_start[tenant], self._feasible(tenant))
+        self._leaf_claims[tenant] = frozenset(own)
+        for level in self._levels[tenant][1:]:
+            own |= {k for k in self._claims_at(level) if self.jobs[k].tenant == tenant}
+        return own
+
+    def _claims_at(self, level: str) -> set[str]:
+        """Jobs below a parent tenant that fit its guarantee, in their queue order: what the
+        parent's guarantee is claimed by (fixed by the demand at the start of the cycle)."""
+        found = self._level_claims.get(level)
+        if found is None:
+            members = [t for t in self.tenants if level in self._levels[t][1:]]
+            demand = sorted(
+                (j for t in members for j in (*self._admitted_at_start[t], *self._feasible(t))),
+                key=lambda j: j.order,
+            )
+            parent = replace(self.tenants[level], guaranteed_by_model={})
+            found = classify_ordered(parent, demand)
+            self._level_claims[level] = found
+        return found
+
+    def claim_level(self, job: Job) -> str | None:
+        """The lowest level whose guarantee the job claims (None: it claims none)."""
+        assert job.tenant is not None
+        if job.key not in self.claims[job.tenant]:
+            return None
+        if job.key in self._leaf_claims[job.tenant]:
+            return job.tenant
+        for level in self._levels[job.tenant][1:]:
+            if job.key in self._claims_at(level):
+                return level
+        return None
+
+    # --- the tenant tree -----------------------------------------------------------------
+
+    def used_at(self, level: str) -> int:
+        """GPUs held at a level: its own jobs' and those of every tenant below it."""
+        return self.ledgers[level].used + self.below.get(level, 0)
+
+    def _count_levels(self, job: Job, sign: int) -> None:
+        assert job.tenant is not None
+        for level in self._levels[job.tenant][1:]:
+            self.below[level] += sign * job.total_gpus
+            self._usable_gpus.pop(level, None)
+            self._sizes.pop(level, None)
+
+    def _level_limit_text(self, job: Job, freed: Mapping[str, int] | None = None) -> str | None:
+        """Why admitting the job would take an ancestor of its tenant above its borrowing
+        limit (after ``freed`` GPUs per level leave), or None."""
+        assert job.tenant is not None
+        for level in self._levels[job.tenant][1:]:
+            limit = self.tenants[level].borrowing_limit
+            if limit is None:
+                continue
+            used = self.used_at(level) - (freed or {}).get(level, 0)
+            if used + job.total_gpus > limit:
+                return (
+                    f"needs {job.total_gpus} GPUs; tenant {level} (above {job.tenant}) holds "
+                    f"{used} of its borrowing limit {limit}"
+                )
+        return None
+
+    def _within_an_ancestor(self, job: Job) -> bool:
+        """Whether the job fits the unused guarantee of one of its tenant's ancestors."""
+        assert job.tenant is not None
+        return any(
+            self.used_at(level) + job.total_gpus <= self.tenants[level].guaranteed
+            for level in self._levels[job.tenant][1:]
+        )
 
     # --- ordering ------------------------------------------------------------------------
 
@@ -332,7 +424,9 @@ class Cycle:
         borrowed_after = ledger.used + job.total_gpus - ledger.covered(job)
         standing = self.tenants[tenant]
         share = (borrowed_after + standing.recent_borrowed) / standing.weight
-        return (1, share, job.order, tenant, self._versions[tenant])
+        # Inside an ancestor's guarantee (a sibling's idle share) before beyond every level.
+        rank = 1 if self._within_an_ancestor(job) else 2
+        return (rank, share, job.order, tenant, self._versions[tenant])
 
     def _park_unstartable(self, tenant: str) -> None:
         """Park the jobs at the head of the tenant's queue that cannot start in this cycle
@@ -363,7 +457,8 @@ class Cycle:
     def run(self) -> CycleResult:
         """Decide every queued job once."""
         for job in self.orphans:
-            self._wait(job, WaitReason.NO_TENANT, _no_tenant_text(job))
+            parent = job.tenant is not None and self.tree.is_parent(job.tenant)
+            self._wait(job, WaitReason.NO_TENANT, _no_tenant_text(job, parent=parent))
         heap: list[tuple[int, float, tuple[int, float, str], str, int]] = []
         for tenant in self.tenants:
             entry = self._entry(tenant)
@@ -427,9 +522,9 @@ class Cycle:
             or job.not_before is not None
             or job.key in self.reservations
             or job.key in self.reserved
-            or (job.key in self.claims[tenant]) != before.claim
+            or self.claim_level(job) != before.claim
             or self._backfill_options(job) != before.backfill
-            or (job.submitter != before.submitter and self.tenants[tenant].caps_users)
+            or (job.submitter != before.submitter and bool(self._capped_levels[tenant]))
         ):
             return False
         self._wait(job, before.reason, before.message)
@@ -474,7 +569,7 @@ class Cycle:
             request=self.requests[job.key],
             priority=job.priority,
             preemptible=job.preemptible,
-            claim=job.key in self.claims[tenant],
+            claim=self.claim_level(job),
             version=self._admitted_version,
             reason=last[1],
             message=last[2],
@@ -514,8 +609,11 @@ class Cycle:
             return set()
         within = ledger.fits_within(job)
         failure: GangFailure | None = None
+        above = self._level_limit_text(job)
         if not ledger.within_limit(job):
             failure = GangFailure(WaitReason.QUOTA_EXCEEDED, _limit_text(tenant, ledger, job))
+        elif above is not None:
+            failure = GangFailure(WaitReason.QUOTA_EXCEEDED, above)
         elif not job.preemptible and not within:
             failure = GangFailure(
                 WaitReason.GUARANTEE_EXCEEDED, _guarantee_text(tenant, ledger, job)
@@ -584,7 +682,8 @@ class Cycle:
 
         def plan(job: Job, start: float, end: float) -> None:
             assert job.tenant is not None
-            planned[job.tenant].append((start, end, job.total_gpus))
+            for level in self._levels[job.tenant]:
+                planned[level].append((start, end, job.total_gpus))
             if self.tenants[job.tenant].caps_users:
                 user = (job.tenant, job.submitter)
                 user_gpus.setdefault(user, []).append((start, end, job.total_gpus))
@@ -622,6 +721,9 @@ class Cycle:
                     tenant.borrowing_limit if job.preemptible else tenant.guaranteed,
                 )
             ]
+            for level in self._levels[job.tenant][1:]:
+                above = self.tenants[level].borrowing_limit
+                limits.append((planned[level], job.total_gpus, above))
             if tenant.caps_users:
                 user = (job.tenant, job.submitter)
                 limits.append((user_gpus.get(user, []), job.total_gpus, tenant.user_max_gpus))
@@ -993,7 +1095,8 @@ class Cycle:
                         candidate(victim, PreemptReason.HIGHER_PRIORITY, victim.key in own_borrowed)
                     )
         cross = False
-        if tenant.reclaim is not ReclaimPolicy.NEVER and job.key in self.claims[tenant.name]:
+        level = self.claim_level(job)
+        if tenant.reclaim is not ReclaimPolicy.NEVER and level is not None:
             eligible = self.pool.eligible_nodes(request).name_set
             lower_only = tenant.reclaim is ReclaimPolicy.LOWER_PRIORITY
             for name in self.tenants:
@@ -1004,7 +1107,12 @@ class Cycle:
                 # set); which of its jobs came last in its queue says nothing about what
                 # evicting them costs or where they run. A job larger than what the tenant
                 # holds beyond the guarantee it uses would cut into that, alone or with others.
-                spare = self.ledgers[name].used - self._usable(name)
+                # In a tree, the same holds at every level of the lender below where the two
+                # meet; a lender at or below the level claimed at lends nothing to it.
+                path = self.tree.lending_path(name, level) if not self.tree.flat else (name,)
+                if not path:
+                    continue
+                spare = min(self.used_at(lv) - self._usable(lv) for lv in path)
                 for victim in self.admitted[name].values():
                     if victim.key in seen or victim.total_gpus > spare:
                         continue
@@ -1022,12 +1130,30 @@ class Cycle:
         return out, cross
 
     def _usable(self, tenant: str) -> int:
-        """GPUs of the tenant's guarantee its running jobs use (:func:`usable_guarantee`)."""
+        """GPUs of the tenant's guarantee its running jobs use (:func:`usable_guarantee`); at
+        a parent, the jobs of every tenant below it count, by size."""
         found = self._usable_gpus.get(tenant)
         if found is None:
-            found = usable_guarantee(self.tenants[tenant], self.admitted[tenant].values())
+            if self.tree.is_parent(tenant):
+                found = usable_of_sizes(self.tenants[tenant].guaranteed, self._level_sizes(tenant))
+            else:
+                found = usable_guarantee(self.tenants[tenant], self.admitted[tenant].values())
             self._usable_gpus[tenant] = found
         return found
+
+    def _level_sizes(self, level: str) -> Counter[int]:
+        """How many admitted jobs of each size are held at a level (its own and below it)."""
+        sizes = self._sizes.get(level)
+        if sizes is None:
+            if self.tree.is_parent(level):
+                sizes = Counter()
+                for name in self.tenants:
+                    if level in self._levels[name]:
+                        sizes.update(job_sizes(self.admitted[name].values()))
+            else:
+                sizes = job_sizes(self.admitted[level].values())
+            self._sizes[level] = sizes
+        return sizes
 
     def lenders_ok(self, victims: Sequence[Candidate]) -> bool:
         """Whether every tenant losing jobs to a reclaim keeps using as much of its guarantee
@@ -1046,27 +1172,37 @@ class Cycle:
         left: dict[str, Counter[int]] = {}
         covered_without: dict[str, list[Job]] = {}
 
+        claiming = self._claiming
+        flat = self.tree.flat
+
         def take(c: Candidate) -> bool:
             name = c.job.tenant
             if c.reason is not PreemptReason.RECLAIM_GUARANTEE or name is None:
                 return True
-            tenant = self.tenants[name]
-            if tenant.guaranteed_by_model:
-                taken = [*covered_without.get(name, []), c.job]
-                if self.ledgers[name].covered(None, taken) < self._usable(name):
-                    return False
-                covered_without[name] = taken
-                return True
-            sizes = left.get(name)
-            if sizes is None:
-                sizes = self._sizes.get(name)
+            path = (name,) if flat or claiming is None else self.tree.lending_path(name, claiming)
+            size = c.job.total_gpus
+            checked: list[Counter[int]] = []
+            for level in path:
+                tenant = self.tenants[level]
+                if tenant.guaranteed_by_model and not self.tree.is_parent(level):
+                    taken = [*covered_without.get(level, []), c.job]
+                    if self.ledgers[level].covered(None, taken) < self._usable(level):
+                        for undo in checked:
+                            undo[size] += 1
+                        return False
+                    continue
+                sizes = left.get(level)
                 if sizes is None:
-                    sizes = self._sizes[name] = job_sizes(self.admitted[name].values())
-                sizes = left[name] = sizes.copy()
-            sizes[c.job.total_gpus] -= 1
-            if usable_of_sizes(tenant.guaranteed, sizes) < self._usable(name):
-                sizes[c.job.total_gpus] += 1
-                return False
+                    sizes = left[level] = self._level_sizes(level).copy()
+                sizes[size] -= 1
+                checked.append(sizes)
+                if usable_of_sizes(tenant.guaranteed, sizes) < self._usable(level):
+                    for undo in checked:
+                        undo[size] += 1
+                    return False
+            for level in path:
+                if self.tenants[level].guaranteed_by_model and not self.tree.is_parent(level):
+                    covered_without[level] = [*covered_without.get(level, []), c.job]
             return True
 
         return take
@@ -1118,12 +1254,13 @@ class Cycle:
         assert job.tenant is not None
         tenant = self.tenants[job.tenant]
         ledger = self.ledgers[tenant.name]
+        claiming = self.claim_level(job)
         memo = (
             tenant.name,
             request,
             job.priority,
             job.preemptible,
-            job.key in self.claims[tenant.name],
+            claiming,
             reserving,
         )
         if memo in self.preemption_failures:
@@ -1139,12 +1276,32 @@ class Cycle:
             return None
         self.searches += 1
 
-        def quota_ok(own: Sequence[Job], cross: bool) -> bool:
+        levels = self._levels[tenant.name][1:]
+
+        def quota_ok(victims: Sequence[Candidate]) -> bool:
+            own = [c.job for c in victims if c.own(job)]
+            cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in victims)
             if not ledger.within_limit(job, own):
                 return False
+            freed: dict[str, int] = {}
+            if levels:
+                for c in victims:
+                    assert c.job.tenant is not None
+                    for level in self._levels[c.job.tenant]:
+                        if level in levels:
+                            freed[level] = freed.get(level, 0) + c.job.total_gpus
+                if self._level_limit_text(job, freed) is not None:
+                    return False
+            if cross and claiming is not None and claiming != tenant.name and job.preemptible:
+                # Claimed above the tenant: the job must fit that level's guarantee once the
+                # victims below it are gone, as a tenant's own claim must fit its own.
+                room = self.tenants[claiming].guaranteed - self.used_at(claiming)
+                return job.total_gpus <= room + freed.get(claiming, 0)
             if cross or not job.preemptible:
                 return ledger.fits_within(job, own)
             return True
+
+        self._claiming = claiming
 
         # The wait without preemption is worked out on the pool as it is, so before a gang's
         # search (which releases victims as it goes); a one-replica search leaves the pool
@@ -1173,6 +1330,7 @@ class Cycle:
             # Only a job refused for its quota was not just tried on the free GPUs.
             may_place_now=failure.reason in _QUOTA_BOUND,
         )
+        self._claiming = None
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)
             return None
@@ -1190,7 +1348,8 @@ class Cycle:
                 for node, mask in self.pool.holdings(victim.key).items():
                     profile.free_from(node, mask, self.now)
             self.ledgers[victim.tenant].remove(victim)
-            if self.tenants[victim.tenant].caps_users:
+            self._count_levels(victim, -1)
+            if self._capped_levels[victim.tenant]:
                 self._count_user(victim, -1)
             del self.admitted[victim.tenant][victim.key]
             self._admitted_version += 1
@@ -1244,7 +1403,8 @@ class Cycle:
         self.admitted[job.tenant][job.key] = admitted
         self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
-        if self.tenants[job.tenant].caps_users:
+        self._count_levels(admitted, 1)
+        if self._capped_levels[job.tenant]:
             self._count_user(admitted, 1)
         self._borrowed.pop(job.tenant, None)
         self._usable_gpus.pop(job.tenant, None)
@@ -1285,7 +1445,7 @@ class Cycle:
         )
         shares = fair_shares(capacity, list(self.tenants.values()), self.demand)
         admitted_now = {a.job for a in self.admissions}
-        out = []
+        own: dict[str, TenantUsage] = {}
         for name, tenant in self.tenants.items():
             ledger = self.ledgers[name]
             by_model: dict[str, int] = {}
@@ -1298,29 +1458,63 @@ class Cycle:
                     model = (slot.node.model if slot else None) or UNKNOWN_MODEL
                     by_model[model] = by_model.get(model, 0) + assignment.size
             pending = sum(1 for j in self.queued[name] if j.key not in admitted_now)
-            out.append(
-                TenantUsage(
-                    name=name,
-                    guaranteed=tenant.guaranteed,
-                    borrowing_limit=tenant.borrowing_limit,
-                    weight=tenant.weight,
-                    used=ledger.used,
-                    borrowed=ledger.borrowed(),
-                    used_by_model=dict(sorted(by_model.items())),
-                    fair_share=shares.get(name, 0.0),
-                    pending=pending,
-                    running=sum(
-                        1 for j in self.admitted[name].values() if j.started_at is not None
-                    ),
-                    demand=self.demand[name],
-                    admitted=len(self.admitted[name]),
-                    users=dict(sorted(users.items())),
-                )
+            own[name] = TenantUsage(
+                name=name,
+                guaranteed=tenant.guaranteed,
+                borrowing_limit=tenant.borrowing_limit,
+                weight=tenant.weight,
+                used=ledger.used,
+                borrowed=ledger.borrowed(),
+                used_by_model=dict(sorted(by_model.items())),
+                fair_share=shares.get(name, 0.0),
+                pending=pending,
+                running=sum(1 for j in self.admitted[name].values() if j.started_at is not None),
+                demand=self.demand[name],
+                admitted=len(self.admitted[name]),
+                users=dict(sorted(users.items())),
             )
-        return tuple(out)
+        return tuple(
+            self._level_usage(name, own) if self.tree.is_parent(name) else own[name]
+            for name in self.tenants
+        )
+
+    def _level_usage(self, level: str, own: Mapping[str, TenantUsage]) -> TenantUsage:
+        """A parent tenant's standing: its own and every tenant's below it, summed; what it
+        borrows is what the sum holds beyond its guarantee."""
+        members = [own[n] for n in self.tenants if level in self._levels[n]]
+        tenant = self.tenants[level]
+        by_model: dict[str, int] = {}
+        users: dict[str, tuple[int, int]] = {}
+        for usage in members:
+            for model, n in usage.used_by_model.items():
+                by_model[model] = by_model.get(model, 0) + n
+            for user, (gpus, jobs) in usage.users.items():
+                held = users.get(user, (0, 0))
+                users[user] = (held[0] + gpus, held[1] + jobs)
+        used = sum(u.used for u in members)
+        return TenantUsage(
+            name=level,
+            guaranteed=tenant.guaranteed,
+            borrowing_limit=tenant.borrowing_limit,
+            weight=tenant.weight,
+            used=used,
+            borrowed=max(0, used - tenant.guaranteed),
+            used_by_model=dict(sorted(by_model.items())),
+            fair_share=round(sum(u.fair_share for u in members), 3),
+            pending=sum(u.pending for u in members),
+            running=sum(u.running for u in members),
+            demand=sum(u.demand for u in members),
+            admitted=sum(u.admitted for u in members),
+            users=dict(sorted(users.items())),
+        )
 
 
-def _no_tenant_text(job: Job) -> str:
+def _no_tenant_text(job: Job, *, parent: bool = False) -> str:
+    if parent:
+        return (
+            f"TenantQuota {job.tenant} of namespace {job.namespace} has child TenantQuotas; "
+            "jobs belong to the tenants below it: move the namespace to one of them"
+        )
     if job.tenant is None:
         return (
             f"namespace {job.namespace} is not owned by any TenantQuota; a cluster admin must "

@@ -291,6 +291,8 @@ class Tenant:
     budget_exhausted_until: float | None = None
     """The tenant spent its budget's hard cap: no new admission before this time (the end of
     the budget period). None: within budget."""
+    parent: str | None = None
+    """The tenant this one is part of (:mod:`gpusched.core.admission.tree`); None: a root."""
     recent_borrowed: float = 0.0
     """Borrowed GPUs in the recent past (an average decayed with the cluster's usage half-life;
     0 when fair share has no memory): added to what a tenant borrows now when ranking

@@ -182,16 +182,12 @@ def _overlaps(pool: Pool, held: dict[str, int], plans: Sequence[ReplicaPlan]) ->
     return False
 
 
-QuotaCheck = Callable[[Sequence[Job], bool], bool]
-"""``quota_ok(own_victims, any_reclaim_victim)``: may the preemptor's tenant admit it once
+QuotaCheck = Callable[[Sequence["Candidate"]], bool]
+"""``quota_ok(victims)``: may the preemptor's tenant (and every level above it) admit it once
 those victims are gone?"""
 LenderCheck = Callable[[Sequence[Candidate]], bool]
 """``lenders_ok(victims)``: does every other tenant losing victims keep its guarantee? Adding
 victims never makes a failing set pass."""
-
-
-def _reclaims(victims: Sequence[Candidate]) -> bool:
-    return any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in victims)
 
 
 def find_victims(
@@ -229,12 +225,10 @@ def find_victims(
             may_place_now=may_place_now,
         )
     ordered = by_cost(candidates)
-    mine = {id(c) for c in ordered if c.own(preemptor)}
-    own_all = [c.job for c in ordered if id(c) in mine]
-    if not ordered or not quota_ok(own_all, _reclaims(ordered)):
+    if not ordered or not quota_ok(ordered):
         # Reclaim victims may be what breaks the quota rule; try without them.
         ordered = [c for c in ordered if c.reason is not PreemptReason.RECLAIM_GUARANTEE]
-        if not ordered or not quota_ok(own_all, False):
+        if not ordered or not quota_ok(ordered):
             return None
     key = preemptor.key
     released: dict[str, dict[str, int]] = {}
@@ -257,15 +251,13 @@ def find_victims(
         return result
 
     def ok(victims: Sequence[Candidate]) -> bool:
-        own = [c.job for c in victims if id(c) in mine]
-        return quota_ok(own, _reclaims(victims)) and lenders_ok(victims) and worth_it(victims)
+        return quota_ok(victims) and lenders_ok(victims) and worth_it(victims)
 
     def ok_subset(victims: Sequence[Candidate]) -> bool:
         """:func:`ok` of a subset of a set that passed it: fewer victims leave every lender
         at least as much (a subset sum over more jobs) and cost less, so only the quota is
         left to check."""
-        own = [c.job for c in victims if id(c) in mine]
-        return quota_ok(own, _reclaims(victims))
+        return quota_ok(victims)
 
     # 1. Upper bound: everything released.
     for c in ordered:
@@ -282,8 +274,6 @@ def find_victims(
     # 2. Greedy, cheapest first. Single-replica jobs only need the nodes freed since the last
     # check looked at (the others could not host it then and have not changed).
     chosen: list[Candidate] = []
-    own: list[Job] = []
-    cross = False
     lends = lender_tracker() if lender_tracker is not None else (lambda c: lenders_ok([*chosen, c]))
     plans = placeable()
     touched: list[str] = []
@@ -297,12 +287,8 @@ def find_victims(
             continue
         release(c)
         chosen.append(c)
-        if c.own(preemptor):
-            own.append(c.job)
-        if c.reason is PreemptReason.RECLAIM_GUARANTEE:
-            cross = True
         touched.extend(n for n in released[c.job.key] if n not in touched)
-        if not quota_ok(own, cross):
+        if not quota_ok(chosen):
             continue
         if incremental:
             plans = placeable(touched)
@@ -394,8 +380,7 @@ def _one_replica(
                 on_node.setdefault(node, []).append((c, mask))
 
     def ok(victims: Sequence[Candidate]) -> bool:
-        own = [c.job for c in victims if c.own(preemptor)]
-        return lenders_ok(victims) and quota_ok(own, _reclaims(victims))
+        return lenders_ok(victims) and quota_ok(victims)
 
     quota_only = _quota_only(pool, preemptor, request, ordered, ok) if may_place_now else None
     if quota_only is not None:
