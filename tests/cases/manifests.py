@@ -233,8 +233,15 @@ INVALID: tuple[Invalid, ...] = (
         tenantquota(guaranteedGpus="eight"),
         "spec.guaranteedGpus",
     ),
-    Invalid("tenantquota-no-namespaces", tenantquota(namespaces=[]), "spec.namespaces"),
-    Invalid("tenantquota-namespaces-missing", tenantquota(namespaces=None), "spec.namespaces"),
+    Invalid("tenantquota-parent-not-a-name", tenantquota(parent="Org A"), "spec.parent"),
+    Invalid(
+        "tenantquota-soft-cap-above-hard-cap",
+        tenantquota(budget={"softCap": 20, "hardCap": 10}),
+        "spec.budget.softCap",
+    ),
+    Invalid(
+        "tenantquota-user-cap-zero", tenantquota(perUser={"maxGpus": 0}), "spec.perUser.maxGpus"
+    ),
     Invalid("tenantquota-bad-namespace", tenantquota(namespaces=["Team_A"]), "spec.namespaces[0]"),
     Invalid(
         "tenantquota-models-exceed-guarantee",

@@ -188,6 +188,7 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
         namespaced=False,
         label_named=True,
         columns=(
+            _column("Parent", "string", ".spec.parent", "The TenantQuota this one is part of."),
             _column("Guaranteed", "integer", ".spec.guaranteedGpus", "GPUs always available."),
             _column("Limit", "integer", ".spec.borrowingLimit", "Most GPUs held at once."),
             _column("Weight", "number", ".spec.weight", "Fair-share weight."),

@@ -114,6 +114,9 @@ DnsLabel = Annotated[
     str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ]
 GpuCount = Annotated[int, Field(ge=0, le=1_000_000)]
+QuotaName = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]
 PriorityClassName = Annotated[
     str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 ]
@@ -146,12 +149,18 @@ class TenantQuotaSpec(ApiModel):
     )
 
     namespaces: list[DnsLabel] = Field(
-        min_length=1,
+        default_factory=list,
         max_length=MAX_NAMESPACES,
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     """Namespaces whose GpuJobs belong to this tenant. A namespace belongs to at most one tenant;
-    when two TenantQuotas name it, the older one keeps it."""
+    when two TenantQuotas name it, the older one keeps it. A TenantQuota that other TenantQuotas
+    name as their ``parent`` lists none: jobs belong to the tenants below it."""
+    parent: QuotaName | None = None
+    """The TenantQuota this one is part of (an organisation over its teams): its borrowing
+    limit, budget and per-user caps hold over all its children, and a child borrows a
+    sibling's idle guarantee before any tenant outside the parent does. The children's
+    guarantees should add up to at most the parent's. Unset: a tenant of its own."""
     guaranteed_gpus: int = Field(0, ge=0, le=1_000_000)
     """GPUs the tenant can always get back, preempting borrowers if needed."""
     guaranteed_gpus_by_model: dict[str, GpuCount] = Field(

@@ -26,6 +26,7 @@ from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.api.meta import ConditionStatus
 from gpusched.api.tenantquota import TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import AdmitReason, PreemptReason, TenantUsage
+from gpusched.core.admission.tree import TenantTree
 from gpusched.core.lifecycle import (
     CreatePod,
     MeteredJob,
@@ -38,7 +39,7 @@ from gpusched.core.lifecycle import (
     tenant_map,
 )
 from gpusched.core.lifecycle import status as st
-from gpusched.core.lifecycle.tenants import QuotaEvent, QuotaUpdate
+from gpusched.core.lifecycle.tenants import QuotaEvent, QuotaUpdate, tree_problems
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
@@ -302,6 +303,12 @@ class AdmissionLoop:
             for job in decision.world.jobs
             if job.status.started_at is not None
         ]
+        tree = TenantTree.of(decision.snapshot.tenants)
+        members: dict[str, set[str]] = {}
+        for tenant in decision.snapshot.tenants:
+            for level in tree.levels(tenant.name):
+                members.setdefault(level, set()).add(tenant.name)
+        problems = tree_problems(decision.world.quotas)
         for quota in decision.world.quotas:
             name = quota.metadata.name or ""
             found = usage.get(name)
@@ -315,6 +322,8 @@ class AdmissionLoop:
                 now,
                 pricing=self.config.pricing,
                 half_life=self.config.usage_half_life,
+                members=members.get(name, ()),
+                tree_problem=problems.get(name),
             )
             self._publish_spend(quota, update)
             stale = time.monotonic() - self._quota_written.get(name, 0.0)

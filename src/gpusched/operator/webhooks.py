@@ -20,7 +20,7 @@ tenant on the operator's availability would be a worse failure than a late expla
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -30,6 +30,7 @@ from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle.validation import (
     namespace_claim_refusal,
     priority_class_refusal,
+    tree_refusal,
     unowned_namespace_refusal,
 )
 from gpusched.kubeasync import ApiError, AsyncApi
@@ -57,9 +58,19 @@ class Validator:
         meta = body.get("metadata") or {}
         name = str(meta.get("name") or "")
         namespaces = list((body.get("spec") or {}).get("namespaces") or [])
-        refusal = namespace_claim_refusal(name, namespaces, self.store.quotas.values())
+        spec = body.get("spec") or {}
+        parent = spec.get("parent")
+        guaranteed = int(spec.get("guaranteedGpus") or 0)
+
+        def refusal_among(quotas: Iterable[TenantQuota]) -> str | None:
+            quotas = list(quotas)
+            return namespace_claim_refusal(name, namespaces, quotas) or tree_refusal(
+                name, parent, guaranteed, namespaces, quotas
+            )
+
+        refusal = refusal_among(self.store.quotas.values())
         if refusal is not None:
-            refusal = namespace_claim_refusal(name, namespaces, await self._quotas())
+            refusal = refusal_among(await self._quotas())
         self._verdict("tenantquotas", refusal)
 
     async def gpujob(self, body: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:

@@ -14,7 +14,7 @@ from gpusched.api.meta import ConditionStatus
 from gpusched.api.tenantquota import BudgetPeriod, TenantQuota
 from gpusched.core.admission import TenantUsage
 from gpusched.core.lifecycle.spend import Pricing, decayed, period_end, period_start
-from gpusched.core.lifecycle.tenants import MeteredJob, core_tenant, quota_status
+from gpusched.core.lifecycle.tenants import MeteredJob, core_tenant, quota_status, tree_problems
 
 PRICES = Pricing("USD", 2.0, {"H100": 4.0})
 
@@ -194,3 +194,47 @@ def test_pricing_refuses_negative_prices_and_unknown_keys() -> None:
     for bad in ('{"default": -1}', '{"price": 2}', "[1]"):
         with pytest.raises(ValueError, match="pricing"):
             Pricing.parse(bad)
+
+
+def test_a_parents_spending_is_its_teams_and_a_broken_tree_is_reported() -> None:
+    last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    now = last + timedelta(hours=1)
+    parent = TenantQuota.model_validate(
+        {
+            "metadata": {"name": "org"},
+            "spec": {"guaranteedGpus": 4, "namespaces": ["stray"]},
+            "status": {"lastMeteredAt": last.isoformat(), "periodStart": "2026-11-01T00:00:00Z"},
+        }
+    )
+    status_a = GpuJobStatus(phase=JobPhase.RUNNING, started_at=last)
+    jobs = [
+        MeteredJob("a", 2, status_a, status_a, "alice", {"H100": 2}),
+        MeteredJob("b", 1, status_a, status_a, "bob", {"H100": 1}),
+        MeteredJob("elsewhere", 8, status_a, status_a, "carol", {"H100": 8}),
+    ]
+    update = quota_status(
+        parent,
+        usage(),
+        [],
+        jobs,
+        now,
+        pricing=PRICES,
+        members={"org", "a", "b"},
+        tree_problem="its children's guarantees add up to 6 GPUs, more than its own 4",
+    )
+    assert (update.status.period_gpu_hours, update.status.period_cost) == (3.0, 12.0)
+    tree = {c.type: c for c in update.status.conditions}["TreeConflict"]
+    assert tree.status is ConditionStatus.TRUE
+    quotas = [
+        parent,
+        quota(),  # "team", no parent
+        TenantQuota.model_validate(
+            {"metadata": {"name": "a"}, "spec": {"parent": "org", "guaranteedGpus": 6}}
+        ),
+        TenantQuota.model_validate({"metadata": {"name": "lost"}, "spec": {"parent": "gone"}}),
+    ]
+    problems = tree_problems(quotas)
+    assert set(problems) == {"org", "lost"}
+    assert "more than its own 4" in problems["org"]
+    assert "namespaces it lists wait" in problems["org"]
+    assert "does not exist" in problems["lost"]

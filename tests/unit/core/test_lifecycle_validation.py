@@ -6,6 +6,7 @@ from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle.validation import (
     namespace_claim_refusal,
     priority_class_refusal,
+    tree_refusal,
     unowned_namespace_refusal,
 )
 from tests.cases.manifests import tenantquota
@@ -47,3 +48,38 @@ def test_a_missing_priority_class_is_refused_and_no_class_is_fine() -> None:
     assert refusal.startswith("spec.priorityClassName:")
     assert priority_class_refusal("high", {"low", "high"}) is None
     assert priority_class_refusal(None, set()) is None
+
+
+def _tq(name: str, guaranteed: int = 0, parent: str | None = None, *ns: str) -> TenantQuota:
+    spec: dict[str, object] = {"guaranteedGpus": guaranteed, "namespaces": list(ns)}
+    if parent:
+        spec["parent"] = parent
+    return TenantQuota.model_validate(tenantquota(name, **spec))
+
+
+def test_a_tenant_tree_refuses_cycles_naming_the_parent() -> None:
+    others = [_tq("org"), _tq("team", 0, "org")]
+    assert tree_refusal("org", "org", 0, [], others) is not None
+    refusal = tree_refusal("org", "team", 0, [], others)
+    assert refusal is not None
+    assert refusal.startswith("spec.parent:")
+    assert "cycle" in refusal
+
+
+def test_a_tenant_tree_refuses_children_guaranteed_more_than_their_parent() -> None:
+    others = [_tq("org", 16), _tq("a", 10, "org", "a")]
+    refusal = tree_refusal("b", "org", 8, ["b"], others)
+    assert refusal is not None
+    assert "guaranteed 18 GPUs together, more than its own 16" in refusal
+    assert tree_refusal("b", "org", 6, ["b"], others) is None
+    # Lowering the parent below its children's guarantees is refused too.
+    shrunk = tree_refusal("org", None, 8, [], [_tq("a", 10, "org", "a")])
+    assert shrunk is not None
+    assert shrunk.startswith("spec.guaranteedGpus:")
+
+
+def test_a_parent_lists_no_namespaces_and_a_missing_parent_is_accepted() -> None:
+    refusal = tree_refusal("org", None, 8, ["ml"], [_tq("a", 4, "org", "a")])
+    assert refusal is not None
+    assert refusal.startswith("spec.namespaces:")
+    assert tree_refusal("a", "not-yet", 4, ["a"], []) is None

@@ -3,7 +3,7 @@ the operator writes on them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -11,6 +11,7 @@ from gpusched.api.gpujob import GpuJobSpec, GpuJobStatus, JobPhase
 from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.api.tenantquota import PreemptionPolicy, TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import Tenant, TenantUsage
+from gpusched.core.admission.tree import TenantTree
 from gpusched.core.lifecycle.spend import Pricing, Run, decayed, exhausted_until, meter
 
 
@@ -82,6 +83,34 @@ def protection_of(quota: TenantQuota | None) -> Protection:
     )
 
 
+def tree_problems(quotas: Iterable[TenantQuota]) -> dict[str, str]:
+    """TenantQuota name -> why its place in the tenant tree is not taken as written: a parent
+    that does not exist or a cycle of parents (it is a tenant of its own then), children whose
+    guarantees add up to more than the parent's (their guarantees hold as written, the
+    parent's cannot back them all), namespaces listed on a parent (their jobs wait)."""
+    quotas = list(quotas)
+    tree = TenantTree.of(core_tenant(q) for q in quotas)
+    out = dict(tree.broken)
+    by_name = {q.metadata.name or "": q for q in quotas}
+    for parent, children in tree.children.items():
+        quota = by_name[parent]
+        total = sum(by_name[c].spec.guaranteed_gpus for c in children)
+        problems = []
+        if total > quota.spec.guaranteed_gpus:
+            problems.append(
+                f"its children's guarantees add up to {total} GPUs, more than its own "
+                f"{quota.spec.guaranteed_gpus}"
+            )
+        if quota.spec.namespaces:
+            problems.append(
+                "it has child TenantQuotas, so the jobs of the namespaces it lists wait "
+                "(NoTenant): move them to a child"
+            )
+        if problems:
+            out[parent] = "; ".join(problems)
+    return out
+
+
 def class_not_allowed(quota: TenantQuota | None, class_name: str | None) -> str | None:
     """Why the tenant's jobs may not name ``class_name`` (None: they may).
 
@@ -122,6 +151,7 @@ def core_tenant(quota: TenantQuota, now: datetime | None = None) -> Tenant:
         user_max_jobs=limits.max_jobs if limits is not None else None,
         budget_exhausted_until=until.timestamp() if until is not None else None,
         recent_borrowed=status.recent_borrowed_gpus,
+        parent=spec.parent,
     )
 
 
@@ -292,15 +322,20 @@ def quota_status(
     *,
     pricing: Pricing | None = None,
     half_life: float | None = None,
+    members: Collection[str] = (),
+    tree_problem: str | None = None,
 ) -> QuotaUpdate:
     """What the cycle writes on a TenantQuota: usage, GPU-seconds, spending against its
-    budget, recent borrowing (with ``half_life`` seconds; None: no memory)."""
+    budget, recent borrowing (with ``half_life`` seconds; None: no memory). A parent's spending
+    is that of every tenant below it (``members``, itself included); ``tree_problem`` says why
+    its place in the tenant tree was not taken as written."""
     pricing = pricing or Pricing()
     name = quota.metadata.name or ""
+    mine = set(members) | {name}
     old = quota.status
     seconds = old.gpu_seconds
     last = old.last_metered_at
-    runs = runs_between(jobs, name, last, now) if last is not None else []
+    runs = [r for t in sorted(mine) for r in runs_between(jobs, t, last, now)] if last else []
     seconds += sum(run.gpus * (run.end - run.begin).total_seconds() for run in runs)
     spend = meter(
         budget=quota.spec.budget,
@@ -322,13 +357,21 @@ def quota_status(
     # A job of the tenant stopped running in this cycle: its time up to now is counted only if
     # written now (next cycle its status no longer says it ran).
     stopped = any(
-        job.tenant == name
+        job.tenant in mine
         and job.before.phase is JobPhase.RUNNING
         and job.after.phase is not JobPhase.RUNNING
         for job in jobs
     )
     conditions, events = _budget_conditions(
         quota, old.conditions, spend.period_cost, pricing.currency, now
+    )
+    conditions = set_condition(
+        conditions,
+        "TreeConflict",
+        value=tree_problem is not None,
+        reason="TreeConflict" if tree_problem else "NoConflict",
+        message=tree_problem or "its place in the tenant tree is taken as written",
+        now=now,
     )
     conditions = set_condition(
         conditions,

@@ -57,3 +57,55 @@ def priority_class_refusal(name: str | None, priority_classes: Collection[str]) 
         f"spec.priorityClassName: PriorityClass {name!r} does not exist "
         "(kubectl get priorityclasses lists those that do)"
     )
+
+
+def tree_refusal(
+    name: str,
+    parent: str | None,
+    guaranteed: int,
+    namespaces: Sequence[str],
+    others: Iterable[TenantQuota],
+) -> str | None:
+    """Why TenantQuota ``name`` may not take this place in the tenant tree: it would be its own
+    ancestor, its parent's children would be guaranteed more than the parent, its own children
+    more than it, or it lists namespaces while other TenantQuotas are its children (jobs belong
+    to the tenants at the bottom). A parent that does not exist yet is accepted (TenantQuotas
+    are often applied together); the operator reports it until it does."""
+    by_name = {q.metadata.name or "": q for q in others if q.metadata.name != name}
+    if parent == name:
+        return f"spec.parent: TenantQuota {name!r} cannot be its own parent"
+    at = parent
+    seen = {name}
+    while at is not None and at in by_name:
+        if at in seen:
+            break
+        seen.add(at)
+        at = by_name[at].spec.parent
+        if at == name:
+            return (
+                f"spec.parent: {parent!r} is already below TenantQuota {name!r}; parents may "
+                "not form a cycle"
+            )
+    if parent is not None and parent in by_name:
+        siblings = [q for q in by_name.values() if q.spec.parent == parent]
+        total = guaranteed + sum(q.spec.guaranteed_gpus for q in siblings)
+        own = by_name[parent].spec.guaranteed_gpus
+        if total > own:
+            return (
+                f"spec.guaranteedGpus: the children of TenantQuota {parent!r} would be "
+                f"guaranteed {total} GPUs together, more than its own {own}"
+            )
+    children = sorted(q.metadata.name or "" for q in by_name.values() if q.spec.parent == name)
+    if children:
+        total = sum(by_name[c].spec.guaranteed_gpus for c in children)
+        if total > guaranteed:
+            return (
+                f"spec.guaranteedGpus: its children ({', '.join(children)}) are guaranteed "
+                f"{total} GPUs together, more than {guaranteed}"
+            )
+        if namespaces:
+            return (
+                f"spec.namespaces: TenantQuota {name!r} has child TenantQuotas "
+                f"({', '.join(children)}); list the namespaces on them, where jobs belong"
+            )
+    return None
