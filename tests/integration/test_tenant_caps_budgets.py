@@ -1,7 +1,8 @@
-"""Per-user caps and budgets on the real API server: the submitter recorded by the chart's
-admission policies from the authenticated user, a user over the cap waiting while a teammate
-runs, and a budget's soft cap (condition, event) and hard cap (new jobs wait, running jobs go
-on), with the operator running."""
+"""The tenant tree, per-user caps and budgets on the real API server: the submitter recorded by
+the chart's admission policies from the authenticated user, a user over the cap waiting while a
+teammate runs, an organisation whose teams lend to each other and take their guarantee back,
+and a budget's soft cap (condition, event) and hard cap (new jobs wait, running jobs go on),
+with the operator running."""
 
 from __future__ import annotations
 
@@ -29,7 +30,12 @@ def _job(name: str, gpus: int, annotations: dict[str, str] | None = None) -> dic
         "apiVersion": keys.API_VERSION,
         "kind": "GpuJob",
         "metadata": {"name": name, "annotations": annotations or {}},
-        "spec": {"replicas": 1, "gpusPerReplica": gpus, "template": job_template()},
+        "spec": {
+            "replicas": 1,
+            "gpusPerReplica": gpus,
+            "checkpointGracePeriodSeconds": 0,
+            "template": job_template(),
+        },
     }
 
 
@@ -139,3 +145,47 @@ def test_a_budget_alerts_at_its_soft_cap_and_holds_new_jobs_at_its_hard_cap(
         G, V, "tenantquotas", quota, {"spec": {"budget": {"hardCap": 1000.0}}}
     )
     sc.wait_phase(ns, "second", "Running")
+
+
+def test_an_organisation_lends_between_its_teams_takes_back_and_caps_each_user(
+    sc: Scenario, local_cluster: LocalCluster
+) -> None:
+    sc.nodes(2)  # 16 GPUs
+    org = sc.quota("org", [], guaranteed=16, perUser={"maxGpus": 8})
+    ns_a, ns_b = sc.namespace("team-a"), sc.namespace("team-b")
+    team_a = sc.quota("team-a", [ns_a], guaranteed=8, parent=org)
+    team_b = sc.quota("team-b", [ns_b], guaranteed=8, parent=org)
+    alice, carol = _as(local_cluster, ns_a, "alice"), _as(local_cluster, ns_a, "carol")
+    bob = _as(local_cluster, ns_b, "bob")
+
+    # team-a takes its own guarantee and team-b's idle one (lent inside the organisation).
+    alice.create_namespaced_custom_object(G, V, ns_a, "gpujobs", _job("a1", 8))
+    sc.wait_phase(ns_a, "a1", "Running")
+    carol.create_namespaced_custom_object(G, V, ns_a, "gpujobs", _job("a2", 8))
+    sc.wait_phase(ns_a, "a2", "Running")
+    # The organisation caps one user at 8 GPUs, across its teams.
+    alice.create_namespaced_custom_object(G, V, ns_a, "gpujobs", _job("a3", 4))
+    waiting = sc.wait_reason(ns_a, "a3", "UserCapExceeded")
+    assert f"GPUs tenant {org} allows one user" in str(waiting.get("message"))
+
+    # team-b comes back for its guarantee: one of team-a's borrowed jobs gives it back.
+    bob.create_namespaced_custom_object(G, V, ns_b, "gpujobs", _job("b1", 8))
+    sc.wait_phase(ns_b, "b1", "Running", timeout=90)
+    preempted = [
+        name
+        for name in ("a1", "a2")
+        if any(
+            p.get("reason") == "ReclaimGuarantee"
+            for p in sc.status(ns_a, name).get("preemptions", [])
+        )
+    ]
+    assert len(preempted) == 1
+
+    def standing() -> dict[str, int] | None:
+        used = {q: sc.quota_status(q).get("usedGpus") for q in (org, team_a, team_b)}
+        return used if used == {org: 16, team_a: 8, team_b: 8} else None
+
+    wait_for(standing, 30, "the organisation and its teams to account 16, 8 and 8 GPUs")
+    listed = local_cluster.kubectl("get", "tq", team_a, team_b).stdout
+    assert "PARENT" in listed
+    assert listed.count(org) == 2

@@ -330,3 +330,16 @@ def _ancestors(name: str, parents: dict[str, str | None]) -> list[str]:
         out.append(at)
         at = parents[at]
     return out
+
+
+def test_expected_starts_respect_a_parents_limit() -> None:
+    # Org z (sorted after its team a1, so its plan list is made last) limits its teams to 8:
+    # a1's second 8-GPU job starts when the first is expected to end.
+    tenants = [org("z", borrowing_limit=8), team("a1", "z")]
+    jobs = [
+        job("a1/x", "a1", 8, running_on=[("n0", tuple(range(8)))], expected_end=NOW + 600),
+        job("a1/y", "a1", 8, submitted=1.0),
+    ]
+    cycle = Cycle(snap(tenants, jobs, [node("n0"), node("n1")], NOW))
+    cycle.run()
+    assert cycle.forecast()["a1/y"] == NOW + 600

@@ -691,6 +691,7 @@ class Cycle:
 
         for name in self.tenants:
             planned[name] = []
+        for name in self.tenants:
             for j in self.admitted[name].values():
                 plan(j, self.now, _end(self.ends.get(j.key)))
         for reservation in self.reserved.values():
