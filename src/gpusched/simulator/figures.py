@@ -55,6 +55,7 @@ from typing import Any
 
 from gpusched.core.admission import Tenant
 from gpusched.core.admission.quota import fair_shares
+from gpusched.core.admission.tree import TenantTree
 from gpusched.simulator.model import LINK_ORDER, JobRecord, RunResult, Sample
 
 #: Job size buckets by GPUs: (label, smallest, largest or None for no bound).
@@ -759,6 +760,29 @@ def _tenant_figures(
                 names.append(n)
                 spec[n] = Tenant(n)
     guarantee = {n: spec[n].guaranteed for n in names}
+    # A parent tenant (the tenant tree) is measured over its whole subtree; Jain's index is
+    # over the tenants without children, each counted once.
+    tree = TenantTree.of(spec.values())
+    up = {n: tree.levels(n) if n in spec else (n,) for n in names}
+    leaves = [n for n in names if not tree.is_parent(n)]
+
+    def rolled(values: Mapping[str, int]) -> dict[str, int]:
+        if tree.flat:
+            return dict(values)
+        out: dict[str, int] = {}
+        for n, v in values.items():
+            for level in up.get(n, (n,)):
+                out[level] = out.get(level, 0) + v
+        return out
+
+    def smallest(values: Mapping[str, int]) -> dict[str, int]:
+        if tree.flat:
+            return dict(values)
+        out: dict[str, int] = {}
+        for n, v in values.items():
+            for level in up.get(n, (n,)):
+                out[level] = min(out.get(level, v), v)
+        return out
 
     # Share (from the samples) against entitlement (from the trace), over every breakpoint of
     # either step function inside the replay.
@@ -776,13 +800,15 @@ def _tenant_figures(
         ent_weights.append(width)
         i = entitled.at(a)
         ent = entitled.entitlement[i] if i >= 0 else {}
+        if not tree.flat:
+            ent = {n: sum(ent.get(m, 0.0) for m in leaves if n in up[m]) for n in names}
         for n in names:
             ent_series[n].append(ent.get(n, 0.0) / cap if cap else 0.0)
     sample_times = [s.time for s in samples]
     for k, (a, width) in enumerate(zip(cuts, ent_weights, strict=True)):
         s = samples[bisect_right(sample_times, a) - 1]
         ratios = [
-            (s.by_tenant.get(n, 0) / cap) / ent_series[n][k] for n in names if ent_series[n][k] > 0
+            (s.by_tenant.get(n, 0) / cap) / ent_series[n][k] for n in leaves if ent_series[n][k] > 0
         ]
         if ratios and width > 0:
             squares = sum(x * x for x in ratios)
@@ -798,8 +824,10 @@ def _tenant_figures(
     fitting_stretch: dict[str, float] = dict.fromkeys(names, 0.0)
     fitting_longest: dict[str, float] = dict.fromkeys(names, 0.0)
     for s, width in zip(samples, w, strict=True):
-        held = {n: s.by_tenant.get(n, 0) for n in names}
-        demand = {n: held[n] + s.queued_by_tenant.get(n, 0) for n in names}
+        by_tenant, queued = rolled(s.by_tenant), rolled(s.queued_by_tenant)
+        least = smallest(s.smallest_queued_by_tenant)
+        held = {n: by_tenant.get(n, 0) for n in names}
+        demand = {n: held[n] + queued.get(n, 0) for n in names}
         for n in names:
             share[n].append(held[n] / cap if cap else 0.0)
         # A tenant below its guarantee is not itself borrowing: any borrower is another tenant.
@@ -814,8 +842,8 @@ def _tenant_figures(
                     longest[n] = max(longest[n], stretch[n])
             else:
                 stretch[n] = 0.0
-            smallest = s.smallest_queued_by_tenant.get(n)
-            if borrowing and smallest is not None and held[n] + smallest <= guarantee[n]:
+            fits = least.get(n)
+            if borrowing and fits is not None and held[n] + fits <= guarantee[n]:
                 if width > 0:
                     fitting[n] += width
                     fitting_stretch[n] += width
@@ -827,7 +855,8 @@ def _tenant_figures(
     out = []
     jobs_of: dict[str, list[JobRecord]] = {n: [] for n in names}
     for j in run.jobs:
-        jobs_of.setdefault(j.tenant, []).append(j)
+        for level in up.get(j.tenant, (j.tenant,)):
+            jobs_of.setdefault(level, []).append(j)
     for n in names:
         mine = jobs_of.get(n, [])
         out.append(
