@@ -1,5 +1,6 @@
-"""Fair share with memory in the replay: a tenant that borrowed the whole cluster lately gets
-less of what frees up than one that borrowed nothing, and exactly as much without memory."""
+"""Fair share with memory and the tenant tree in the replay: a tenant that borrowed the whole
+cluster lately gets less of what frees up than one that borrowed nothing (exactly as much
+without memory), and a parent tenant's figures are those of its subtree."""
 
 from __future__ import annotations
 
@@ -37,3 +38,25 @@ def test_with_memory_the_tenant_that_borrowed_lately_gets_less() -> None:
     # a borrowed all 8 GPUs for 10 h = one half-life: it remembers 4 borrowed GPUs, so b's
     # first four jobs rank before a's first, then they alternate.
     assert _started_at(10 * HOURS, 10 * HOURS) == {"a": 2, "b": 6}
+
+
+def test_a_parent_tenants_figures_are_its_subtrees() -> None:
+    from gpusched.simulator.figures import figures
+
+    nodes = cluster((H100, "h1"))
+    tenants = (
+        Tenant("org", guaranteed=8),
+        Tenant("a", 4, parent="org"),
+        Tenant("b", 4, parent="org"),
+    )
+    jobs = workload(
+        trace_job("a1", 0, 4, 2 * HOURS, "a"),
+        trace_job("b1", 0, 2, 1 * HOURS, "b"),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, GpuschedPolicy(nodes.nodes, tenants), speed=speed)
+    by_name = {t.name: t for t in figures(result).tenants}
+    assert by_name["a"].gpu_hours == 8.0
+    assert by_name["b"].gpu_hours == 2.0
+    assert by_name["org"].gpu_hours == 10.0
+    assert by_name["org"].jobs == 2
