@@ -283,7 +283,11 @@ class Cycle:
         feasible = self._feasible_request
         requests = self.requests
         capped = self._over_cap_at_start
-        return [j for j in self.queued[tenant] if feasible[requests[j.key]] and j.key not in capped]
+        return [
+            j
+            for j in self.queued[tenant]
+            if feasible[requests[j.key]] and j.key not in capped and not self._beyond_a_limit(j)
+        ]
 
     # --- per-user caps and budgets -------------------------------------------------------
 
@@ -398,6 +402,40 @@ class Cycle:
                 )
         return None
 
+    def _frees_limit(self, job: Job) -> Callable[[Candidate], bool] | None:
+        """Which reclaim victims count against a borrowing limit above the job's tenant (those
+        of tenants under the same limited ancestor); None when no ancestor has a limit."""
+        assert job.tenant is not None
+        limited = {
+            lv
+            for lv in self._levels[job.tenant][1:]
+            if self.tenants[lv].borrowing_limit is not None
+        }
+        if not limited:
+            return None
+
+        def frees(c: Candidate) -> bool:
+            tenant = c.job.tenant
+            return (
+                c.reason is PreemptReason.RECLAIM_GUARANTEE
+                and tenant is not None
+                and bool(limited.intersection(self._levels[tenant]))
+            )
+
+        return frees
+
+    def _beyond_a_limit(self, job: Job) -> bool:
+        """Whether the job asks more GPUs than the borrowing limit of its tenant or of a level
+        above it: it can never start, so it neither claims a guarantee nor holds back the
+        tenant's jobs behind it."""
+        assert job.tenant is not None
+        size = job.total_gpus
+        for level in self._levels[job.tenant]:
+            limit = self.tenants[level].borrowing_limit
+            if limit is not None and size > limit:
+                return True
+        return False
+
     def _within_an_ancestor(self, job: Job) -> bool:
         """Whether the job fits the unused guarantee of one of its tenant's ancestors."""
         assert job.tenant is not None
@@ -438,6 +476,7 @@ class Cycle:
             not self._feasible_request[self.requests[job.key]]
             or (job.not_before is not None and job.not_before > self.now)
             or self._tenant_rule(job) is not None
+            or self._beyond_a_limit(job)
         ):
             touched = self._decide(job)
             assert not touched, "a job that cannot start changed another tenant's standing"
@@ -1330,6 +1369,7 @@ class Cycle:
             lender_tracker=self.lender_tracker,
             # Only a job refused for its quota was not just tried on the free GPUs.
             may_place_now=failure.reason in _QUOTA_BOUND,
+            frees_quota=self._frees_limit(job),
         )
         self._claiming = None
         if not isinstance(found, VictimSearch):

@@ -201,6 +201,7 @@ def find_victims(
     worth_it: LenderCheck = lambda _: True,
     lender_tracker: Callable[[], Callable[[Candidate], bool]] | None = None,
     may_place_now: bool = True,
+    frees_quota: Callable[[Candidate], bool] | None = None,
 ) -> VictimSearch | GangFailure | None:
     """The cheapest minimal victim set that makes the gang placeable.
 
@@ -212,7 +213,9 @@ def find_victims(
     one (True and the victim counted when the lenders still keep their guarantee), for a
     greedy pass over many candidates in linear time. ``may_place_now``: False when the caller
     has just seen the job fail to place on the free GPUs as they are (no victim set for its
-    limit alone is then worth looking for).
+    limit alone is then worth looking for). ``frees_quota``: which other tenants' candidates
+    count against a limit the job is refused for (the jobs of a sibling team under a parent
+    at its borrowing limit); None: only the tenant's own.
     """
     if request.replicas == 1 and request.across is None:
         return _one_replica(
@@ -223,6 +226,7 @@ def find_victims(
             quota_ok=quota_ok,
             lenders_ok=lambda v: lenders_ok(v) and worth_it(v),
             may_place_now=may_place_now,
+            frees_quota=frees_quota,
         )
     ordered = by_cost(candidates)
     if not ordered or not quota_ok(ordered):
@@ -367,6 +371,7 @@ def _one_replica(
     quota_ok: QuotaCheck,
     lenders_ok: LenderCheck,
     may_place_now: bool = True,
+    frees_quota: Callable[[Candidate], bool] | None = None,
 ) -> VictimSearch | GangFailure | None:
     """A single replica: the node whose cheapest freeing victim set costs least."""
     static = pool.static_failure(request)
@@ -382,7 +387,11 @@ def _one_replica(
     def ok(victims: Sequence[Candidate]) -> bool:
         return lenders_ok(victims) and quota_ok(victims)
 
-    quota_only = _quota_only(pool, preemptor, request, ordered, ok) if may_place_now else None
+    quota_only = (
+        _quota_only(pool, preemptor, request, ordered, ok, frees_quota=frees_quota)
+        if may_place_now
+        else None
+    )
     if quota_only is not None:
         # The job places on free GPUs: victims are for its tenant's limit only, and any of
         # the tenant's jobs will do, wherever they run (a node's set would have to meet the
@@ -441,19 +450,30 @@ def _quota_only(
     request: Request,
     ordered: Sequence[Candidate],
     ok: LenderCheck,
+    *,
+    frees_quota: Callable[[Candidate], bool] | None = None,
 ) -> VictimSearch | None:
     """When the job places on free GPUs as they are, the cheapest own victims that bring its
     tenant within its limit (cheapest first, then each spared that can be, most expensive
-    first); None when it does not place, or no such set passes ``ok``."""
+    first); failing that, with ``frees_quota``, the same over its own and those candidates.
+    None when it does not place, or no such set passes ``ok``."""
     plans = pool.place_gang(preemptor.key, request)
     if isinstance(plans, GangFailure):
         return None
+    passes: list[Callable[[Candidate], bool]] = [lambda c: c.own(preemptor)]
+    if frees_quota is not None:
+        also = frees_quota
+        passes.append(lambda c: c.own(preemptor) or also(c))
     chosen: list[Candidate] = []
-    for c in ordered:
-        if ok(chosen):
+    for allowed in passes:
+        chosen = []
+        for c in ordered:
+            if ok(chosen):
+                break
+            if allowed(c):
+                chosen.append(c)
+        if chosen and ok(chosen):
             break
-        if c.own(preemptor):
-            chosen.append(c)
     if not chosen or not ok(chosen):
         pool.release(preemptor.key)
         return None
