@@ -104,6 +104,35 @@ def test_a_tenant_quota_claiming_another_tenants_namespace_is_refused_naming_it(
     assert owner in message
 
 
+def test_a_tenant_tree_that_would_cycle_or_overcommit_its_parent_is_refused_naming_the_field(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    org = sc.quota("org", [], guaranteed=16)
+    team = sc.quota("team", [sc.namespace("team")], guaranteed=12, parent=org)
+    _wait_served(sc, operator)
+
+    def quota(name: str, **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": keys.API_VERSION,
+            "kind": "TenantQuota",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+
+    # A second team would take the children past the parent's 16.
+    second = quota(f"{sc.id}-second", parent=org, guaranteedGpus=8)
+    message = _refusal(lambda: sc.custom.create_cluster_custom_object(G, V, "tenantquotas", second))
+    assert "spec.guaranteedGpus" in message
+    assert "20 GPUs together, more than its own 16" in message
+    # The parent may not become its team's child.
+    cycle = {"spec": {"parent": team}}
+    message = _refusal(
+        lambda: sc.custom.patch_cluster_custom_object(G, V, "tenantquotas", org, cycle)
+    )
+    assert "spec.parent" in message
+    assert "cycle" in message
+
+
 def test_a_gpujob_in_a_namespace_no_tenant_owns_is_refused_naming_the_namespace(
     sc: Scenario, operator: WebhookOperator
 ) -> None:

@@ -183,6 +183,7 @@ def test_a_parents_usage_sums_its_teams() -> None:
     usage = {u.name: u for u in Cycle(snap(tenants, jobs, [node("n0")], NOW)).run().tenants}
     assert (usage["a"].used, usage["a"].borrowed, usage["a"].admitted) == (6, 2, 2)
     assert usage["a"].users == {"alice": (6, 2)}
+    assert usage["a"].fair_share == usage["a1"].fair_share + usage["a2"].fair_share
     assert (usage["a1"].used, usage["a1"].borrowed) == (4, 2)
 
 
@@ -386,3 +387,19 @@ def test_a_team_below_its_guarantee_gets_it_while_its_parent_holds_its_own(
                 now_short.add(name)
         assert not short & now_short, (short & now_short, dict(held))
         short = now_short
+
+
+def test_fair_shares_are_water_filled_level_by_level() -> None:
+    from gpusched.core.admission.quota import fair_shares
+
+    tenants = [
+        org("a", 8),
+        team("a1", "a", 4),
+        team("a2", "a", 4),
+        org("b"),
+        team("b1", "b"),
+    ]
+    # a's subtree wants 10, b's 10 on 16 GPUs: a gets its 8 and half of what is left until it
+    # wants no more (2), b the rest (6); inside a, a1 takes all of a's 10 (a2 wants none).
+    shares = fair_shares(16, tenants, {"a1": 10, "b1": 10})
+    assert shares == {"a": 10.0, "b": 6.0, "a1": 10.0, "a2": 0.0, "b1": 6.0}

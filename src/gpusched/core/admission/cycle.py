@@ -1541,7 +1541,7 @@ class Cycle:
             used=used,
             borrowed=max(0, used - tenant.guaranteed),
             used_by_model=dict(sorted(by_model.items())),
-            fair_share=round(sum(u.fair_share for u in members), 3),
+            fair_share=own[level].fair_share,
             pending=sum(u.pending for u in members),
             running=sum(u.running for u in members),
             demand=sum(u.demand for u in members),

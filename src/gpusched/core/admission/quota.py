@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpusched.core.admission.model import Job, Tenant
+from gpusched.core.admission.tree import TenantTree
 
 ANY_MODEL = ""
 
@@ -229,7 +230,40 @@ def fair_shares(
 ) -> dict[str, float]:
     """Each tenant's entitlement now: its guarantee (up to its demand), plus idle GPUs split by
     weight among tenants that want more, each capped by its demand and borrowing limit
-    (water-filling, so GPUs one tenant cannot use go to the others: work-conserving)."""
+    (water-filling, so GPUs one tenant cannot use go to the others: work-conserving).
+
+    In a tenant tree the same is done level by level: the tenants at the top share the
+    cluster by their subtrees' demand, then each parent's entitlement is shared among its
+    children the same way (and a parent's is its subtree's)."""
+    tree = TenantTree.of(tenants)
+    if tree.flat:
+        return _water_fill(capacity, tenants, demand)
+    by_name = {t.name: t for t in tenants}
+    total: dict[str, int] = {}
+    for t in tenants:
+        for level in tree.levels(t.name):
+            total[level] = total.get(level, 0) + demand.get(t.name, 0)
+    roots = [t for t in tenants if tree.parent.get(t.name) is None]
+    out = _water_fill(capacity, roots, total)
+    pending = [t.name for t in roots]
+    while pending:
+        name = pending.pop()
+        children = [by_name[c] for c in tree.children.get(name, ())]
+        if not children:
+            continue
+        share = out.get(name, 0.0)
+        own = min(float(demand.get(name, 0)), share)
+        out.update(_water_fill(max(0.0, share - own), children, total))
+        pending.extend(c.name for c in children)
+    return out
+
+
+def _water_fill(
+    capacity: float,
+    tenants: Sequence[Tenant],
+    demand: Mapping[str, int],
+) -> dict[str, float]:
+    """:func:`fair_shares` among ``tenants`` alone."""
     want: dict[str, float] = {}
     alloc: dict[str, float] = {}
     for t in tenants:
