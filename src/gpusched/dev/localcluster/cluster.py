@@ -236,9 +236,9 @@ class LocalCluster:
     def _wait_admission_settled(self, timeout: float) -> None:
         """Until admission policies whose parameters are custom resources can resolve them:
         for a few seconds after a start, before the CRDs' discovery is loaded, such a policy
-        refuses every request it matches ("failed to configure policy"). A server-side dry run
-        of a GpuJob tells; any other answer (accepted, or refused for a reason of its own) is
-        settled. Nothing to wait for without the CRDs."""
+        refuses every request it matches ("failed to configure policy"), and before that the
+        CRDs themselves are not served (404, 503). A server-side dry run of a GpuJob tells; an
+        acceptance, or a refusal of the admission chain for a reason of its own, is settled."""
         job = json.dumps(
             {
                 "apiVersion": keys.API_VERSION,
@@ -262,7 +262,10 @@ class LocalCluster:
                 with urllib.request.urlopen(request, context=self.ssl_context(), timeout=5):
                     return
             except urllib.error.HTTPError as err:
-                if "failed to configure policy" not in err.read().decode(errors="replace"):
+                # 503 (or 404): the CRD is not served yet either; wait for an answer of the
+                # admission chain itself.
+                body = err.read().decode(errors="replace")
+                if err.code < 500 and err.code != 404 and "failed to configure policy" not in body:
                     return
             time.sleep(0.5)
         raise ClusterError("admission policies did not settle after the API server restarted")
