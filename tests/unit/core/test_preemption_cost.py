@@ -236,7 +236,7 @@ def test_the_chosen_victims_cost_no_more_than_any_other_set(case: Any) -> None:
     preemptor = job("t/p", "t", k, priority=5)
     request = Request.of(preemptor)
     if not isinstance(pool.place_gang("probe", request), list):
-        found = find_victims(pool, preemptor, request, candidates, lambda _victims: True)
+        found = find_victims(pool, preemptor, request, candidates, lambda _o, _c, _v: True)
         expected = _brute_force_key(nodes, candidates, k)
         if expected is None:
             assert not isinstance(found, VictimSearch)

@@ -1318,9 +1318,7 @@ class Cycle:
 
         levels = self._levels[tenant.name][1:]
 
-        def quota_ok(victims: Sequence[Candidate]) -> bool:
-            own = [c.job for c in victims if c.own(job)]
-            cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in victims)
+        def quota_ok(own: Sequence[Job], cross: bool, victims: Sequence[Candidate]) -> bool:
             if not ledger.within_limit(job, own):
                 return False
             freed: dict[str, int] = {}

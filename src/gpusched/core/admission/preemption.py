@@ -182,9 +182,27 @@ def _overlaps(pool: Pool, held: dict[str, int], plans: Sequence[ReplicaPlan]) ->
     return False
 
 
-QuotaCheck = Callable[[Sequence["Candidate"]], bool]
-"""``quota_ok(victims)``: may the preemptor's tenant (and every level above it) admit it once
-those victims are gone?"""
+QuotaCheck = Callable[[Sequence[Job], bool, Sequence["Candidate"]], bool]
+"""``quota_ok(own_victims, any_reclaim_victim, victims)``: may the preemptor's tenant (and
+every level above it) admit it once those victims are gone? The first two are what a flat
+tenant's limit needs, kept cheap by the searches; all the victims count under a parent's."""
+
+
+def _quota(
+    quota_ok: QuotaCheck, preemptor: Job, candidates: Sequence[Candidate]
+) -> Callable[[Sequence[Candidate]], bool]:
+    """``quota_ok`` of a victim set drawn from ``candidates`` (which of them are the
+    preemptor's own is worked out once per search: sets are checked thousands of times)."""
+    mine = {id(c) for c in candidates if c.own(preemptor)}
+
+    def check(victims: Sequence[Candidate]) -> bool:
+        own = [c.job for c in victims if id(c) in mine]
+        cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in victims)
+        return quota_ok(own, cross, victims)
+
+    return check
+
+
 LenderCheck = Callable[[Sequence[Candidate]], bool]
 """``lenders_ok(victims)``: does every other tenant losing victims keep its guarantee? Adding
 victims never makes a failing set pass."""
@@ -229,10 +247,11 @@ def find_victims(
             frees_quota=frees_quota,
         )
     ordered = by_cost(candidates)
-    if not ordered or not quota_ok(ordered):
+    quota = _quota(quota_ok, preemptor, ordered)
+    if not ordered or not quota(ordered):
         # Reclaim victims may be what breaks the quota rule; try without them.
         ordered = [c for c in ordered if c.reason is not PreemptReason.RECLAIM_GUARANTEE]
-        if not ordered or not quota_ok(ordered):
+        if not ordered or not quota(ordered):
             return None
     key = preemptor.key
     released: dict[str, dict[str, int]] = {}
@@ -255,13 +274,13 @@ def find_victims(
         return result
 
     def ok(victims: Sequence[Candidate]) -> bool:
-        return quota_ok(victims) and lenders_ok(victims) and worth_it(victims)
+        return quota(victims) and lenders_ok(victims) and worth_it(victims)
 
     def ok_subset(victims: Sequence[Candidate]) -> bool:
         """:func:`ok` of a subset of a set that passed it: fewer victims leave every lender
         at least as much (a subset sum over more jobs) and cost less, so only the quota is
         left to check."""
-        return quota_ok(victims)
+        return quota(victims)
 
     # 1. Upper bound: everything released.
     for c in ordered:
@@ -278,6 +297,8 @@ def find_victims(
     # 2. Greedy, cheapest first. Single-replica jobs only need the nodes freed since the last
     # check looked at (the others could not host it then and have not changed).
     chosen: list[Candidate] = []
+    own: list[Job] = []
+    cross = False
     lends = lender_tracker() if lender_tracker is not None else (lambda c: lenders_ok([*chosen, c]))
     plans = placeable()
     touched: list[str] = []
@@ -291,8 +312,12 @@ def find_victims(
             continue
         release(c)
         chosen.append(c)
+        if c.own(preemptor):
+            own.append(c.job)
+        if c.reason is PreemptReason.RECLAIM_GUARANTEE:
+            cross = True
         touched.extend(n for n in released[c.job.key] if n not in touched)
-        if not quota_ok(chosen):
+        if not quota_ok(own, cross, chosen):
             continue
         if incremental:
             plans = placeable(touched)
@@ -384,8 +409,10 @@ def _one_replica(
             if node in eligible:
                 on_node.setdefault(node, []).append((c, mask))
 
+    quota = _quota(quota_ok, preemptor, ordered)
+
     def ok(victims: Sequence[Candidate]) -> bool:
-        return lenders_ok(victims) and quota_ok(victims)
+        return lenders_ok(victims) and quota(victims)
 
     quota_only = (
         _quota_only(pool, preemptor, request, ordered, ok, frees_quota=frees_quota)
