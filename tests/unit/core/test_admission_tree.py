@@ -355,10 +355,10 @@ def test_expected_starts_respect_a_parents_limit() -> None:
 def test_a_team_below_its_guarantee_gets_it_while_its_parent_holds_its_own(
     drawn: tuple[list[Tenant], list[Any]],
 ) -> None:
-    """No team stays below its guarantee with a queued job that fits what is left of it while
-    its parent holds at least the parent's guarantee (a sibling then borrows the team's share)
-    for two cycles in a row: jobs admitted in a cycle are not victims in it, so a borrower may
-    take idle GPUs before the team's turn, and reclaim takes them back in the next cycle."""
+    """No team holding nothing stays so, with a queued job that fits its guarantee, while its
+    parent holds at least the parent's guarantee (a sibling then borrows the team's share) for
+    two cycles in a row: jobs admitted in a cycle are not victims in it, so a borrower may take
+    idle GPUs before the team's turn, and reclaim takes them back in the next cycle."""
     tenants, jobs = drawn
     parents = {t.name: t.parent for t in tenants}
     by_name = {t.name: t for t in tenants}
@@ -378,6 +378,12 @@ def test_a_team_below_its_guarantee_gets_it_while_its_parent_holds_its_own(
                 or by_name[parent].borrowing_limit is not None
                 or held[parent] < by_name[parent].guaranteed
             ):
+                continue
+            if held[name]:
+                # A team already holding some of its guarantee claims the rest in its queue
+                # order (fixed by its demand, so that claims never flip and preemption never
+                # loops): a running job that came later in that order can keep a small queued
+                # one out. Checked from nothing held, where the first job that fits claims.
                 continue
             room = tenant.guaranteed - held[name]
             if any(
