@@ -56,6 +56,7 @@ def build(
     policy = make(nodes, tenants, seed)
     if isinstance(policy, GpuschedPolicy):
         policy.levels = tuple(levels)
+        policy.name = name  # the variants (reservations, memory) are told apart in reports
     return policy
 
 
