@@ -141,10 +141,13 @@ def test_helm_install_with_defaults_publishes_topology_and_places_a_job(
 
 def _refused(custom: Any, namespace: str, job: dict[str, Any]) -> str | None:
     """The refusal's message, or None (and the job deleted) when it was accepted: the webhook
-    was not answering yet and failurePolicy Ignore let it through."""
+    was not answering yet and failurePolicy Ignore let it through. None too while the API server
+    answers 5xx (the CRD not served yet, for a moment after it is created)."""
     try:
         custom.create_namespaced_custom_object(keys.GROUP, keys.VERSION, namespace, "gpujobs", job)
     except client.ApiException as err:
+        if err.status is not None and err.status >= 500:
+            return None
         return str(err.body)
     custom.delete_namespaced_custom_object(
         keys.GROUP, keys.VERSION, namespace, "gpujobs", job["metadata"]["name"]
