@@ -71,7 +71,7 @@ def test_a_gang_behind_small_jobs_gets_a_reservation_and_starts_when_its_gpus_fr
     # The rest of the reserved node's jobs end: the gang starts there.
     for name in on_target[1:]:
         sc.finish(ns, name)
-    running = sc.wait_phase(ns, "gang", "Running", timeout=90)
+    running = sc.wait_phase(ns, "gang", "Running", timeout=180)
     assert {p["node"] for p in running["placement"]} == {target}
     assert "reservation" not in running or running["reservation"] is None
     assert sc.status(ns, "late-blocked")["phase"] == "Queued"
