@@ -318,7 +318,7 @@ class Profile:
                 break
             if name not in order:
                 order.append(name)
-        plans = self._gang_at(order, request, start)
+        plans = self._segments_at([(order, request.replicas)], request, start)
         if plans is None:
             return None
         return Slotting(start, plans)
@@ -378,7 +378,7 @@ class Profile:
         self, parts: Sequence[tuple[Sequence[str], int]], request: Request, start: float
     ) -> tuple[ReplicaPlan, ...] | None:
         """Place ``count`` consecutive replicas on the nodes of each part in turn (nodes in the
-        order their GPUs come free)."""
+        order their GPUs come free); an unsegmented gang is one part of all its replicas."""
         k = request.gpus_per_replica
         plans: list[ReplicaPlan] = []
         for names, count in parts:
@@ -434,34 +434,6 @@ class Profile:
                     times.pop(name, None)
         self._gang_times[key] = (len(self._changes), times)
         return times
-
-    def _gang_at(
-        self, order: Sequence[str], request: Request, start: float
-    ) -> tuple[ReplicaPlan, ...] | None:
-        k = request.gpus_per_replica
-        plans: list[ReplicaPlan] = []
-        for name in order:
-            slot = self.pool.slots[name]
-            topo = slot.node.topology
-            mask = self._mask_at(name, start)
-            while len(plans) < request.replicas:
-                found = place(topo, k, request.policy, free_mask=mask)
-                if not isinstance(found, Placement):
-                    break
-                plans.append(
-                    ReplicaPlan(
-                        len(plans),
-                        name,
-                        found.gpus,
-                        found.topology_class,
-                        found.score,
-                        slot.node.count_only,
-                    )
-                )
-                mask &= ~topo.mask(found.gpus)
-            if len(plans) == request.replicas:
-                return tuple(plans)
-        return None
 
     # --- one node ------------------------------------------------------------------------
 

@@ -168,26 +168,16 @@ class MeteredJob:
     """GPU model -> GPUs the job holds (empty: not known; charged at the default price)."""
 
 
-def gpu_seconds_between(
-    jobs: Iterable[MeteredJob], tenant: str, since: datetime, until: datetime
-) -> float:
-    """GPU-seconds the tenant's jobs ran between two times, from their start and finish times."""
-    return sum(
-        run.gpus * (run.end - run.begin).total_seconds()
-        for run in runs_between(jobs, tenant, since, until)
-    )
-
-
 def runs_between(
-    jobs: Iterable[MeteredJob], tenant: str, since: datetime, until: datetime
+    jobs: Iterable[MeteredJob], tenants: Collection[str], since: datetime, until: datetime
 ) -> list[Run]:
-    """What the tenant's jobs ran between two times, from their start and finish times.
+    """What the jobs of ``tenants`` ran between two times, from their start and finish times.
 
     Read from each job's status as it stood when the cycle began: a job this cycle preempts or
     requeues still counts up to now (its new status has forgotten that it started)."""
     out: list[Run] = []
     for job in jobs:
-        if job.tenant != tenant:
+        if job.tenant not in tenants:
             continue
         status = job.before
         started = status.started_at
@@ -335,7 +325,7 @@ def quota_status(
     old = quota.status
     seconds = old.gpu_seconds
     last = old.last_metered_at
-    runs = [r for t in sorted(mine) for r in runs_between(jobs, t, last, now)] if last else []
+    runs = runs_between(jobs, mine, last, now) if last else []
     seconds += sum(run.gpus * (run.end - run.begin).total_seconds() for run in runs)
     spend = meter(
         budget=quota.spec.budget,
