@@ -12,7 +12,7 @@ from datetime import datetime
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
-from gpusched.core.admission import Cycle, CycleConfig, CycleResult, Job, Snapshot
+from gpusched.core.admission import CycleConfig, CycleResult, Cycles, Job, Snapshot
 from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
@@ -122,6 +122,8 @@ class Memo:
     """When the last forecast of expected starts was made."""
     forecast: dict[str, float | None] = field(default_factory=dict)
     """Its expected starts (epoch seconds) of the jobs waiting then."""
+    cycles: Cycles = field(default_factory=Cycles)
+    """The admission core's pool of free GPUs, kept from cycle to cycle."""
 
     def context(self, key: str, context: JobContext) -> JobContext:
         """The same context object as last cycle when nothing in it changed (so the tables
@@ -271,7 +273,7 @@ def decide(
         down_labels=nodes.down_labels(world.nodes, world.topologies),
     )
     t2 = time.perf_counter()
-    cycle = Cycle(snapshot)
+    cycle = memo.cycles.cycle(snapshot)
     result = cycle.run()
     t3 = time.perf_counter()
     if forecast is None:

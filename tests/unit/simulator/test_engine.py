@@ -13,7 +13,7 @@ import gpusched.operator.decide as operator_decide
 import gpusched.simulator.policies.gpusched as gpusched_policy
 from gpusched.api.tenantquota import WithinTenantPreemption
 from gpusched.core import admission
-from gpusched.core.admission import Tenant
+from gpusched.core.admission import Tenant, incremental
 from gpusched.simulator import fgd
 from gpusched.simulator.engine import PolicyError, replay
 from gpusched.simulator.model import Link, RunResult, TraceJob
@@ -272,8 +272,9 @@ def test_the_replay_refuses_a_gpu_handed_out_twice() -> None:
 
 
 def test_the_simulator_runs_the_operators_admission_cycle_not_a_copy() -> None:
-    assert gpusched_policy.Cycle is admission.Cycle
-    assert operator_decide.Cycle is admission.Cycle
+    assert gpusched_policy.Cycles is admission.Cycles
+    assert incremental.Cycle is admission.Cycle
+    assert operator_decide.Cycles is admission.Cycles
 
 
 def test_gpusched_policy_decides_through_the_core_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -284,7 +285,7 @@ def test_gpusched_policy_decides_through_the_core_cycle(monkeypatch: pytest.Monk
             calls.append(self.now)
             return super().run()
 
-    monkeypatch.setattr(gpusched_policy, "Cycle", Counting)
+    monkeypatch.setattr(incremental, "Cycle", Counting)
     nodes = cluster((H100, "h1"))
     jobs = workload(trace_job("p", 0, 1, 100), trace_job("q", 5, 1, 100))
     replay(jobs, nodes, GpuschedPolicy(nodes.nodes, jobs.tenants))

@@ -10,10 +10,13 @@ function from a snapshot to decisions (see docs/quotas.md).
     result.reservations # GPUs held for blocked jobs from when they come free
 
 ``Cycle(snapshot)`` runs the same decisions step by step; after :meth:`Cycle.run`,
-:meth:`Cycle.forecast` works out every waiting job's expected start.
+:meth:`Cycle.forecast` works out every waiting job's expected start. A long-running caller
+makes its cycles through one :class:`Cycles`, which keeps the pool of free GPUs from cycle to
+cycle and rebuilds only the nodes whose holders changed (the same decisions, less work).
 """
 
 from gpusched.core.admission.cycle import Cycle, run_cycle
+from gpusched.core.admission.incremental import Cycles
 from gpusched.core.admission.model import (
     AcrossReplicas,
     Admission,
@@ -47,6 +50,7 @@ __all__ = [
     "Cycle",
     "CycleConfig",
     "CycleResult",
+    "Cycles",
     "Job",
     "JobState",
     "Level",

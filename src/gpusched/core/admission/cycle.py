@@ -131,6 +131,11 @@ class _Outcome:
     failure: GangFailure | None = None
 
 
+def holders(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs holding GPUs: running, or terminating until their pods are gone."""
+    return [j for j in jobs if j.state in (JobState.ADMITTED, JobState.TERMINATING)]
+
+
 def run_cycle(snapshot: Snapshot) -> CycleResult:
     """Decide one cycle over ``snapshot`` (pure and deterministic)."""
     return Cycle(snapshot).run()
@@ -139,7 +144,16 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
 class Cycle:
     """State of one cycle; :meth:`run` once. Kept as an object so ``explain`` can look inside."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        pool: Pool | None = None,
+        jobs: Sequence[Job] | None = None,
+    ) -> None:
+        """``pool``: the free GPUs of ``snapshot`` already built (by
+        :class:`~gpusched.core.admission.incremental.Cycles`); ``jobs``: the snapshot's jobs
+        already sorted by key."""
         self.snapshot = snapshot
         self.now = snapshot.now
         self.tenants: dict[str, Tenant] = {
@@ -148,15 +162,13 @@ class Cycle:
         self.tree = TenantTree.of(self.tenants.values())
         self._levels: dict[str, tuple[str, ...]] = {n: self.tree.levels(n) for n in self.tenants}
         """Each tenant and its ancestors, nearest first."""
-        jobs = sorted(snapshot.jobs, key=lambda j: j.key)
+        if jobs is None:
+            jobs = sorted(snapshot.jobs, key=lambda j: j.key)
         self.jobs: dict[str, Job] = {j.key: j for j in jobs}
-        holdings = [
-            (j.key, a)
-            for j in jobs
-            if j.state in (JobState.ADMITTED, JobState.TERMINATING)
-            for a in j.placement
-        ]
-        self.pool = Pool(snapshot.nodes, holdings, snapshot.levels, snapshot.down_labels)
+        if pool is None:
+            holdings = [(j.key, a) for j in holders(jobs) for a in j.placement]
+            pool = Pool(snapshot.nodes, holdings, snapshot.levels, snapshot.down_labels)
+        self.pool = pool
         self.admitted: dict[str, dict[str, Job]] = {name: {} for name in self.tenants}
         self.queued: dict[str, list[Job]] = {name: [] for name in self.tenants}
         self.orphans: list[Job] = []
@@ -1277,7 +1289,7 @@ class Cycle:
         skip = RESERVED_PREFIX + preemptor.key
         return any(
             mask & self._profile.claimed(node, skip)
-            for node, mask in self.pool.holdings(victim.key).items()
+            for node, mask in self.pool.holding(victim.key).items()
         )
 
     def _try_preempt(

@@ -160,6 +160,8 @@ class Request:
         return size + (f" of model {self.gpu_model}" if self.gpu_model else "")
 
 
+_NOTHING: Final[Mapping[str, int]] = {}
+
 #: Distinct requests kept for interning; past it the table starts over (identity is an
 #: optimisation, equality still decides).
 _MAX_INTERNED: Final = 65_536
@@ -208,44 +210,96 @@ class Pool:
             tuple[str, FilterKey], tuple[tuple[str, tuple[str, ...], int], ...]
         ] = {}
         self.models: list[str | None] = []
+        self._journal: dict[str, tuple[int, dict[str, int]]] | None = None
+        """While a cycle runs on a kept pool: each changed node's free GPUs and holders before
+        its first change (:meth:`begin`, :meth:`rollback`)."""
+        by_node: dict[str, list[tuple[str, Assignment]]] = {}
+        for held in holdings:
+            by_node.setdefault(held[1].node, []).append(held)
         for node in sorted(nodes, key=lambda n: n.name):
-            topo = node.topology
-            foreign = 0
-            for index in sorted(node.busy):
-                try:
-                    foreign |= 1 << topo.position(index)
-                except ValueError:
-                    continue
-            slot = Slot(node=node, free=topo.placeable_mask & ~foreign, foreign=foreign)
-            self.slots[node.name] = slot
-        counted: list[tuple[str, Assignment]] = []
-        for job, assignment in sorted(holdings, key=lambda h: (h[0], h[1].node)):
-            target = self.slots.get(assignment.node)
-            if target is None:
-                continue
-            if assignment.gpus:
-                mask = 0
-                for index in assignment.gpus:
-                    try:
-                        mask |= 1 << target.node.topology.position(index)
-                    except ValueError:
-                        continue
-                self._hold_mask(target, job, mask)
-            else:
-                counted.append((job, assignment))
-        # GPUs known only by count take the lowest free positions, after every known holder.
-        for job, assignment in counted:
-            slot = self.slots[assignment.node]
-            self._hold_mask(slot, job, _lowest(slot.free, assignment.count))
-        for slot in self.slots.values():
-            if slot.node.busy_count:
-                taken = _lowest(slot.free, slot.node.busy_count)
-                slot.foreign |= taken
-                slot.free &= ~taken
+            slot = self.slots[node.name] = _empty_slot(node)
+            self._fill(slot, sorted(by_node.get(node.name, ()), key=lambda h: h[0]))
         models = {slot.node.model for slot in self.slots.values()}
         self.models = sorted(models, key=lambda m: (m is None, m or ""))
         for slot in self.slots.values():
             self._reindex(slot)
+
+    def _fill(self, slot: Slot, holdings: Iterable[tuple[str, Assignment]]) -> None:
+        """Hold a node's GPUs for its holders (in job key order): GPUs known by index first,
+        then GPUs known only by count on the lowest free positions, then pods outside any
+        GpuJob that are known only by count. Nodes are filled one by one in name order, so
+        each job's holdings list its nodes in name order."""
+        counted: list[tuple[str, Assignment]] = []
+        topo = slot.node.topology
+        for job, assignment in holdings:
+            if assignment.gpus:
+                mask = 0
+                for index in assignment.gpus:
+                    try:
+                        mask |= 1 << topo.position(index)
+                    except ValueError:
+                        continue
+                self._hold_mask(slot, job, mask)
+            else:
+                counted.append((job, assignment))
+        for job, assignment in counted:
+            self._hold_mask(slot, job, _lowest(slot.free, assignment.count))
+        if slot.node.busy_count:
+            taken = _lowest(slot.free, slot.node.busy_count)
+            slot.foreign |= taken
+            slot.free &= ~taken
+
+    # --- keeping the pool from one cycle to the next ---------------------------------------
+
+    def begin(self) -> None:
+        """Record what a cycle changes from here on, so :meth:`rollback` can undo it: a pool
+        kept across cycles returns to the cluster as it is before the next cycle's changes
+        are applied, in time proportional to what the cycle changed."""
+        self._journal = {}
+
+    def rollback(self) -> None:
+        """Undo every change since :meth:`begin` (nothing if it was not called)."""
+        journal, self._journal = self._journal, None
+        if not journal:
+            return
+        jobs: set[str] = set()
+        for name, (free, held) in journal.items():
+            slot = self.slots[name]
+            for job in slot.held:
+                jobs.add(job)
+                self._jobs[job].pop(name, None)
+            slot.free, slot.held = free, held
+            for job, mask in held.items():
+                jobs.add(job)
+                self._jobs.setdefault(job, {})[name] = mask
+            self._reindex(slot)
+        self._in_node_order(jobs)
+
+    def refill(self, holdings: Mapping[str, Sequence[tuple[str, Assignment]]]) -> None:
+        """Rebuild the named nodes from their holders now (job key order), exactly as a new
+        pool would fill them: the kept pool catches up with jobs that started, ended or
+        moved since the last cycle."""
+        jobs: set[str] = set()
+        for name, held in holdings.items():
+            slot = self.slots[name]
+            for job in slot.held:
+                jobs.add(job)
+                self._jobs[job].pop(name, None)
+            empty = _empty_slot(slot.node)
+            slot.free, slot.foreign, slot.held = empty.free, empty.foreign, {}
+            self._fill(slot, held)
+            jobs.update(slot.held)
+            self._reindex(slot)
+        self._in_node_order(jobs)
+
+    def _in_node_order(self, jobs: Iterable[str]) -> None:
+        """List each job's holdings in node name order again (as a new pool does)."""
+        for job in jobs:
+            held = self._jobs.get(job)
+            if not held:
+                self._jobs.pop(job, None)
+            elif len(held) > 1:
+                self._jobs[job] = dict(sorted(held.items()))
 
     # --- state changes -------------------------------------------------------------------
 
@@ -253,6 +307,8 @@ class Pool:
         mask &= slot.free
         if not mask:
             return
+        if self._journal is not None and slot.name not in self._journal:
+            self._journal[slot.name] = (slot.free, dict(slot.held))
         slot.held[job] = slot.held.get(job, 0) | mask
         slot.free &= ~mask
         self._jobs.setdefault(job, {})[slot.name] = slot.held[job]
@@ -290,8 +346,11 @@ class Pool:
     def release(self, job: str) -> dict[str, int]:
         """Free everything ``job`` holds; returns what it held (node -> positions)."""
         held = self._jobs.pop(job, {})
+        journal = self._journal
         for name, mask in held.items():
             slot = self.slots[name]
+            if journal is not None and name not in journal:
+                journal[name] = (slot.free, dict(slot.held))
             slot.held.pop(job, None)
             slot.free |= mask & slot.node.topology.placeable_mask
             self._reindex(slot)
@@ -307,6 +366,10 @@ class Pool:
     def holdings(self, job: str) -> dict[str, int]:
         """Positions ``job`` holds per node."""
         return dict(self._jobs.get(job, {}))
+
+    def holding(self, job: str) -> Mapping[str, int]:
+        """:meth:`holdings` without the copy, for reading at once (it changes with the pool)."""
+        return self._jobs.get(job, _NOTHING)
 
     # --- queries -------------------------------------------------------------------------
 
@@ -835,6 +898,19 @@ def _numbered(plans: list[ReplicaPlan]) -> list[ReplicaPlan]:
         ReplicaPlan(i, p.node, p.gpus, p.topology_class, p.score, p.count_only)
         for i, p in enumerate(plans)
     ]
+
+
+def _empty_slot(node: Node) -> Slot:
+    """A node's slot with no GpuJob holding anything: placeable GPUs minus those pods outside
+    any GpuJob hold by index."""
+    topo = node.topology
+    foreign = 0
+    for index in sorted(node.busy):
+        try:
+            foreign |= 1 << topo.position(index)
+        except ValueError:
+            continue
+    return Slot(node=node, free=topo.placeable_mask & ~foreign, foreign=foreign)
 
 
 def _lowest(mask: int, count: int) -> int:

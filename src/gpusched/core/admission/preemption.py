@@ -405,7 +405,7 @@ def _one_replica(
     eligible = pool.eligible_nodes(request).name_set
     on_node: dict[str, list[tuple[Candidate, int]]] = {}
     for c in ordered:
-        for node, mask in pool.holdings(c.job.key).items():
+        for node, mask in pool.holding(c.job.key).items():
             if node in eligible:
                 on_node.setdefault(node, []).append((c, mask))
 
@@ -574,8 +574,7 @@ def _cheapest_on_node(
         return _NodeOption(set_key(chosen), node, chosen, placement)
 
     if len(options) <= EXACT_VICTIMS:
-        for subset in _subsets_cheapest_first(options):
-            key = set_key([c for c, _ in subset])
+        for key, subset in _subsets_cheapest_first(options):
             if best is not None and key > best.key:
                 return None
             found = fits(subset)
@@ -615,10 +614,25 @@ def _cheapest_on_node(
 
 def _subsets_cheapest_first(
     options: Sequence[tuple[Candidate, int]],
-) -> Iterator[list[tuple[Candidate, int]]]:
-    """Every non-empty subset, ordered by :func:`set_key` (then by member keys)."""
-    subsets = [
-        list(combo) for size in range(1, len(options) + 1) for combo in combinations(options, size)
+) -> Iterator[tuple[SetKey, list[tuple[Candidate, int]]]]:
+    """Every non-empty subset with its :func:`set_key`, ordered by it (then by :func:`_tie`).
+
+    The tie-break is worked out only among subsets whose keys are equal (sorting by the key,
+    then each run of equal keys by the tie-break, is the same order as sorting by both): this
+    runs for every node of every single-replica victim search."""
+    keyed = [
+        (set_key([c for c, _ in combo]), list(combo))
+        for size in range(1, len(options) + 1)
+        for combo in combinations(options, size)
     ]
-    subsets.sort(key=lambda s: (set_key([c for c, _ in s]), _tie([c for c, _ in s])))
-    yield from subsets
+    keyed.sort(key=lambda item: item[0])
+    start = 0
+    while start < len(keyed):
+        end = start + 1
+        while end < len(keyed) and keyed[end][0] == keyed[start][0]:
+            end += 1
+        if end - start == 1:
+            yield keyed[start]
+        else:
+            yield from sorted(keyed[start:end], key=lambda item: _tie([c for c, _ in item[1]]))
+        start = end

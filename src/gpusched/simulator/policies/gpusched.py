@@ -22,8 +22,8 @@ from typing import Final
 
 from gpusched.core.admission import (
     Assignment,
-    Cycle,
     CycleConfig,
+    Cycles,
     Job,
     JobState,
     Level,
@@ -111,6 +111,8 @@ class GpuschedPolicy:
         # Replays need only what starts; the reasons of jobs that never start are asked for by
         # one full cycle at the end (:meth:`reason`).
         self.config = replace(config or CycleConfig(), decisions_only=True)
+        self.cycles = Cycles()
+        """Keeps the pool of free GPUs from one cycle to the next, as the operator does."""
         self.forecast_interval = forecast_interval
         self.queued: dict[str, Job] = {}
         self.admitted: dict[str, Job] = {}
@@ -187,7 +189,7 @@ class GpuschedPolicy:
             config=self.config,
             levels=self.levels,
         )
-        cycle = Cycle(snapshot)
+        cycle = self.cycles.cycle(snapshot)
         result = cycle.run()
         preempted: list[str] = []
         starts: list[Start] = []

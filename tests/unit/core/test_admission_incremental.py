@@ -1,0 +1,177 @@
+"""Cycles on a kept pool (:class:`gpusched.core.admission.Cycles`) must decide exactly what a
+cycle from scratch decides, cycle after cycle, whatever happened in between.
+
+Truth is a new :class:`Cycle` over the same snapshot, which builds its pool from nothing; the
+two run side by side over generated histories in which jobs arrive, start, are evicted, end,
+hold GPUs while terminating, and nodes change. Besides every decision (admissions, victims,
+reasons, reservations, expected starts), the kept pool's free and held GPUs are compared with a
+new pool's as each cycle starts, so a stale node shows even where no decision reads it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpusched.core.admission import (
+    Assignment,
+    Cycle,
+    CycleConfig,
+    CycleResult,
+    Cycles,
+    Job,
+    JobState,
+    Snapshot,
+    Tenant,
+)
+from gpusched.core.admission.pool import Pool
+from tests.unit.core.admission_testdata import job, node, replay
+from tests.unit.core.test_admission_properties import tenant_sets
+
+KINDS = ["nvswitch", "dgx1", "count"]
+
+
+@st.composite
+def histories(draw: Any) -> tuple[Snapshot, int]:
+    """A cluster, tenants and a queue, plus a seed for what happens between cycles."""
+    kinds = [draw(st.sampled_from(KINDS)) for _ in range(draw(st.integers(1, 4)))]
+    nodes = tuple(
+        node(f"n{i}", kind, "H100", labels={"rack": f"r{i // 2}"}) for i, kind in enumerate(kinds)
+    )
+    tenants: list[Tenant] = draw(tenant_sets())
+    jobs = [_arrival(draw, tenants, i) for i in range(draw(st.integers(2, 20)))]
+    config = CycleConfig(reservations_per_tenant=draw(st.integers(0, 2)))
+    snapshot = Snapshot(
+        now=1000.0, tenants=tuple(tenants), jobs=tuple(jobs), nodes=nodes, config=config
+    )
+    return snapshot, draw(st.integers(0, 2**32))
+
+
+def _arrival(draw: Any, tenants: list[Tenant], i: int) -> Job:
+    tenant = draw(st.sampled_from(tenants)).name
+    replicas = draw(st.sampled_from([1, 1, 1, 2]))
+    gpus = draw(st.sampled_from([1, 2, 4, 8] if replicas == 1 else [4, 8]))
+    return job(
+        f"{tenant}/j{i}",
+        tenant,
+        gpus,
+        replicas,
+        priority=draw(st.integers(0, 2)),
+        preemptible=draw(st.booleans()),
+        submitted=float(i),
+        expected_runtime=draw(st.sampled_from([None, 600.0, 3600.0])),
+    )
+
+
+def _happen(snapshot: Snapshot, rng: random.Random, step: int) -> Snapshot:
+    """What changes between two cycles besides their own decisions: running jobs end or
+    start terminating, terminating ones go, new jobs arrive, now and then a node changes."""
+    jobs: list[Job] = []
+    for old in snapshot.jobs:
+        roll = rng.random()
+        if old.state is JobState.TERMINATING and roll < 0.6:
+            continue
+        if old.state is JobState.ADMITTED and roll < 0.2:
+            continue
+        new = old
+        if old.state is JobState.ADMITTED and roll < 0.3:
+            new = replace(old, state=JobState.TERMINATING)
+        elif old.state is JobState.ADMITTED and old.expected_end is None and roll < 0.8:
+            # Predicted ends let blocked jobs reserve GPUs and others backfill them.
+            new = replace(old, expected_end=snapshot.now + rng.choice([300.0, 5000.0]))
+        jobs.append(new)
+    names = [t.name for t in snapshot.tenants]
+    for i in range(rng.randint(0, 4)):
+        tenant = rng.choice(names)
+        jobs.append(
+            job(
+                f"{tenant}/s{step}-{i}",
+                tenant,
+                rng.choice([1, 2, 4, 8]),
+                priority=rng.randint(0, 2),
+                submitted=snapshot.now + i,
+                expected_runtime=rng.choice([None, 900.0]),
+            )
+        )
+    nodes = snapshot.nodes
+    if rng.random() < 0.15:
+        # A pod outside any GpuJob takes a GPU, or leaves: the node changes.
+        at = rng.randrange(len(nodes))
+        changed = replace(nodes[at], busy_count=rng.choice([0, 1]))
+        nodes = (*nodes[:at], changed, *nodes[at + 1 :])
+    return replace(snapshot, jobs=tuple(jobs), nodes=nodes)
+
+
+def _keep_reservations(snapshot: Snapshot, result: CycleResult) -> Snapshot:
+    """Queued jobs carry the reservation the last cycle made for them (as the operator keeps
+    it in their status)."""
+    held = {r.job: r for r in result.reservations}
+    jobs = []
+    for old in snapshot.jobs:
+        found = held.get(old.key)
+        if old.state is not JobState.QUEUED or found is None:
+            jobs.append(old)
+            continue
+        jobs.append(
+            replace(
+                old,
+                reservation=tuple(Assignment(p.node, p.gpus) for p in found.placement),
+                reservation_start=found.start,
+            )
+        )
+    return replace(snapshot, jobs=tuple(jobs))
+
+
+def _pool_state(pool: Pool) -> dict[str, tuple[int, int, dict[str, int]]]:
+    return {name: (s.free, s.foreign, dict(s.held)) for name, s in pool.slots.items()}
+
+
+def _held_lists(pool: Pool, keys: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """Each job's holdings in the order the pool lists them."""
+    return {k: list(pool.holdings(k).items()) for k in keys}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories())
+def test_cycles_on_a_kept_pool_decide_what_cycles_from_scratch_decide(
+    drawn: tuple[Snapshot, int],
+) -> None:
+    snapshot, seed = drawn
+    rng = random.Random(seed)
+    cycles = Cycles()
+    for step in range(8):
+        kept = cycles.cycle(snapshot)
+        scratch = Cycle(snapshot)
+        # Both pools as the cycles start (reservations carried over from the last cycle held).
+        assert _pool_state(kept.pool) == _pool_state(scratch.pool)
+        keys = sorted(j.key for j in snapshot.jobs)
+        assert _held_lists(kept.pool, keys) == _held_lists(scratch.pool, keys)
+        ours, truth = kept.run(), scratch.run()
+        assert ours == truth
+        assert kept.forecast() == scratch.forecast()
+        snapshot = replay(snapshot, truth, dt=rng.choice([0.0, 60.0, 900.0]))
+        snapshot = _happen(_keep_reservations(snapshot, truth), rng, step)
+
+
+def test_a_cycle_after_one_arrival_rebuilds_no_node() -> None:
+    nodes = tuple(node(f"n{i}") for i in range(6))
+    tenants = (Tenant("a", 16), Tenant("b", 16))
+    running = [
+        job(f"a/r{i}", "a", 4, running_on=[(f"n{i}", (0, 1, 2, 3))], started=0.0) for i in range(6)
+    ]
+    snapshot = Snapshot(now=100.0, tenants=tenants, jobs=tuple(running), nodes=nodes)
+    cycles = Cycles()
+    cycles.cycle(snapshot).run()
+    assert cycles.rebuilt_nodes == 6
+    arrived = replace(snapshot, jobs=(*snapshot.jobs, job("b/new", "b", 8, submitted=50.0)))
+    result = cycles.cycle(arrived).run()
+    assert cycles.rebuilt_nodes == 0
+    assert result == Cycle(arrived).run()
+    ended = replace(arrived, jobs=tuple(j for j in arrived.jobs if j.key != "a/r2"))
+    result = cycles.cycle(ended).run()
+    assert cycles.rebuilt_nodes == 1
+    assert result == Cycle(ended).run()
