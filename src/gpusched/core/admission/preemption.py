@@ -203,7 +203,42 @@ def _quota(
     return check
 
 
+def _without_reclaim(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates that do not reclaim a guarantee.
+
+    The quota rule only gets easier with more of the preemptor's own victims (each frees
+    room under its tenant's limit and guarantee) and more victims below a limited level, and
+    only harder with a reclaim victim among them (the job must then fit its guarantee): no
+    victim set passes it when neither all the candidates nor all those without a reclaim do."""
+    return [c for c in candidates if c.reason is not PreemptReason.RECLAIM_GUARANTEE]
+
+
 LenderCheck = Callable[[Sequence[Candidate]], bool]
+
+
+def _never_passes(
+    ordered: Sequence[Candidate],
+    quota: Callable[[Sequence[Candidate]], bool],
+    lenders_ok: LenderCheck,
+) -> bool:
+    """Whether no victim set among ``ordered`` passes both ``quota`` and ``lenders_ok``, told
+    without a search (False: one may).
+
+    A set passes ``lenders_ok`` only if each of its victims does alone (adding victims never
+    makes a failing set pass). The quota rule only gets easier with more victims, and harder
+    with a reclaim among them (:func:`_without_reclaim`): no set without a reclaim passes when
+    all the others that pass alone do not, and no set with one passes when those together with
+    every reclaim do not. Reclaims are not checked alone (their lenders' check is the costly
+    one): taking them all only makes the second test looser."""
+    reclaims = [c for c in ordered if c.reason is PreemptReason.RECLAIM_GUARANTEE]
+    others = [
+        c for c in ordered if c.reason is not PreemptReason.RECLAIM_GUARANTEE and lenders_ok([c])
+    ]
+    if others and quota(others):
+        return False
+    return not (reclaims and quota([*others, *reclaims]))
+
+
 """``lenders_ok(victims)``: does every other tenant losing victims keep its guarantee? Adding
 victims never makes a failing set pass."""
 
@@ -236,13 +271,19 @@ def find_victims(
     at its borrowing limit); None: only the tenant's own.
     """
     if request.replicas == 1 and request.across is None:
+        static = pool.static_failure(request)
+        if static is not None:
+            return static
+        passes: LenderCheck = lambda v: lenders_ok(v) and worth_it(v)  # noqa: E731
+        if _never_passes(candidates, _quota(quota_ok, preemptor, candidates), passes):
+            return None
         return _one_replica(
             pool,
             preemptor,
             request,
             by_cost(candidates),
             quota_ok=quota_ok,
-            lenders_ok=lambda v: lenders_ok(v) and worth_it(v),
+            lenders_ok=passes,
             may_place_now=may_place_now,
             frees_quota=frees_quota,
         )
@@ -250,7 +291,7 @@ def find_victims(
     quota = _quota(quota_ok, preemptor, ordered)
     if not ordered or not quota(ordered):
         # Reclaim victims may be what breaks the quota rule; try without them.
-        ordered = [c for c in ordered if c.reason is not PreemptReason.RECLAIM_GUARANTEE]
+        ordered = _without_reclaim(ordered)
         if not ordered or not quota(ordered):
             return None
     key = preemptor.key
@@ -402,14 +443,13 @@ def _one_replica(
     static = pool.static_failure(request)
     if static is not None:
         return static
+    quota = _quota(quota_ok, preemptor, ordered)
     eligible = pool.eligible_nodes(request).name_set
     on_node: dict[str, list[tuple[Candidate, int]]] = {}
     for c in ordered:
         for node, mask in pool.holding(c.job.key).items():
             if node in eligible:
                 on_node.setdefault(node, []).append((c, mask))
-
-    quota = _quota(quota_ok, preemptor, ordered)
 
     def ok(victims: Sequence[Candidate]) -> bool:
         return lenders_ok(victims) and quota(victims)
@@ -487,6 +527,9 @@ def _quota_only(
     plans = pool.place_gang(preemptor.key, request)
     if isinstance(plans, GangFailure):
         return None
+    # Checks below may read the pool (the wait the job would have without preemption): not
+    # with the job's GPUs held for a placement that is not made yet.
+    pool.release(preemptor.key)
     passes: list[Callable[[Candidate], bool]] = [lambda c: c.own(preemptor)]
     if frees_quota is not None:
         also = frees_quota
@@ -502,7 +545,6 @@ def _quota_only(
         if chosen and ok(chosen):
             break
     if not chosen or not ok(chosen):
-        pool.release(preemptor.key)
         return None
     spared = True
     while spared:
@@ -511,6 +553,8 @@ def _quota_only(
             trial = [x for x in chosen if x is not c]
             if trial and ok(trial):
                 chosen, spared = trial, True
+    for plan in plans:
+        pool.hold(preemptor.key, plan.node, plan.gpus)
     return VictimSearch(plans, chosen)
 
 
