@@ -28,6 +28,8 @@ from gpusched.core import Policy, clear_placement_cache, parse_topo_matrix, prep
 from gpusched.core.admission import (
     AcrossReplicas,
     Assignment,
+    CycleResult,
+    Cycles,
     Job,
     JobState,
     Node,
@@ -202,8 +204,67 @@ def build_snapshot(workload: Workload, seed: int) -> Snapshot:
     return Snapshot(now=30_000.0, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
 
 
+def settled(snapshot: Snapshot, result: CycleResult, dt: float = 5.0) -> Snapshot:
+    """The next snapshot once the cycle's writes landed: admitted jobs run where they were
+    placed, victims are queued again (their pods gone), ``dt`` seconds later. Job objects that
+    did not change are the same objects (as the operator's store hands them over)."""
+    jobs = {j.key: j for j in snapshot.jobs}
+    now = snapshot.now
+    for admission in result.admissions:
+        for victim in admission.victims:
+            gone = jobs[victim.victim]
+            jobs[victim.victim] = replace(
+                gone,
+                state=JobState.QUEUED,
+                placement=(),
+                started_at=None,
+                expected_end=None,
+                preemptions=gone.preemptions + 1,
+            )
+        jobs[admission.job] = replace(
+            jobs[admission.job],
+            state=JobState.ADMITTED,
+            placement=tuple(
+                Assignment(p.node, (), len(p.gpus)) if p.count_only else Assignment(p.node, p.gpus)
+                for p in admission.placement
+            ),
+            started_at=now,
+            expected_end=admission.expected_end,
+            backfill_until=admission.backfill_until,
+        )
+    return replace(snapshot, now=now + dt, jobs=tuple(jobs.values()))
+
+
+def _arrival(snapshot: Snapshot, rng: random.Random) -> Snapshot:
+    """The snapshot with one more queued job (a one-GPU job of a random tenant)."""
+    tenant = rng.choice(snapshot.tenants).name
+    new = Job(
+        key=f"{tenant}/arrived-{rng.randrange(10**9)}",
+        tenant=tenant,
+        replicas=1,
+        gpus_per_replica=1,
+        submitted_at=snapshot.now,
+    )
+    return replace(snapshot, jobs=(*snapshot.jobs, new))
+
+
+def _side_by_side(cycles: Cycles, snapshot: Snapshot) -> tuple[float, float, CycleResult]:
+    """CPU seconds of a cycle over ``snapshot`` on the kept pool, then of one from scratch
+    (CPU time: these are compared as a ratio on a machine that may be busy)."""
+    started = time.process_time()
+    kept = cycles.cycle(snapshot).run()
+    middle = time.process_time()
+    scratch = run_cycle(snapshot)
+    ended = time.process_time()
+    assert kept == scratch, "a cycle on a kept pool decided differently"
+    return middle - started, ended - middle, scratch
+
+
 def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
-    """Time ``trials`` cycles (cold and warm memo) over fresh snapshots."""
+    """Time ``trials`` cycles (cold and warm memo) over fresh snapshots, then the cycles that
+    follow on a kept pool (:class:`~gpusched.core.admission.Cycles`): the next one once the
+    first one's decisions landed, and one after a single job arrived, each beside a cycle from
+    scratch over the same snapshot."""
     cold: list[float] = []
     warm: list[float] = []
     warm_cpu: list[float] = []
@@ -211,6 +272,11 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
     admitted: list[int] = []
     preempted: list[int] = []
     searches: list[int] = []
+    kept_next: list[float] = []
+    scratch_next: list[float] = []
+    kept_arrival: list[float] = []
+    scratch_arrival: list[float] = []
+    rng = random.Random(seed)
     gc.collect()
     for trial in range(trials):
         started = time.perf_counter()
@@ -228,6 +294,17 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
             again = run_cycle(snapshot)
             warm_cpu.append(time.process_time() - cpu)
             warm.append(time.perf_counter() - started)
+            cycles = Cycles()
+            cycles.cycle(snapshot).run()
+            following = settled(snapshot, result)
+            kept, scratch, decided = _side_by_side(cycles, following)
+            kept_next.append(kept)
+            scratch_next.append(scratch)
+            after = settled(following, decided)
+            cycles.cycle(after).run()
+            kept, scratch, _ = _side_by_side(cycles, _arrival(after, rng))
+            kept_arrival.append(kept)
+            scratch_arrival.append(scratch)
         finally:
             gc.enable()
         assert again.admissions == result.admissions, "cycle is not deterministic"
@@ -249,6 +326,14 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         "cycle_cold_p50_ms": percentile_ms(cold, 0.5),
         "cycle_cold_p99_ms": percentile_ms(cold, 0.99),
         "snapshot_build_p50_ms": percentile_ms(builds, 0.5),
+        "next_cycle_kept_pool_cpu_p50_ms": percentile_ms(kept_next, 0.5),
+        "next_cycle_kept_pool_cpu_p99_ms": percentile_ms(kept_next, 0.99),
+        "next_cycle_from_scratch_cpu_p50_ms": percentile_ms(scratch_next, 0.5),
+        "next_cycle_from_scratch_cpu_p99_ms": percentile_ms(scratch_next, 0.99),
+        "one_arrival_kept_pool_cpu_p50_ms": percentile_ms(kept_arrival, 0.5),
+        "one_arrival_kept_pool_cpu_p99_ms": percentile_ms(kept_arrival, 0.99),
+        "one_arrival_from_scratch_cpu_p50_ms": percentile_ms(scratch_arrival, 0.5),
+        "one_arrival_from_scratch_cpu_p99_ms": percentile_ms(scratch_arrival, 0.99),
         "admissions_per_cycle": round(statistics.mean(admitted), 1),
         "preemptions_per_cycle": round(statistics.mean(preempted), 1),
         "preemption_searches_per_cycle": round(statistics.mean(searches), 1),
@@ -289,6 +374,16 @@ def admission(
         f"cycle (cold, after restart): p50 {result['cycle_cold_p50_ms']} ms, "
         f"p99 {result['cycle_cold_p99_ms']} ms"
     )
+    for label, name in (
+        ("the next cycle (the first one's decisions landed)", "next_cycle"),
+        ("a cycle after one job arrived", "one_arrival"),
+    ):
+        click.echo(
+            f"CPU time of {label}, kept pool: p50 {result[name + '_kept_pool_cpu_p50_ms']} ms, "
+            f"p99 {result[name + '_kept_pool_cpu_p99_ms']} ms; from scratch: p50 "
+            f"{result[name + '_from_scratch_cpu_p50_ms']} ms, p99 "
+            f"{result[name + '_from_scratch_cpu_p99_ms']} ms"
+        )
     click.echo(
         f"per cycle: {result['admissions_per_cycle']} admissions, "
         f"{result['preemptions_per_cycle']} preemptions, "
