@@ -14,6 +14,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ from gpusched.core.admission import (
     JobState,
     Snapshot,
     Tenant,
+    incremental,
 )
 from gpusched.core.admission.pool import Pool
 from tests.unit.core.admission_testdata import job, node, replay
@@ -175,3 +177,23 @@ def test_a_cycle_after_one_arrival_rebuilds_no_node() -> None:
     result = cycles.cycle(ended).run()
     assert cycles.rebuilt_nodes == 1
     assert result == Cycle(ended).run()
+
+
+def test_a_kept_pool_whose_memos_grew_too_large_starts_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nodes = tuple(node(f"n{i}") for i in range(3))
+    snapshot = Snapshot(
+        now=100.0,
+        tenants=(Tenant("a", 16),),
+        jobs=tuple(job(f"a/q{i}", "a", 1 + i % 4, submitted=float(i)) for i in range(6)),
+        nodes=nodes,
+    )
+    cycles = Cycles()
+    cycles.cycle(snapshot).run()
+    cycles.cycle(snapshot).run()
+    assert cycles.rebuilt_nodes == 0
+    monkeypatch.setattr(incremental, "MAX_MEMO_ENTRIES", 1)
+    result = cycles.cycle(snapshot).run()
+    assert cycles.rebuilt_nodes == 3
+    assert result == Cycle(snapshot).run()

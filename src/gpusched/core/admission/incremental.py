@@ -8,7 +8,8 @@ keeps the pool from the last cycle, undoes what that cycle did to it (recorded a
 rebuilds only the nodes whose holders changed since, each exactly as a new pool would build
 it, so every decision is the one a cycle from scratch makes (a property test runs both side by
 side on generated histories). A change to the nodes themselves (topology, health, labels,
-pods outside GpuJobs) or to the network levels starts over with a new pool.
+pods outside GpuJobs) or to the network levels starts over with a new pool, and so does a cycle
+after the pool's memos have grown past :data:`MAX_MEMO_ENTRIES`.
 
 The snapshot's job and node objects are compared by identity first (the operator's store and
 the simulator hand the same object for what did not change), then by placement.
@@ -17,10 +18,16 @@ the simulator hand the same object for what did not change), then by placement.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from gpusched.core.admission.cycle import Cycle, holders
 from gpusched.core.admission.model import Assignment, Job, Node, Snapshot
 from gpusched.core.admission.pool import Pool
+
+#: Memo answers a kept pool may hold before the next cycle starts over with a new pool: the
+#: memos grow with every kind of request seen (replicas a node can take, per request and node),
+#: and an operator runs for months.
+MAX_MEMO_ENTRIES: Final = 200_000
 
 
 class Cycles:
@@ -48,7 +55,12 @@ class Cycles:
         if pool is not None:
             pool.rollback()
         shape = (snapshot.levels, snapshot.down_labels)
-        if pool is None or shape != self._shape or not _same_nodes(snapshot.nodes, self._nodes):
+        if (
+            pool is None
+            or shape != self._shape
+            or not _same_nodes(snapshot.nodes, self._nodes)
+            or pool.memo_entries() > MAX_MEMO_ENTRIES
+        ):
             pool = Pool(
                 snapshot.nodes,
                 [(j.key, a) for j in holding for a in j.placement],

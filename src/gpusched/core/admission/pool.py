@@ -251,6 +251,18 @@ class Pool:
 
     # --- keeping the pool from one cycle to the next ---------------------------------------
 
+    def memo_entries(self) -> int:
+        """How many answers the pool's memos hold (a kept pool's grow with every kind of
+        request it has seen)."""
+        return (
+            sum(len(per_node) for per_node in self._capacities.values())
+            + len(self._domains)
+            + len(self._feasible)
+            + len(self._ceilings)
+            + len(self._eligible)
+            + len(self._eligible_domains)
+        )
+
     def begin(self) -> None:
         """Record what a cycle changes from here on, so :meth:`rollback` can undo it: a pool
         kept across cycles returns to the cluster as it is before the next cycle's changes
