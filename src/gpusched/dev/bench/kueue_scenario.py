@@ -48,7 +48,7 @@ import click
 import yaml
 
 from gpusched.api import keys
-from gpusched.dev.bench.admission_e2e import H100, OPERATOR, cpu_seconds
+from gpusched.dev.bench.admission_e2e import H100, OPERATOR, cpu_seconds, operator_metrics
 from gpusched.dev.bench.kueue_plan import (
     CLASS_LABEL,
     Scenario,
@@ -558,6 +558,7 @@ def run_gpusched(
     cpu_before = cpu_seconds(cluster)
     own_cpu_before = time.process_time()
     progress("[gpusched] starting the operator and the generator")
+    metrics_port = free_port()
     started = time.time()
     cluster.spawn(
         OPERATOR,
@@ -565,7 +566,7 @@ def run_gpusched(
             *gpusched_command(),
             "operator",
             f"--kubeconfig={kubeconfig}",
-            f"--metrics-port={free_port()}",
+            f"--metrics-port={metrics_port}",
             f"--health-port={free_port()}",
             "--resync=5",
             *([f"--record-delay={record_delay}"] if record_delay is not None else []),
@@ -574,6 +575,7 @@ def run_gpusched(
     outcome = asyncio.run(_play(api.configuration, scenario, started, timeout, progress))
     cpu_after = cpu_seconds(cluster)
     own_cpu = time.process_time() - own_cpu_before
+    requests = operator_metrics(metrics_port)["requests"]
     generator, recorder, ended, items = outcome
     jobs = [_job_times(item, generator.created) for item in items]
     admission = class_admission(j for j in jobs if j is not None)
@@ -582,24 +584,34 @@ def run_gpusched(
     # The queues report idle up to a second after the last job ends (quota status is written
     # at most once a second), and a last job admitted and ended between two writes may not
     # show in them at all: the run ends at the later of the two.
-    ended = max([ended, *finishes])
+    if ended is not None:
+        ended = max([ended, *finishes])
     processes = _cpu_diff(cpu_after, cpu_before)
     processes["generator (this process)"] = round(own_cpu, 1)
     return {
-        "wall_seconds": round(ended - started, 1),
+        # None: the run did not end within --timeout (the figures below are of the jobs so far).
+        "wall_seconds": None if ended is None else round(ended - started, 1),
+        "completed": ended is not None,
+        "seconds_observed": round(time.time() - started, 1),
+        "jobs_ended": sum(1 for j in jobs if j is not None and j.finished is not None),
+        "jobs_admitted": sum(1 for j in jobs if j is not None and j.admitted is not None),
         "last_job_finished_seconds": round(max(finishes) - started, 1) if finishes else None,
         **figures(admission, usage),
         "jobs_not_ended": sum(1 for j in jobs if j is None or j.finished is None),
         "create_retries": generator.retries,
         "cpu_seconds": processes,
+        # What the operator asked of the API server over the run (its own counters).
+        "operator_requests": {
+            f"{verb} {resource}": n for (verb, resource, _), n in requests.most_common()
+        },
     }
 
 
 async def _play(
     configuration: Any, scenario: Scenario, started: float, timeout: float, progress: Progress
-) -> tuple[Generator, QueueRecorder, float, list[dict[str, Any]]]:
-    """Generate, record the quotas, and wait until every queue is empty and every job ended;
-    the jobs as listed then."""
+) -> tuple[Generator, QueueRecorder, float | None, list[dict[str, Any]]]:
+    """Generate, record the quotas, and wait until every queue is empty and every job ended
+    (or ``timeout``: then the end is None); the jobs as listed then."""
     api = AsyncApi(configuration, connections=128, timeout_seconds=60)
     recorder = QueueRecorder(len(scenario.queues))
     generator = Generator(api, scenario)
@@ -626,7 +638,12 @@ async def _play(
                     "jobs have not ended; waiting"
                 )
             if time.time() - started > timeout:
-                raise TimeoutError(f"the gpusched run did not end within {timeout:.0f} s")
+                progress(
+                    f"[gpusched] not ended within {timeout:.0f} s: reporting what happened so far"
+                )
+                recorder.recording = False
+                items, _version = await api.list(jobs_path, page_size=1000)
+                return generator, recorder, None, items
             if time.monotonic() - last_report >= 15:
                 last_report = time.monotonic()
                 states = recorder.latest.values()
@@ -781,6 +798,12 @@ def _print_table(result: dict[str, Any]) -> None:
     for row in rows:
         click.echo(f"{row[0]:34} {row[1]!s:>16} {row[2]!s:>11} {row[3]!s:>9} {row[4]!s:>6}")
     click.echo("ratio: gpusched / Kueue here (wall and waits: lower is better; usage: higher)")
+    if ours is not None and not ours.get("completed", True):
+        click.echo(
+            f"gpusched did not end within the timeout: {ours['jobs_ended']} of "
+            f"{result['workloads']} jobs ended, {ours['jobs_admitted']} admitted in "
+            f"{ours['seconds_observed']} s (its figures are over those jobs only)"
+        )
     click.echo("What differs between the two runs:")
     for sentence in result["differences"]:
         click.echo(f"- {sentence}")
