@@ -10,6 +10,7 @@ from gpusched.dev.bench.apiserver_cost import apiserver_cost
 from gpusched.dev.bench.explain import explain_bench
 from gpusched.dev.bench.extender import extender
 from gpusched.dev.bench.gangs import gangs_bench
+from gpusched.dev.bench.kueue_scenario import kueue_scenario
 from gpusched.dev.bench.node_agent import node_agent
 from gpusched.dev.bench.operator_cycle import operator_cycle
 from gpusched.dev.bench.placement import placement
@@ -33,3 +34,4 @@ bench.add_command(apiserver_cost)
 bench.add_command(operator_cycle)
 bench.add_command(node_agent)
 bench.add_command(gangs_bench)
+bench.add_command(kueue_scenario)

@@ -5,6 +5,11 @@ built with ``go build`` (the way ``go install`` builds Go tools) into
 ``~/.cache/gpusched/bin/<tool>-<version>/``, keyed by version plus a digest of the module files and
 the Go version, so that CI and every later run on the machine reuse them. A build shows progress
 (packages compiled out of the total) because the first one takes minutes.
+
+:data:`TOOLS` are what the local cluster and the test suite need; :func:`ensure_toolchain` builds
+them. :data:`OPTIONAL_TOOLS` (Kueue, for ``gpusched bench kueue-scenario``) are built only when
+something asks for one with :func:`ensure_tool`, so the first build of a fresh machine (and of
+CI) does not pay for them.
 """
 
 from __future__ import annotations
@@ -59,7 +64,11 @@ class GoTool:
 
 
 #: Executables whose name differs from what ``go build`` calls them.
-_RENAMES = {"go.etcd.io/etcd/server/v3": "etcd"}
+_RENAMES = {
+    "go.etcd.io/etcd/server/v3": "etcd",
+    # Kueue's Makefile calls it so; "runner" alone says nothing in a directory listing.
+    "sigs.k8s.io/kueue/test/performance/scheduler/runner": "performance-scheduler-runner",
+}
 
 
 def _go_output_name(package: str) -> str:
@@ -128,6 +137,21 @@ PROMETHEUS = GoTool(
     tags=("remove_all_sd",),
 )
 TOOLS = (ETCD, KWOK, KUBERNETES, KUBELET, HELM, PROMETHEUS)
+#: Kueue's scheduler scalability benchmark (``test/performance/scheduler``): ``minimalkueue``
+#: (Kueue's core controllers and scheduler, nothing else) and the runner that generates the
+#: scenario's objects, finishes admitted Workloads after their run time and records the figures.
+#: Both are ``main`` packages of the module itself (not ``_test.go`` files), and Kueue's go.mod
+#: has no ``replace`` directive, so they build as plain ``tool``s of a pinned module.
+KUEUE = GoTool(
+    name="kueue",
+    module="sigs.k8s.io/kueue",
+    packages=(
+        "sigs.k8s.io/kueue/test/performance/scheduler/minimalkueue",
+        "sigs.k8s.io/kueue/test/performance/scheduler/runner",
+    ),
+)
+#: Built on demand only (:func:`ensure_tool`), never by :func:`ensure_toolchain`.
+OPTIONAL_TOOLS = (KUEUE,)
 
 
 def repo_root() -> Path:
@@ -198,17 +222,49 @@ def ensure_toolchain(progress: Progress = default_progress) -> Toolchain:
     go_version = _go_version()
     directories: dict[str, Path] = {}
     for tool in TOOLS:
-        version = tool.version(tools_dir)
-        target = cache_dir() / "bin" / f"{tool.name}-{version}"
-        stamp = _stamp(tool, tools_dir, go_version)
-        with _locked(cache_dir() / "bin" / f".{tool.name}.lock"):
-            if _stamp_matches(target, stamp, tool):
-                progress(f"[toolchain] {tool.name} {version}: cached in {target}")
-            else:
-                _build(tool, version, tools_dir, target, stamp=stamp, progress=progress)
+        target = _ensure(tool, tools_dir, go_version, progress)
         for binary in tool.binaries():
             directories[binary] = target
     return Toolchain(directories)
+
+
+def ensure_tool(tool: GoTool, progress: Progress = default_progress) -> Path:
+    """Build one tool (typically one of :data:`OPTIONAL_TOOLS`) if it is missing or outdated,
+    cached like the control plane's; the directory holding its executables."""
+    return _ensure(tool, repo_root() / "e2e" / "tools", _go_version(), progress)
+
+
+def module_source(tool: GoTool, progress: Progress = default_progress) -> Path:
+    """The pinned module's source tree in Go's module cache (read-only), for files a tool
+    needs besides its executables (Kueue's CRDs and scenario configurations)."""
+    module_dir = repo_root() / "e2e" / "tools" / tool.name
+    env = {**os.environ, "GOFLAGS": "-mod=readonly"}
+    progress(f"[toolchain] {tool.name}: locating the source of {tool.module}")
+    # Downloads it again if the module cache was cleaned since the binaries were built.
+    subprocess.run(["go", "mod", "download", tool.module], cwd=module_dir, env=env, check=True)
+    found = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", tool.module],
+        cwd=module_dir,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not found:
+        raise RuntimeError(f"go did not say where {tool.module} is in the module cache")
+    return Path(found)
+
+
+def _ensure(tool: GoTool, tools_dir: Path, go_version: str, progress: Progress) -> Path:
+    version = tool.version(tools_dir)
+    target = cache_dir() / "bin" / f"{tool.name}-{version}"
+    stamp = _stamp(tool, tools_dir, go_version)
+    with _locked(cache_dir() / "bin" / f".{tool.name}.lock"):
+        if _stamp_matches(target, stamp, tool):
+            progress(f"[toolchain] {tool.name} {version}: cached in {target}")
+        else:
+            _build(tool, version, tools_dir, target, stamp=stamp, progress=progress)
+    return target
 
 
 def _stamp_matches(target: Path, stamp: str, tool: GoTool) -> bool:
