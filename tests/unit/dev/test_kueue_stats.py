@@ -12,6 +12,7 @@ from gpusched.dev.bench.kueue_stats import (
     class_usage,
     kueue_summary_admission,
     kueue_summary_usage,
+    parse_go_duration,
     parse_time,
     ratio,
 )
@@ -113,3 +114,16 @@ def test_ratio() -> None:
     assert ratio(2, 4) == pytest.approx(0.5)
     assert ratio(None, 4) is None
     assert ratio(3, 0) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15.802118135s", 15.802118135), ("1m35.5s", 95.5), ("2h0m1s", 7201), ("250ms", 0.25)],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+def test_a_go_duration_with_anything_else_is_refused() -> None:
+    with pytest.raises(ValueError, match="Go duration"):
+        parse_go_duration("15s and more")

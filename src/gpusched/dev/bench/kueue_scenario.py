@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -69,6 +70,7 @@ from gpusched.dev.bench.kueue_stats import (
     class_usage,
     kueue_summary_admission,
     kueue_summary_usage,
+    parse_go_duration,
     parse_time,
     ratio,
 )
@@ -142,7 +144,8 @@ DIFFERENCES = (
     "are started before, as part of the cluster.",
     "Queue usage: Kueue integrates its ClusterQueues' status usage between status events; "
     "gpusched the same over its TenantQuotas' status.usedGpus, which the operator writes at "
-    "most once a second per tenant.",
+    "most once a second per tenant: what the operator accounts as held (jobs admitted in its "
+    "view, whose end it may not have recorded yet), not the pods' own run time.",
     "Clients: Kueue's generator is Go (QPS 1000, burst 2000), minimalkueue QPS 50 burst 100; "
     "gpusched's generator is this Python process (asyncio). Neither run has webhooks. The "
     "cluster is the same: kube-apiserver (max-requests-inflight 1600, Kueue's envtest uses "
@@ -306,6 +309,7 @@ def run_kueue(
         env,
     )
     summary_file = out / "summary.yaml"
+    generated: float | None = None
     last_report = time.monotonic()
     try:
         while not summary_file.exists():
@@ -329,6 +333,7 @@ def run_kueue(
         while is_running(runner) and time.monotonic() < deadline:
             time.sleep(1)
         summary = yaml.safe_load(summary_file.read_text(encoding="utf-8"))
+        generated = _generator_seconds(Path(runner.log))
     finally:
         _teardown_kueue(cluster, api, crds=crds, minimal=minimal, runner=runner, progress=progress)
         api.close()
@@ -338,10 +343,22 @@ def run_kueue(
         "wall_seconds": round(ended - started, 1),
         **figures(admission, usage),
         "dropped_workload_events": summary.get("droppedWorkloadEvents", 0),
+        # Kueue's generator, from its runner's log: how long creating every object took.
+        "generation_seconds": None if generated is None else round(generated, 1),
         # Up to the summary: minimalkueue and the runner were still running then.
         "cpu_seconds": _cpu_diff(cpu_after, cpu_before),
         "summary": summary,
     }
+
+
+def _generator_seconds(log: Path) -> float | None:
+    """The duration Kueue's runner logs when its generator is done."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r'Generator done\s+\{"duration": "([^"]+)"', text)
+    return parse_go_duration(found.group(1)) if found else None
 
 
 def _kueue_queues(api: BlockingApi) -> str:
@@ -497,6 +514,7 @@ class Generator:
         self.created: dict[tuple[str, str], float] = {}
         self.retries = 0
         self.done = False
+        self.finished_at: float | None = None
 
     async def _post(self, path: str, manifest: dict[str, Any]) -> None:
         """Create, retrying what an overloaded API server answers (429, 5xx, timeouts)."""
@@ -522,6 +540,7 @@ class Generator:
         )
         await asyncio.gather(*(self._queue(q) for q in self.scenario.queues))
         self.done = True
+        self.finished_at = time.time()
 
     async def _queue(self, queue: Any) -> None:
         prefix = f"/apis/{keys.GROUP}/{keys.VERSION}"
@@ -599,6 +618,9 @@ def run_gpusched(
         **figures(admission, usage),
         "jobs_not_ended": sum(1 for j in jobs if j is None or j.finished is None),
         "create_retries": generator.retries,
+        "generation_seconds": (
+            None if generator.finished_at is None else round(generator.finished_at - started, 1)
+        ),
         "cpu_seconds": processes,
         # What the operator asked of the API server over the run (its own counters).
         "operator_requests": {
@@ -729,6 +751,9 @@ def ratios(gpusched: dict[str, Any], kueue: dict[str, Any]) -> dict[str, Any]:
             for name in sorted(set(ours) | set(theirs))
         }
 
+    if not gpusched.get("completed", True):
+        # Its waits and usage are over the jobs that got through only: no ratio means much.
+        return {"wall_seconds": None, "mean_time_to_admission_seconds": {}, "min_usage_percent": {}}
     wall = ratio(gpusched["wall_seconds"], kueue["wall_seconds"])
     return {
         "wall_seconds": None if wall is None else round(wall, 2),

@@ -179,6 +179,19 @@ def kueue_summary_usage(summary: Mapping[str, Any]) -> dict[str, ClassUsage]:
     return result
 
 
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds of a Go ``time.Duration`` as Go prints it (``1m35.25s``, ``15.8s``, ``250ms``)."""
+    text = text.strip()
+    parts = _GO_DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Go duration: {text!r}")
+    return sum(float(number) * _GO_UNITS[unit] for number, unit in parts)
+
+
 def ratio(gpusched: float | None, kueue: float | None) -> float | None:
     """gpusched's figure over Kueue's (None when either is missing or Kueue's is 0)."""
     if gpusched is None or kueue is None or kueue == 0:
