@@ -787,36 +787,20 @@ def _print_table(result: dict[str, Any]) -> None:
             ratio_.get("wall_seconds", "-"),
         )
     )
-    classes = sorted(
-        set((kueue or {}).get("mean_time_to_admission_seconds", {}))
-        | set((ours or {}).get("mean_time_to_admission_seconds", {}))
-    )
-    for name in classes:
-        key = "mean_time_to_admission_seconds"
-        rows.append(
-            (
-                f"time to admission, {name}, s",
-                published.get(key, {}).get(name, "-"),
-                value(kueue, key, name),
-                value(ours, key, name),
-                ratio_.get(key, {}).get(name, "-"),
+    for key, label in (
+        ("mean_time_to_admission_seconds", "time to admission, {}, s"),
+        ("min_usage_percent", "usage, queue class {}, %"),
+    ):
+        for name in sorted(set((kueue or {}).get(key, {})) | set((ours or {}).get(key, {}))):
+            rows.append(
+                (
+                    label.format(name),
+                    published.get(key, {}).get(name, "-"),
+                    value(kueue, key, name),
+                    value(ours, key, name),
+                    ratio_.get(key, {}).get(name, "-"),
+                )
             )
-        )
-    queue_classes = sorted(
-        set((kueue or {}).get("min_usage_percent", {}))
-        | set((ours or {}).get("min_usage_percent", {}))
-    )
-    for name in queue_classes:
-        key = "min_usage_percent"
-        rows.append(
-            (
-                f"usage, queue class {name}, %",
-                published.get(key, {}).get(name, "-"),
-                value(kueue, key, name),
-                value(ours, key, name),
-                ratio_.get(key, {}).get(name, "-"),
-            )
-        )
     click.echo(
         f"{'figure':34} {'Kueue published':>16} {'Kueue here':>11} {'gpusched':>9} {'ratio':>6}"
     )
