@@ -522,6 +522,13 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.reports_deferred = Counter(
+            "operator_reports_deferred",
+            "Waiting jobs' status reports held for a later cycle because as many as the "
+            "operator sends at once were in flight (admissions and preemptions go first).",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.api_requests = Counter(
             "operator_api_requests",
             "API requests of the operator, by verb (LIST, WATCH, GET, POST, PATCH, DELETE), "

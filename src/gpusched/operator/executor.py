@@ -1,5 +1,12 @@
 """Applies the groups of actions a cycle planned: in order within a group, groups in parallel.
 
+Decisions go first under load. At most :data:`REPORTS_IN_FLIGHT` waiting jobs' reports (their
+status and events, :attr:`~gpusched.core.lifecycle.Urgency.REPORT`) are in flight at once; the
+others are not started, so their jobs stay free for the next cycle to admit, and are planned
+again then (their status still differs). Without the bound, a burst of thousands of new jobs
+queued thousands of status writes ahead of the admissions' pod creations, and every job with a
+report in flight was busy, so the cycle could not admit it either.
+
 Before a group goes out, everything it will write is assumed in the store (see
 :mod:`gpusched.operator.store`), and its jobs are busy: the next cycle, which may run while the
 group is in flight, accounts them as the writes will leave them and plans nothing for them. Each
@@ -28,6 +35,7 @@ from gpusched.core.lifecycle import (
     PatchPod,
     Refusal,
     Stage,
+    Urgency,
     WriteStatus,
 )
 from gpusched.metrics import OperatorMetrics
@@ -36,6 +44,10 @@ from gpusched.operator.api import OperatorApi, Refused
 from gpusched.operator.store import Store
 
 log = logging.getLogger(__name__)
+
+#: Most groups of :attr:`Urgency.REPORT` in flight at once (a quarter of the default request
+#: slots: the rest stay free for admissions, preemptions and settling).
+REPORTS_IN_FLIGHT = 8
 
 #: Crash point reached after each stage of a group, when the group did that stage.
 STAGE_POINTS = {
@@ -59,6 +71,7 @@ class Executor:
         requests: int = 32,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         refresh_seconds: float = 60.0,
+        reports: int = REPORTS_IN_FLIGHT,
     ) -> None:
         self.api = api
         self.store = store
@@ -70,22 +83,28 @@ class Executor:
         self.busy: set[str] = set()
         """Jobs with a group in flight."""
         self._slots = asyncio.Semaphore(requests)
+        self.reports_limit = reports
+        self.reporting = 0
+        """Groups of :attr:`Urgency.REPORT` in flight."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._written: dict[str, float] = {}
 
     # --- submitting ----------------------------------------------------------------------
 
     def submit(self, groups: list[Group]) -> int:
-        """Assume and start every group; returns how many were started."""
+        """Assume and start the groups :func:`startable` lets go; returns how many started."""
         started = 0
         now = time.monotonic()
-        for group in groups:
-            if not group.steps or group.jobs & self.busy:
-                continue
+        chosen, deferred = startable(groups, self.busy, self.reports_limit - self.reporting)
+        if deferred:
+            self.metrics.reports_deferred.inc(deferred)
+        for group in chosen:
             for action in group.actions():
                 if isinstance(action, WriteStatus) and not action.deferred:
                     self._written[action.key] = now
             self.busy |= group.jobs
+            if group.urgency is Urgency.REPORT:
+                self.reporting += 1
             undo = [self._assume(action) for action in group.actions()]
             task = asyncio.create_task(self._run(group, undo))
             self._tasks.add(task)
@@ -152,6 +171,8 @@ class Executor:
                 if take_back is not None:
                     take_back()
             self.busy -= group.jobs
+            if group.urgency is Urgency.REPORT:
+                self.reporting -= 1
             self.store.wake()
 
     async def _apply(self, action: Action, undo: Callable[[], None] | None) -> bool:
@@ -249,3 +270,21 @@ class Executor:
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
+
+
+def startable(groups: list[Group], busy: set[str], reports: int) -> tuple[list[Group], int]:
+    """The groups to start now, in the plan's order: none touching a job with writes in
+    flight, and at most ``reports`` of :attr:`Urgency.REPORT`; and how many reports that bound
+    held back."""
+    chosen: list[Group] = []
+    deferred = 0
+    for group in groups:
+        if not group.steps or group.jobs & busy:
+            continue
+        if group.urgency is Urgency.REPORT:
+            if reports <= 0:
+                deferred += 1
+                continue
+            reports -= 1
+        chosen.append(group)
+    return chosen, deferred

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from gpusched.api import keys
@@ -23,6 +24,7 @@ from gpusched.core.lifecycle import (
     PatchPod,
     Refresh,
     Stage,
+    Urgency,
     Verdict,
     WriteStatus,
     plan,
@@ -176,3 +178,42 @@ def test_settled_changes_are_one_write_followed_by_their_pod_operations() -> Non
     assert write.resource_version is None  # not a decision on what others may change
     assert write.patch["reason"] == "PodsLost"
     assert [type(a) for a in group.steps[1].actions] == [DeletePod, Event]
+
+
+def test_urgency_puts_decisions_first_and_waiting_jobs_reports_last() -> None:
+    """The executor holds back reports under load, so only a waiting job's own status and
+    events may be one: an admission, a preemption, a released gang's requeue (its pods to
+    delete) and a new job going from nothing to Queued each keep their place."""
+    winner = job("urgent", status={"phase": "Queued", "tenant": "t"}, version=7)
+    running = admitted_status(phase="Running", startedAt=stamp(NOW - timedelta(hours=1)))
+    victim = with_pods(job("sweep", status=running), pod(job("sweep", status=running), 0))
+    new = job("new")
+    waits = job("waits", status={"phase": "Queued", "tenant": "t", "reason": "Queued"})
+    lost = job("lost", status=admitted_status(phase="Running", startedAt=stamp(NOW)))
+    lost = with_pods(lost, pod(lost, 0))  # the gang lost a pod: released and requeued
+    jobs, settled = _settled(winner, victim, new, waits, lost)
+    preemption = Preemption(
+        "ns/sweep", "t", "ns/urgent", PreemptReason.HIGHER_PRIORITY, "why", 8, 100.0
+    )
+    waiting = tuple(
+        Waiting(key, "t", WaitReason.WAITING_FOR_CAPACITY, "needs 8 GPUs", 1)
+        for key in ("ns/new", "ns/waits")
+    )
+    planned = plan(
+        jobs, settled, _result(admission("ns/urgent", (preemption,)), waiting=waiting), NOW
+    )
+    urgency = {min(g.jobs): g.urgency for g in planned.groups}
+    assert urgency == {
+        "ns/sweep": Urgency.DECIDE,  # the preemption's group: victim and preemptor
+        "ns/new": Urgency.REPORT,
+        "ns/waits": Urgency.REPORT,
+        "ns/lost": Urgency.SETTLE,
+    }
+
+    # A waiting job's group that also deletes pods is never held back as a report.
+    leftover = DeletePod("ns", "waits-1-0", "pod-waits-1-0", 0)
+    settled["ns/waits"] = replace(settled["ns/waits"], actions=(leftover,))
+    planned = plan(jobs, settled, _result(waiting=waiting), NOW)
+    urgency = {min(g.jobs): g.urgency for g in planned.groups}
+    assert urgency["ns/waits"] is Urgency.SETTLE
+    assert urgency["ns/new"] is Urgency.REPORT

@@ -18,6 +18,7 @@ from gpusched.core.lifecycle.actions import (
     PatchPod,
     Stage,
     Step,
+    Urgency,
     WriteStatus,
 )
 from gpusched.core.lifecycle.facts import (
@@ -83,6 +84,7 @@ __all__ = [
     "Step",
     "TenantMap",
     "Unwritten",
+    "Urgency",
     "Verdict",
     "WriteStatus",
     "build_snapshot",

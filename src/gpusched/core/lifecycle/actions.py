@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 from gpusched.api.gpujob import GpuJobStatus
@@ -111,6 +111,19 @@ class Step:
     required: bool = True
 
 
+class Urgency(IntEnum):
+    """How much waits on a group's writes: under load the executor sends the more urgent
+    first (lower values), so a burst of waiting jobs' statuses never holds back admissions."""
+
+    DECIDE = 0
+    """Admissions and preemptions: jobs and GPUs wait on them."""
+    SETTLE = 1
+    """Records of admitted, running and ending jobs, and their pods."""
+    REPORT = 2
+    """A waiting job's status and events (why it waits, its position, its expected start):
+    what ``gpusched explain`` also answers from the operator's view."""
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """Steps applied in order, touching the jobs in ``jobs`` (no other group of the same
@@ -118,6 +131,7 @@ class Group:
 
     jobs: frozenset[str]
     steps: tuple[Step, ...]
+    urgency: Urgency = Urgency.SETTLE
 
     def actions(self) -> list[Action]:
         return [a for step in self.steps for a in step.actions]

@@ -37,6 +37,7 @@ from gpusched.core.lifecycle.actions import (
     PatchPod,
     Stage,
     Step,
+    Urgency,
     WriteStatus,
 )
 from gpusched.core.lifecycle.facts import JobFacts
@@ -250,7 +251,11 @@ def _admission(
         names = ", ".join(v.victim for v in admission.victims)
         events.append(Event(job.reference(), "Preempting", f"preempting {names}"))
     steps.append(Step(Stage.PODS, (*events, *base.actions, *after), required=False))
-    return Group(frozenset({job.key, *(v.victim for v in admission.victims)}), tuple(steps))
+    return Group(
+        frozenset({job.key, *(v.victim for v in admission.victims)}),
+        tuple(steps),
+        Urgency.DECIDE,
+    )
 
 
 def _settled(
@@ -311,7 +316,10 @@ def _settled(
             expected_start=expected,
             reservation=held,
         ).status
-    return _group(job, status, actions)
+    # A waiting job with nothing to do but say why it waits: a report, sent behind the
+    # cycle's decisions under load (its preemption or release was recorded when it happened).
+    reports = waiting is not None and all(isinstance(a, Event) for a in actions)
+    return _group(job, status, actions, Urgency.REPORT if reports else Urgency.SETTLE)
 
 
 #: Event reasons of a waiting job's reservation.
@@ -372,7 +380,12 @@ def _reservation_event(reason: str, held: ReservedGpus | None, now: datetime) ->
     )
 
 
-def _group(job: JobFacts, status: GpuJobStatus | None, actions: list[Action]) -> Group | None:
+def _group(
+    job: JobFacts,
+    status: GpuJobStatus | None,
+    actions: list[Action],
+    urgency: Urgency = Urgency.SETTLE,
+) -> Group | None:
     """The job's status write (none when ``status`` is None) and then its other actions."""
     steps: list[Step] = []
     write = write_status(job, status) if status is not None else None
@@ -380,7 +393,7 @@ def _group(job: JobFacts, status: GpuJobStatus | None, actions: list[Action]) ->
         steps.append(Step(Stage.SETTLE, (write,)))
     if actions:
         steps.append(Step(Stage.PODS, tuple(actions), required=False))
-    return Group(frozenset({job.key}), tuple(steps)) if steps else None
+    return Group(frozenset({job.key}), tuple(steps), urgency) if steps else None
 
 
 def _says(
