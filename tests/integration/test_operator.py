@@ -10,6 +10,7 @@ for the simulated runtime in their template.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
@@ -20,6 +21,9 @@ from gpusched.api import keys
 from gpusched.cli import main
 from gpusched.dev.localcluster import LocalCluster
 from tests.integration.operator_harness import OperatorProcess, Scenario, wait_for
+
+#: Waiting jobs applied at once: several times the reports the operator sends at once.
+BURST = 40
 
 
 def test_job_over_its_tenants_limit_waits_with_quota_exceeded(
@@ -238,6 +242,27 @@ def test_completion_frees_quota_and_admits_the_next_job(sc: Scenario) -> None:
     )
     assert usage["gpuSeconds"] > 0
     assert usage["runningJobs"] == 0
+
+
+def test_a_burst_of_waiting_jobs_is_reported_in_full_while_a_job_that_fits_starts(
+    sc: Scenario,
+) -> None:
+    """At most a few waiting jobs' reports go out at once (admissions first); the others wait
+    for later cycles and none is lost or sent twice."""
+    sc.nodes(1)
+    _, frozen = sc.tenant("burst", guaranteed=0, borrowingLimit=0)
+    _, open_ns = sc.tenant("fits", guaranteed=8)
+    names = [f"wait-{i:02d}" for i in range(BURST)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda name: sc.submit(frozen, name, 1), names))
+    sc.submit(open_ns, "starts", 8)
+    sc.wait_phase(open_ns, "starts", "Running", timeout=90)
+    for name in names:
+        status = sc.wait_reason(frozen, name, "QuotaExceeded", timeout=90)
+        assert status["phase"] == "Queued"
+    for name in names:
+        reasons = [reason for reason, _ in sc.events(frozen, name)]
+        assert reasons.count("QuotaExceeded") == 1, (name, reasons)
 
 
 def test_deleting_a_job_removes_its_pods(sc: Scenario) -> None:

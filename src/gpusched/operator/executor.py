@@ -1,11 +1,11 @@
 """Applies the groups of actions a cycle planned: in order within a group, groups in parallel.
 
 Decisions go first under load. At most :data:`REPORTS_IN_FLIGHT` waiting jobs' reports (their
-status and events, :attr:`~gpusched.core.lifecycle.Urgency.REPORT`) are in flight at once; the
-others are not started, so their jobs stay free for the next cycle to admit, and are planned
-again then (their status still differs). Without the bound, a burst of thousands of new jobs
-queued thousands of status writes ahead of the admissions' pod creations, and every job with a
-report in flight was busy, so the cycle could not admit it either.
+status and events, :attr:`~gpusched.core.lifecycle.Urgency.REPORT`) are in flight at once: the
+loop plans only as many as :meth:`Executor.reports_room` says, and the others are planned again
+in a later cycle (their status still differs). Without the bound, a burst of thousands of new
+jobs queued thousands of status writes ahead of the admissions' pod creations, and every job
+with a report in flight was busy, so the cycle could not admit it either.
 
 Before a group goes out, everything it will write is assumed in the store (see
 :mod:`gpusched.operator.store`), and its jobs are busy: the next cycle, which may run while the
@@ -92,13 +92,12 @@ class Executor:
     # --- submitting ----------------------------------------------------------------------
 
     def submit(self, groups: list[Group]) -> int:
-        """Assume and start the groups :func:`startable` lets go; returns how many started."""
+        """Assume and start every group; returns how many were started."""
         started = 0
         now = time.monotonic()
-        chosen, deferred = startable(groups, self.busy, self.reports_limit - self.reporting)
-        if deferred:
-            self.metrics.reports_deferred.inc(deferred)
-        for group in chosen:
+        for group in groups:
+            if not group.steps or group.jobs & self.busy:
+                continue
             for action in group.actions():
                 if isinstance(action, WriteStatus) and not action.deferred:
                     self._written[action.key] = now
@@ -111,6 +110,10 @@ class Executor:
             task.add_done_callback(self._tasks.discard)
             started += 1
         return started
+
+    def reports_room(self) -> int:
+        """How many more waiting jobs' reports may go out now."""
+        return max(0, self.reports_limit - self.reporting)
 
     def recently_written(self) -> set[str]:
         """Jobs whose status was written within ``refresh_seconds``."""
@@ -270,21 +273,3 @@ class Executor:
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
-
-
-def startable(groups: list[Group], busy: set[str], reports: int) -> tuple[list[Group], int]:
-    """The groups to start now, in the plan's order: none touching a job with writes in
-    flight, and at most ``reports`` of :attr:`Urgency.REPORT`; and how many reports that bound
-    held back."""
-    chosen: list[Group] = []
-    deferred = 0
-    for group in groups:
-        if not group.steps or group.jobs & busy:
-            continue
-        if group.urgency is Urgency.REPORT:
-            if reports <= 0:
-                deferred += 1
-                continue
-            reports -= 1
-        chosen.append(group)
-    return chosen, deferred

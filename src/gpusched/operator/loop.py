@@ -216,7 +216,11 @@ class AdmissionLoop:
         world = self.store.world(self.clock())
         verdicts = await self._verdicts(world)
         busy = frozenset(self.executor.busy)
-        refresh = Refresh(self.executor.recently_written(), STATUS_REFRESH_BUDGET)
+        refresh = Refresh(
+            self.executor.recently_written(),
+            STATUS_REFRESH_BUDGET,
+            reports=self.executor.reports_room(),
+        )
         decision = await asyncio.to_thread(
             lambda: decide(
                 world,
@@ -234,6 +238,8 @@ class AdmissionLoop:
         if not self.leading():
             return report
         report.groups = self.executor.submit(list(decision.plan.groups))
+        if decision.plan.deferred_reports:
+            self.metrics.reports_deferred.inc(decision.plan.deferred_reports)
         report.admitted = [a.job for a in decision.plan.admitted]
         report.preempted = [v.victim for a in decision.plan.admitted for v in a.victims]
         report.waiting = len(decision.result.waiting)

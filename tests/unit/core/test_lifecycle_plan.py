@@ -217,3 +217,26 @@ def test_urgency_puts_decisions_first_and_waiting_jobs_reports_last() -> None:
     urgency = {min(g.jobs): g.urgency for g in planned.groups}
     assert urgency["ns/waits"] is Urgency.SETTLE
     assert urgency["ns/new"] is Urgency.REPORT
+
+
+def test_reports_beyond_the_cycles_room_wait_for_a_later_cycle_and_decisions_never_do() -> None:
+    """Only waiting jobs' reports are bounded; the ones held back are counted, planned again
+    once there is room, and leave their jobs free to be admitted."""
+    winner = job("urgent", status={"phase": "Queued", "tenant": "t"}, version=7)
+    lost = job("lost", status=admitted_status(phase="Running", startedAt=stamp(NOW)))
+    lost = with_pods(lost, pod(lost, 0))  # released and requeued: its pods to delete
+    new = [job(f"new{i}") for i in range(3)]
+    jobs, settled = _settled(winner, lost, *new)
+    waiting = tuple(
+        Waiting(j.key, "t", WaitReason.WAITING_FOR_CAPACITY, "needs 8 GPUs", 1) for j in new
+    )
+    result = _result(admission("ns/urgent"), waiting=waiting)
+    planned = plan(jobs, settled, result, NOW, refresh=Refresh(reports=1))
+    assert sorted(min(g.jobs) for g in planned.groups) == ["ns/lost", "ns/new0", "ns/urgent"]
+    assert planned.deferred_reports == 2
+    planned = plan(jobs, settled, result, NOW, refresh=Refresh(reports=0))
+    assert sorted(min(g.jobs) for g in planned.groups) == ["ns/lost", "ns/urgent"]
+    assert planned.deferred_reports == 3
+    planned = plan(jobs, settled, result, NOW)
+    assert len(planned.groups) == 5
+    assert planned.deferred_reports == 0

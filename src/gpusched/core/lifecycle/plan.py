@@ -60,6 +60,11 @@ class Refresh:
     """Jobs whose status was written lately: not again for the wording alone."""
     budget: int = 100
     """Most such rewrites in one cycle."""
+    reports: int | None = None
+    """Most waiting jobs' reports (status and events, a new reason included) planned in one
+    cycle; None: no bound. The operator passes the room its executor has for them, so that the
+    statuses of thousands of new jobs are neither built nor sent ahead of the admissions, and
+    jobs not reported stay free to be admitted (the rest are reported in later cycles)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class Plan:
     groups: tuple[Group, ...]
     admitted: tuple[Admission, ...]
     """Admissions planned (those touching a job with writes in flight wait a cycle)."""
+    deferred_reports: int = 0
+    """Waiting jobs whose report :attr:`Refresh.reports` held back for a later cycle."""
 
 
 def write_status(
@@ -123,6 +130,7 @@ def plan(
     protections = protections or {}
     refresh = refresh or Refresh()
     budget = [refresh.budget]
+    reports = _Reports(refresh.reports)
     groups: list[Group] = []
     planned: set[str] = set()
     admitted: list[Admission] = []
@@ -159,11 +167,30 @@ def plan(
                 now,
                 recent=refresh.recent,
                 budget=budget,
+                reports=reports,
                 reservation=reserved.get(key),
             )
         if group is not None:
             groups.append(group)
-    return Plan(tuple(groups), tuple(admitted))
+    return Plan(tuple(groups), tuple(admitted), reports.deferred)
+
+
+@dataclass
+class _Reports:
+    """What is left of :attr:`Refresh.reports` in this plan, and how many it held back."""
+
+    room: int | None
+    deferred: int = 0
+
+    def take(self) -> bool:
+        """One more report, if there is room for it."""
+        if self.room is None:
+            return True
+        if self.room <= 0:
+            self.deferred += 1
+            return False
+        self.room -= 1
+        return True
 
 
 def _admission(
@@ -266,10 +293,14 @@ def _settled(
     *,
     recent: Collection[str],
     budget: list[int],
+    reports: _Reports,
     reservation: Reservation | None = None,
 ) -> Group | None:
     status = done.status
     actions = list(done.actions)
+    # A waiting job with nothing to do but say why it waits: a report, sent behind the cycle's
+    # decisions under load (its preemption or release was recorded when it happened).
+    report = waiting is not None and all(isinstance(a, Event) for a in actions)
     held = st.reserved_gpus(reservation) if reservation is not None else None
     expected = _expected(waiting, now)
     if (
@@ -292,6 +323,8 @@ def _settled(
         )
         if cosmetic and (job.key in recent or budget[0] <= 0):
             return None if not actions else _group(job, status, actions)
+        if report and not reports.take():
+            return None
         if cosmetic:
             budget[0] -= 1
         if status.reason != waiting.reason.value:
@@ -316,10 +349,7 @@ def _settled(
             expected_start=expected,
             reservation=held,
         ).status
-    # A waiting job with nothing to do but say why it waits: a report, sent behind the
-    # cycle's decisions under load (its preemption or release was recorded when it happened).
-    reports = waiting is not None and all(isinstance(a, Event) for a in actions)
-    return _group(job, status, actions, Urgency.REPORT if reports else Urgency.SETTLE)
+    return _group(job, status, actions, Urgency.REPORT if report else Urgency.SETTLE)
 
 
 #: Event reasons of a waiting job's reservation.

@@ -80,6 +80,10 @@ INVALID_REASONS = frozenset(
 RECHECKED_REASONS = frozenset({Reason.PRIORITY_CLASS_NOT_FOUND, Reason.PRIORITY_CLASS_NOT_ALLOWED})
 
 
+#: Conditions are kept in the order :class:`Cond` lists them.
+_CONDITION_ORDER = {t.value: i for i, t in enumerate(Cond)}
+
+
 def _condition(
     conditions: Sequence[Condition],
     type_: Cond,
@@ -120,8 +124,7 @@ def _condition(
                 observed_generation=generation,
             )
         )
-    order = {t.value: i for i, t in enumerate(Cond)}
-    return sorted(out, key=lambda c: order.get(c.type, len(order)))
+    return sorted(out, key=lambda c: _CONDITION_ORDER.get(c.type, len(_CONDITION_ORDER)))
 
 
 class Transition:
