@@ -140,9 +140,11 @@ class Memo:
         found = self.settled.get(job.key)
         if found is not None and found[0] is job and found[1] is context:
             done = found[2]
-            # Reused only when settling changed nothing and no deadline has come since.
+            # Reused only when settling changed nothing, or the job is new and its first
+            # status not written yet (thousands of them after a burst: the first answer, its
+            # submittedAt included, stands until it is written), and no deadline has come since.
             if (
-                done.status is job.status
+                (done.status is job.status or job.status.phase is None)
                 and not done.actions
                 and not done.needs_verdict
                 and (done.wake_at is None or now < done.wake_at)

@@ -1,0 +1,36 @@
+"""What the operator's cycle keeps from one cycle to the next (``decide.Memo``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from gpusched.api import keys
+from gpusched.core.lifecycle import JobContext, JobFacts, LifecycleConfig, Verdict
+from gpusched.operator.decide import Memo
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _job(status: dict[str, object] | None = None) -> JobFacts:
+    return JobFacts.from_api(
+        {
+            "apiVersion": keys.API_VERSION,
+            "kind": "GpuJob",
+            "metadata": {"name": "train", "namespace": "team", "uid": "j", "generation": 1},
+            "spec": {
+                "gpusPerReplica": 4,
+                "template": {"spec": {"containers": [{"name": "m", "image": "i"}]}},
+            },
+            **({"status": status} if status is not None else {}),
+        }
+    )
+
+
+def test_a_new_jobs_first_settling_stands_until_its_status_is_written() -> None:
+    """After a burst, thousands of new jobs wait for their first report: each is settled once
+    (not again every cycle), and its submittedAt is when the operator first saw it."""
+    memo, context, config = Memo(), JobContext(tenant="team", verdict=Verdict()), LifecycleConfig()
+    new = _job()
+    first = memo.settle(new, context, NOW, config)
+    assert first.status.submitted_at == NOW
+    assert memo.settle(new, context, NOW + timedelta(seconds=30), config) is first
