@@ -138,7 +138,7 @@ class Memo:
         self, job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig
     ) -> Settled:
         found = self.settled.get(job.key)
-        if found is not None and found[0] is job and found[1] is context:
+        if found is not None and found[0] is job and _settles_alike(found[1], context):
             done = found[2]
             # Reused only when settling changed nothing, or the job is new and its first
             # status not written yet (thousands of them after a burst: the first answer, its
@@ -149,6 +149,8 @@ class Memo:
                 and not done.needs_verdict
                 and (done.wake_at is None or now < done.wake_at)
             ):
+                if found[1] is not context:
+                    self.settled[job.key] = (job, context, done)
                 return done
         done = settle(job, context, now, config)
         self.settled[job.key] = (job, context, done)
@@ -172,6 +174,12 @@ class Memo:
         for table in (self.settled, self.jobs, self.contexts):
             for key in [k for k in table if k not in keys]:
                 del table[key]
+
+
+def _settles_alike(before: JobContext, now: JobContext) -> bool:
+    """Whether settling reads the same from both contexts: it never reads the predicted run
+    time, which moves for every waiting job of a kind whenever one of that kind ends."""
+    return before is now or replace(before, runtime=now.runtime) == now
 
 
 def job_kind(job: JobFacts, tenant: str | None) -> JobKind:

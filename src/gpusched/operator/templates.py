@@ -71,6 +71,10 @@ class TemplateChecker:
         self.clock = clock
         self._verdicts: dict[str, tuple[float, Verdict]] = {}
         self._slots = asyncio.Semaphore(concurrency)
+        #: Per job: the object and tenant its template key was worked out for, and the key.
+        #: A burst leaves thousands of new jobs to check in every cycle until their first
+        #: status is written; their keys are worked out once.
+        self._keys: dict[str, tuple[GpuJob, str | None, str]] = {}
 
     async def verdicts(
         self, jobs: Iterable[tuple[str, GpuJob, str | None]]
@@ -81,14 +85,24 @@ class TemplateChecker:
         self._prune(now)
         out: dict[str, Verdict | None] = {}
         todo: dict[str, tuple[Mapping[str, Any], list[str]]] = {}
+        seen: dict[str, tuple[GpuJob, str | None, str]] = {}
         for key, job, tenant in jobs:
-            manifest = dry_run_manifest(job, tenant)
-            digest = template_key(manifest)
+            manifest: Mapping[str, Any] | None = None
+            known = self._keys.get(key)
+            if known is not None and known[0] is job and known[1] == tenant:
+                digest = known[2]
+            else:
+                manifest = dry_run_manifest(job, tenant)
+                digest = template_key(manifest)
+            seen[key] = (job, tenant, digest)
             found = self._verdicts.get(digest)
             if found is not None:
                 out[key] = found[1]
+            elif digest in todo:
+                todo[digest][1].append(key)
             else:
-                todo.setdefault(digest, (manifest, []))[1].append(key)
+                todo[digest] = (manifest or dry_run_manifest(job, tenant), [key])
+        self._keys = seen
         answers = await asyncio.gather(*(self._dry_run(m) for m, _ in todo.values()))
         for (digest, (_, waiting)), verdict in zip(todo.items(), answers, strict=True):
             if verdict is not None:

@@ -34,3 +34,18 @@ def test_a_new_jobs_first_settling_stands_until_its_status_is_written() -> None:
     first = memo.settle(new, context, NOW, config)
     assert first.status.submitted_at == NOW
     assert memo.settle(new, context, NOW + timedelta(seconds=30), config) is first
+
+
+def test_a_moved_run_time_prediction_does_not_settle_a_job_again_but_a_new_tenant_does() -> None:
+    """Settling never reads the predicted run time, which moves for every waiting job of a kind
+    each time one of that kind ends; anything else it reads settles the job again."""
+    memo, config = Memo(), LifecycleConfig()
+    new = _job()
+    first = memo.settle(new, JobContext(tenant="team", verdict=Verdict()), NOW, config)
+    later = NOW + timedelta(seconds=30)
+    predicted = JobContext(tenant="team", verdict=Verdict(), runtime=600.0)
+    assert memo.settle(new, predicted, later, config) is first
+    moved = JobContext(tenant="other", verdict=Verdict(), runtime=600.0)
+    again = memo.settle(new, moved, later, config)
+    assert again is not first
+    assert again.status.tenant == "other"

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pytest
+
 from gpusched.api.gpujob import GpuJob
-from gpusched.operator.templates import dry_run_manifest, template_key
+from gpusched.core.lifecycle import Verdict
+from gpusched.operator import templates
+from gpusched.operator.templates import TemplateChecker, dry_run_manifest, template_key
 
 
 def _job(name: str, namespace: str = "ns", labels: dict[str, str] | None = None) -> GpuJob:
@@ -36,3 +41,31 @@ def test_template_metadata_spec_namespace_and_tenant_each_make_another_pod() -> 
     other_spec = _job("b").model_copy(deep=True)
     other_spec.spec.template["spec"]["restartPolicy"] = "Sometimes"
     assert _key(other_spec) != base
+
+
+def test_a_jobs_template_key_is_worked_out_once_while_the_job_and_its_tenant_stay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """New jobs are checked in every cycle until their first status is written: the key of
+    each is kept, and worked out again when the job object or its tenant changes."""
+    made: list[str] = []
+
+    def counted(job: GpuJob, tenant: str | None) -> dict[str, Any]:
+        made.append(job.metadata.name)
+        return dry_run_manifest(job, tenant)
+
+    monkeypatch.setattr(templates, "dry_run_manifest", counted)
+    checker = TemplateChecker(api=None)  # type: ignore[arg-type]  # every verdict is known
+    verdict = Verdict(None)
+    a, b = _job("a"), _job("b")
+    for job in (a, b):
+        checker._verdicts[_key(job)] = (checker.clock(), verdict)
+    checker._verdicts[_key(a, "other")] = (checker.clock(), verdict)
+    jobs = [("ns/a", a, "t"), ("ns/b", b, "t")]
+    assert asyncio.run(checker.verdicts(jobs)) == {"ns/a": verdict, "ns/b": verdict}
+    assert made == ["a", "b"]
+    asyncio.run(checker.verdicts(jobs))
+    assert made == ["a", "b"]
+    changed = a.model_copy()
+    asyncio.run(checker.verdicts([("ns/a", changed, "t"), ("ns/b", b, "other")]))
+    assert made == ["a", "b", "a", "b"]
