@@ -240,3 +240,20 @@ def test_reports_beyond_the_cycles_room_wait_for_a_later_cycle_and_decisions_nev
     planned = plan(jobs, settled, result, NOW)
     assert len(planned.groups) == 5
     assert planned.deferred_reports == 0
+
+
+def test_with_room_for_few_reports_jobs_not_written_lately_go_first() -> None:
+    """A job whose reason moves every cycle (written lately) never keeps a new job from its
+    first status."""
+    flaps = job("flaps", status={"phase": "Queued", "tenant": "t", "reason": "QuotaExceeded"})
+    jobs, settled = _settled(flaps, job("new"))
+    waiting = tuple(
+        Waiting(key, "t", WaitReason.WAITING_FOR_CAPACITY, "needs 8 GPUs", 1)
+        for key in ("ns/flaps", "ns/new")
+    )
+    lately = Refresh(recent={"ns/flaps"}, reports=1)
+    planned = plan(jobs, settled, _result(waiting=waiting), NOW, refresh=lately)
+    assert [min(g.jobs) for g in planned.groups] == ["ns/new"]
+    assert planned.deferred_reports == 1
+    planned = plan(jobs, settled, _result(waiting=waiting), NOW, refresh=Refresh(reports=1))
+    assert [min(g.jobs) for g in planned.groups] == ["ns/flaps"]

@@ -153,7 +153,12 @@ def plan(
         admitted.append(admission)
     waiting = {w.job: w for w in result.waiting}
     reserved = {r.job: r for r in result.reservations}
-    for key, done in settled.items():
+    # Jobs written lately go last: with room for only some reports, a job whose reason moves
+    # every cycle never keeps a new job from its first status.
+    recent = refresh.recent
+    order = [k for k in settled if k not in recent] + [k for k in settled if k in recent]
+    for key in order:
+        done = settled[key]
         if key in planned or key in busy:
             continue
         job = jobs[key]
