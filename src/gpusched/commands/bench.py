@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
+
 import click
 
 from gpusched.dev.bench.admission import admission
@@ -21,6 +24,13 @@ from gpusched.dev.bench.scheduling import scheduling
 @click.group()
 def bench() -> None:
     """Run a benchmark and print its figures (--json for machines)."""
+    # Stopped by SIGTERM (a timeout, `kill`), a benchmark tears down the cluster it started as
+    # it does on Ctrl-C: the signal becomes SystemExit, so its `finally` blocks run.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
 
 
 bench.add_command(placement)
