@@ -112,8 +112,9 @@ class Step:
 
 
 class Urgency(IntEnum):
-    """How much waits on a group's writes: under load the executor sends the more urgent
-    first (lower values), so a burst of waiting jobs' statuses never holds back admissions."""
+    """How much waits on a group's writes. Only reports are held back under load (a cycle plans
+    as many as :attr:`~gpusched.core.lifecycle.Refresh.reports` allows, the room the executor
+    has for them), so a burst of waiting jobs' statuses never holds back admissions."""
 
     DECIDE = 0
     """Admissions and preemptions: jobs and GPUs wait on them."""
