@@ -12,7 +12,6 @@ from gpusched.core import NodeTopology, Policy, parse_topo_matrix, prepare
 from gpusched.core.admission import (
     AcrossReplicas,
     Assignment,
-    CycleResult,
     Job,
     JobState,
     Node,
@@ -20,6 +19,7 @@ from gpusched.core.admission import (
     Tenant,
     count_only_topology,
 )
+from gpusched.dev.bench.admission import settled
 from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 
 #: An 8-GPU NVSwitch board: every pair NV18, two NUMA nodes.
@@ -117,28 +117,6 @@ def across(label: str, required: bool = True) -> AcrossReplicas:
     return AcrossReplicas(label, required)
 
 
-def replay(snapshot: Snapshot, result: CycleResult, dt: float) -> Snapshot:
-    """The next snapshot with unchanged demand: admitted jobs run at once, victims' pods are
-    gone at once and they are queued again (their preemption counted); time moves on by
-    ``dt``."""
-    jobs = {j.key: j for j in snapshot.jobs}
-    now = snapshot.now + dt
-    for admission in result.admissions:
-        for victim in admission.victims:
-            jobs[victim.victim] = replace(
-                jobs[victim.victim],
-                state=JobState.QUEUED,
-                placement=(),
-                started_at=None,
-                preemptions=jobs[victim.victim].preemptions + 1,
-            )
-        jobs[admission.job] = replace(
-            jobs[admission.job],
-            state=JobState.ADMITTED,
-            placement=tuple(
-                Assignment(p.node, (), len(p.gpus)) if p.count_only else Assignment(p.node, p.gpus)
-                for p in admission.placement
-            ),
-            started_at=snapshot.now,
-        )
-    return replace(snapshot, now=now, jobs=tuple(jobs.values()))
+#: The next snapshot once a cycle's writes landed, ``dt`` seconds later (admitted jobs run at
+#: once where they were placed, victims are queued again): the admission benchmark's own.
+replay = settled

@@ -55,12 +55,12 @@ def test_a_jobs_template_key_is_worked_out_once_while_the_job_and_its_tenant_sta
         return dry_run_manifest(job, tenant)
 
     monkeypatch.setattr(templates, "dry_run_manifest", counted)
-    checker = TemplateChecker(api=None)  # type: ignore[arg-type]  # every verdict is known
+    # Every verdict the test asks for is known, so no dry run (no API call) is ever made.
+    checker = TemplateChecker(api=None)  # type: ignore[arg-type]
     verdict = Verdict(None)
     a, b = _job("a"), _job("b")
-    for job in (a, b):
-        checker._verdicts[_key(job)] = (checker.clock(), verdict)
-    checker._verdicts[_key(a, "other")] = (checker.clock(), verdict)
+    for job, tenant in ((a, "t"), (b, "t"), (b, "other")):
+        checker._verdicts[_key(job, tenant)] = (checker.clock(), verdict)
     jobs = [("ns/a", a, "t"), ("ns/b", b, "t")]
     assert asyncio.run(checker.verdicts(jobs)) == {"ns/a": verdict, "ns/b": verdict}
     assert made == ["a", "b"]

@@ -170,7 +170,7 @@ def plan(
                 done,
                 waiting.get(key),
                 now,
-                recent=refresh.recent,
+                recent=recent,
                 budget=budget,
                 reports=reports,
                 reservation=reserved.get(key),
