@@ -388,7 +388,10 @@ def test_tenant_series_match_the_gpujobs(observed: Observed, kube: Any) -> None:
         f'sum(increase(gpusched_placements_total{{topology_class="nvlink"}}[{window}]))',
         at=end,
     )
-    assert next(iter(placed.values())) >= 3.5  # the sweeps and the finetune job
+    # The sweeps and the finetune job; on failure, what the extender counted and refused.
+    counted = _value(observed.prometheus, "sum by (topology_class) (gpusched_placements_total)")
+    errors = _value(observed.prometheus, "sum by (reason) (gpusched_bind_errors_total)")
+    assert next(iter(placed.values())) >= 3.5, (placed, counted, errors)
 
 
 def test_the_helm_test_hooks_pass_against_the_running_components(

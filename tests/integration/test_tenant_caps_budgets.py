@@ -125,12 +125,14 @@ def test_a_budget_alerts_at_its_soft_cap_and_holds_new_jobs_at_its_hard_cap(
     soft = wait_for(lambda: condition("BudgetSoftCapReached"), 60, "the soft cap")
     assert "spent this day, cap 0.01 (alert only)" in soft["message"]
     wait_for(lambda: condition("BudgetExhausted"), 60, "the hard cap")
-    events = wait_for(
-        lambda: [r for r, _ in sc.events("default", quota) if r.startswith("Budget")] or None,
-        30,
-        "the budget events",
-    )
-    assert {"BudgetSoftCapReached", "BudgetExhausted"} <= set(events)
+    # The events follow the status write that turns each condition.
+    caps = {"BudgetSoftCapReached", "BudgetExhausted"}
+
+    def budget_events() -> list[str] | None:
+        found = [r for r, _ in sc.events("default", quota) if r.startswith("Budget")]
+        return found if caps <= set(found) else None
+
+    events = wait_for(budget_events, 30, "both budget events")
     assert events.count("BudgetSoftCapReached") == 1
     sc.submit(ns, "second", 1)
     waiting = sc.wait_reason(ns, "second", "BudgetExhausted")

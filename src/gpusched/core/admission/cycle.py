@@ -255,6 +255,10 @@ class Cycle:
         self.preemption_failures: set[tuple[object, ...]] = set()
         self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
         self._admitted_version = 0
+        self._candidate_lists: dict[tuple[object, ...], tuple[list[Candidate], bool]] = {}
+        """Victim candidates per kind of preemptor, while no job is admitted or evicted."""
+        self._candidates: dict[tuple[int, PreemptReason, bool], Candidate] = {}
+        """Each running job as a candidate, per reason (its lost work is priced at ``now``)."""
         self.searches = 0
         self._borrowed: dict[str, set[str]] = {}
         self._usable_gpus: dict[str, int] = {}
@@ -1122,13 +1126,48 @@ class Cycle:
         """Who may be evicted for ``job``, and whether any of them belongs to another tenant.
 
         ``reserving``: the job would get a reservation, so jobs that were started on reserved
-        GPUs and ran past the start they were expected to end by may be evicted for it."""
+        GPUs and ran past the start they were expected to end by may be evicted for it.
+
+        What it reads of ``job``: its tenant, priority, claim level and which nodes it may use
+        (and, while reservations are held, which are its own): without reservations the list
+        is kept per those until a job is admitted or evicted, as victim searches of one kind of
+        job repeat within a cycle. A caller gets its own copy."""
+        level = self.claim_level(job)
+        if self.reserved and self._profile is not None:
+            # Which victims hold GPUs another job's reservation claims changes as reservations
+            # are made within the cycle: not kept.
+            return self._find_candidates(job, tenant, request, reserving, level)
+        memo = (
+            tenant.name,
+            job.priority,
+            level,
+            reserving,
+            request.filter_key,
+            self._admitted_version,
+        )
+        kept = self._candidate_lists.get(memo)
+        if kept is None:
+            if self._candidate_lists and next(iter(self._candidate_lists))[-1] != memo[-1]:
+                self._candidate_lists.clear()  # made before the last admission or eviction
+            kept = self._candidate_lists[memo] = self._find_candidates(
+                job, tenant, request, reserving, level
+            )
+        return list(kept[0]), kept[1]
+
+    def _find_candidates(
+        self, job: Job, tenant: Tenant, request: Request, reserving: bool, level: str | None
+    ) -> tuple[list[Candidate], bool]:
         out: list[Candidate] = []
         penalty = self.snapshot.config.restart_penalty_seconds
+        made = self._candidates
 
         def candidate(victim: Job, reason: PreemptReason, borrowed: bool) -> Candidate:
-            lost = gpu_seconds_lost(victim, self.now)
-            return Candidate(victim, reason, borrowed, lost, penalty * victim.total_gpus)
+            found = made.get((id(victim), reason, borrowed))
+            if found is None or found.job is not victim:
+                lost = gpu_seconds_lost(victim, self.now)
+                found = Candidate(victim, reason, borrowed, lost, penalty * victim.total_gpus)
+                made[(id(victim), reason, borrowed)] = found
+            return found
 
         if reserving:
             for name in self.tenants:
@@ -1147,7 +1186,6 @@ class Cycle:
                         candidate(victim, PreemptReason.HIGHER_PRIORITY, victim.key in own_borrowed)
                     )
         cross = False
-        level = self.claim_level(job)
         if tenant.reclaim is not ReclaimPolicy.NEVER and level is not None:
             eligible = self.pool.eligible_nodes(request).name_set
             lower_only = tenant.reclaim is ReclaimPolicy.LOWER_PRIORITY
@@ -1214,6 +1252,8 @@ class Cycle:
         never loses a job; one holding 17 GPUs against 16 it can fill loses at most 1 GPU,
         whichever of its jobs came last in its queue. (What a lender keeps only shrinks as
         victims are added, so checking them one at a time decides the whole set.)"""
+        if all(c.reason is not PreemptReason.RECLAIM_GUARANTEE for c in victims):
+            return True  # only reclaims take from lenders (and a search asks of each victim)
         take = self.lender_tracker()
         return all(take(c) for c in victims)
 

@@ -188,6 +188,55 @@ every level above it) admit it once those victims are gone? The first two are wh
 tenant's limit needs, kept cheap by the searches; all the victims count under a parent's."""
 
 
+class _Without(Sequence[Candidate]):
+    """``victims`` but ``gone``, without copying: a minimisation asks the quota of every
+    set one victim smaller, and only a tenant tree's levels walk the set."""
+
+    __slots__ = ("_gone", "_victims")
+
+    def __init__(self, victims: Sequence[Candidate], gone: Candidate) -> None:
+        self._victims = victims
+        self._gone = gone
+
+    def __len__(self) -> int:
+        return len(self._victims) - 1
+
+    def __getitem__(self, index: int) -> Candidate:  # type: ignore[override]
+        return list(self)[index]
+
+    def __iter__(self) -> Iterator[Candidate]:
+        gone = self._gone
+        return (c for c in self._victims if c is not gone)
+
+
+class _Minimised:
+    """The quota of a victim set that only shrinks, kept as it shrinks: the preemptor's own
+    victims and the count of reclaims are updated per victim dropped, so the check of "this
+    set without one victim" costs the own victims, not the whole set (a gang's greedy pass can
+    take hundreds of one-GPU victims, then tries to spare each)."""
+
+    def __init__(self, quota_ok: QuotaCheck, preemptor: Job, chosen: Sequence[Candidate]) -> None:
+        self._quota_ok = quota_ok
+        self._preemptor = preemptor
+        self.chosen = list(chosen)
+        self._own = [c for c in chosen if c.own(preemptor)]
+        self._reclaims = sum(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in chosen)
+
+    def passes_without(self, gone: Candidate) -> bool:
+        """The quota of the set without ``gone`` (the set itself unchanged)."""
+        own = self._own
+        if any(c is gone for c in own):
+            own = [c for c in own if c is not gone]
+        reclaims = self._reclaims - (gone.reason is PreemptReason.RECLAIM_GUARANTEE)
+        return self._quota_ok([c.job for c in own], reclaims > 0, _Without(self.chosen, gone))
+
+    def drop(self, gone: Candidate) -> None:
+        """Take ``gone`` out of the set."""
+        self.chosen = [c for c in self.chosen if c is not gone]
+        self._own = [c for c in self._own if c is not gone]
+        self._reclaims -= gone.reason is PreemptReason.RECLAIM_GUARANTEE
+
+
 def _quota(
     quota_ok: QuotaCheck, preemptor: Job, candidates: Sequence[Candidate]
 ) -> Callable[[Sequence[Candidate]], bool]:
@@ -317,12 +366,6 @@ def find_victims(
     def ok(victims: Sequence[Candidate]) -> bool:
         return quota(victims) and lenders_ok(victims) and worth_it(victims)
 
-    def ok_subset(victims: Sequence[Candidate]) -> bool:
-        """:func:`ok` of a subset of a set that passed it: fewer victims leave every lender
-        at least as much (a subset sum over more jobs) and cost less, so only the quota is
-        left to check."""
-        return quota(victims)
-
     # 1. Upper bound: everything released.
     for c in ordered:
         release(c)
@@ -388,14 +431,17 @@ def find_victims(
     # for a job inside the guarantee), and a new placement can leave others' GPUs unused. (A
     # pass goes on after a victim goes rather than starting over: the same end, no victim that
     # can be spared, in a number of checks linear in the victims per pass.)
+    # Every set tried below is a subset of one that passed :func:`ok`: fewer victims leave
+    # every lender at least as much (a subset sum over more jobs) and cost less, so only the
+    # quota is left to check, kept as the set shrinks.
+    kept = _Minimised(quota_ok, preemptor, chosen)
     dropped = True
-    while dropped and len(chosen) > 1:
+    while dropped and len(kept.chosen) > 1:
         dropped = False
-        for c in reversed(list(chosen)):
-            if len(chosen) == 1:
+        for c in reversed(list(kept.chosen)):
+            if len(kept.chosen) == 1:
                 break
-            trial = [x for x in chosen if x is not c]
-            if not ok_subset(trial):
+            if not kept.passes_without(c):
                 continue
             used = _overlaps(pool, released[c.job.key], plans)
             restore(c)
@@ -403,19 +449,23 @@ def find_victims(
             if again is None:
                 release(c)
                 continue
-            chosen, plans = trial, again
+            kept.drop(c)
+            plans = again
             dropped = True
 
     result = pool.place_gang(key, request)
     assert not isinstance(result, GangFailure), "placement vanished between identical checks"
     # What the preemptor does not use stays with the terminating victims; a victim whose GPUs
     # the final placement does not touch is spared when the quota allows.
-    for c in reversed(list(chosen)):
-        trial = [x for x in chosen if x is not c]
-        if trial and ok_subset(trial) and not _overlaps(pool, released[c.job.key], result):
-            chosen = trial
+    for c in reversed(list(kept.chosen)):
+        if (
+            len(kept.chosen) > 1
+            and not _overlaps(pool, released[c.job.key], result)
+            and kept.passes_without(c)
+        ):
+            kept.drop(c)
         pool.restore(c.job.key, released.pop(c.job.key))
-    return VictimSearch(result, chosen)
+    return VictimSearch(result, kept.chosen)
 
 
 @dataclass(frozen=True, slots=True)
