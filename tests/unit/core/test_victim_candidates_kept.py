@@ -47,3 +47,21 @@ def test_a_job_beyond_its_tenants_guarantee_reclaims_nothing_after_one_within_it
     cycle = _cycle(8, first, second)
     assert _reclaimable(cycle, first) == (set(BORROWED), True)
     assert _reclaimable(cycle, second) == (set(), False)
+
+
+def test_a_lenders_job_evicted_for_one_job_is_not_offered_again_to_the_next() -> None:
+    # Every GPU held by the lender's two-GPU jobs; two one-GPU jobs inside the owner's
+    # guarantee. The first eviction leaves one GPU of its victim held while it terminates;
+    # the second job must evict another job, not the one already going.
+    pairs = [
+        job(f"lender/{n.name}-{g}", "lender", 2, running_on=[(n.name, (g, g + 1))], started=0.0)
+        for n in NODES
+        for g in range(0, 8, 2)
+    ]
+    first = job("owner/first", "owner", 1, submitted=1.0)
+    second = job("owner/second", "owner", 1, submitted=2.0)
+    tenants = [Tenant("owner", guaranteed=2), Tenant("lender", guaranteed=0)]
+    result = Cycle(snap(tenants, [*pairs, first, second], NODES, NOW)).run()
+    victims = [p.victim for p in result.preemptions]
+    assert {p.preemptor for p in result.preemptions} == {"owner/first", "owner/second"}
+    assert len(victims) == len(set(victims)) == 2

@@ -257,6 +257,10 @@ class Cycle:
         self._admitted_version = 0
         self._candidate_lists: dict[tuple[object, ...], tuple[list[Candidate], bool]] = {}
         """Victim candidates per kind of preemptor, while no job is admitted or evicted."""
+        self._reclaimable: dict[tuple[str, object], tuple[int, list[Job]]] = {}
+        """Per lender and kind of node filter: its running jobs on those nodes that may be
+        reclaimed now, with the count of changes to its running jobs they were listed at."""
+        self._lender_changes: Counter[str] = Counter()
         self._candidates: dict[tuple[int, PreemptReason, bool], Candidate] = {}
         """Each running job as a candidate, per reason (its lost work is priced at ``now``)."""
         self.searches = 0
@@ -1187,7 +1191,6 @@ class Cycle:
                     )
         cross = False
         if tenant.reclaim is not ReclaimPolicy.NEVER and level is not None:
-            eligible = self.pool.eligible_nodes(request).name_set
             lower_only = tenant.reclaim is ReclaimPolicy.LOWER_PRIORITY
             for name in self.tenants:
                 if name == tenant.name or self.ledgers[name].borrowed() <= 0:
@@ -1203,21 +1206,37 @@ class Cycle:
                 if not path:
                     continue
                 spare = min(self.used_at(lv) - self._usable(lv) for lv in path)
-                for victim in self.admitted[name].values():
+                for victim in self._reclaimable_of(name, request):
                     if victim.key in seen or victim.total_gpus > spare:
                         continue
                     if lower_only and victim.priority >= job.priority:
                         continue
-                    # Another tenant's job helps only if it frees GPUs the job may use.
-                    if not any(a.node in eligible for a in victim.placement):
-                        continue
-                    if may_be_victim(victim, self.now, reclaim=True):
-                        cross = True
-                        out.append(candidate(victim, PreemptReason.RECLAIM_GUARANTEE, True))
+                    cross = True
+                    out.append(candidate(victim, PreemptReason.RECLAIM_GUARANTEE, True))
         if self.reserved and self._profile is not None:
             out = [c for c in out if not self._on_reserved(c.job, job)]
             cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in out)
         return out, cross
+
+    def _reclaimable_of(self, lender: str, request: Request) -> list[Job]:
+        """The lender's running jobs, in order, that hold GPUs on nodes ``request`` may use
+        (another tenant's job helps only if it frees GPUs the job may use) and are past their
+        protection on borrowed GPUs. Kept until the lender's running jobs change: every
+        victim search of the cycle asks it of every lender."""
+        key = (lender, request.filter_key)
+        changes = self._lender_changes[lender]
+        kept = self._reclaimable.get(key)
+        if kept is not None and kept[0] == changes:
+            return kept[1]
+        eligible = self.pool.eligible_nodes(request).name_set
+        found = [
+            victim
+            for victim in self.admitted[lender].values()
+            if any(a.node in eligible for a in victim.placement)
+            and may_be_victim(victim, self.now, reclaim=True)
+        ]
+        self._reclaimable[key] = (changes, found)
+        return found
 
     def _usable(self, tenant: str) -> int:
         """GPUs of the tenant's guarantee its running jobs use (:func:`usable_guarantee`); at
@@ -1443,6 +1462,7 @@ class Cycle:
             if self._capped_levels[victim.tenant]:
                 self._count_user(victim, -1)
             del self.admitted[victim.tenant][victim.key]
+            self._lender_changes[victim.tenant] += 1
             self._admitted_version += 1
             self._borrowed.pop(victim.tenant, None)
             self._usable_gpus.pop(victim.tenant, None)
@@ -1492,6 +1512,7 @@ class Cycle:
             backfill_until=backfill_until,
         )
         self.admitted[job.tenant][job.key] = admitted
+        self._lender_changes[job.tenant] += 1
         self._admitted_version += 1
         self.ledgers[job.tenant].add(admitted)
         self._count_levels(admitted, 1)
