@@ -16,6 +16,7 @@ from kubernetes import client
 
 from gpusched.api import keys
 from gpusched.api.extender import ExtenderBindingArgs
+from gpusched.api.gpujob import TopologyScope
 from gpusched.core.scheduling import gpu_request
 from gpusched.kubeasync import AsyncApi
 from gpusched.metrics import SchedulerMetrics
@@ -181,3 +182,47 @@ def test_a_failed_binding_call_on_a_pod_bound_anyway_keeps_its_real_gpus_reserve
     assert reserved["there"][0] == nodes[1]  # the GPUs it really holds, not the ones chosen
     for name, (_, gpus) in reserved.items():
         assert ",".join(map(str, gpus)) == actual[name]
+
+
+def _placements(binder: Binder) -> dict[str, float]:
+    """``gpusched_placements_total`` per topology class, as the binder's registry exports it."""
+    registry = binder.metrics.registry
+    counted = {
+        scope.value: registry.get_sample_value(
+            "gpusched_placements_total", {"topology_class": scope.value}
+        )
+        or 0.0
+        for scope in TopologyScope
+    }
+    return {k: v for k, v in counted.items() if v}
+
+
+def test_a_retried_bind_counts_one_placement_whether_or_not_the_attempt_that_landed_counted(
+    kube: Any, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(kube)
+    # Counted by the attempt that landed: kube-scheduler's retry adds nothing.
+    pod = _pod(core, namespace, "counted")
+    binder, _ = _binder(kube, nodes)
+    assert _run(binder, _args(pod, nodes[0]), _args(pod, nodes[0])) == ["", ""]
+    placed = _read(core, namespace, "counted").metadata.annotations
+    assert _placements(binder) == {placed[keys.ANNOTATION_TOPOLOGY_CLASS]: 1.0}
+    # Landed on the API server although the Binding call failed on the extender's side (so that
+    # attempt counted nothing): the retry that finds it bound counts it, with its class.
+    landed = _pod(core, namespace, "landed")
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": "landed",
+            "annotations": {
+                keys.ANNOTATION_GPU_INDICES: "0,1,2,3",
+                keys.ANNOTATION_TOPOLOGY_CLASS: "pcie-switch",
+            },
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[1]},
+    }
+    core.create_namespaced_pod_binding("landed", namespace, binding, _preload_content=False)
+    retried, _ = _binder(kube, nodes)
+    assert _run(retried, _args(landed, nodes[1]), _args(landed, nodes[1])) == ["", ""]
+    assert _placements(retried) == {"pcie-switch": 1.0}

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: Pods remembered between their filter and bind calls.
 REMEMBERED_PODS = 5_000
+#: Pods whose bind this process counted, remembered so a retried bind is counted once.
+COUNTED_PODS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,8 @@ class Binder:
     memory: PodMemory = field(default_factory=PodMemory)
     pending: PendingPods = field(default_factory=PendingPods)
     """Unbound gpusched pods, from the API server: only those are bound without a GET."""
+    counted: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """UIDs of the pods whose placement this process counted (oldest forgotten first)."""
 
     async def close(self) -> None:
         """Close the API connections."""
@@ -129,6 +133,12 @@ class Binder:
                     "gpusched binds only its own pods",
                 )
             if self._already_bound(pod, args):
+                # A retry of a bind that landed: counted here if the attempt that landed was
+                # not (its Binding call failed on this side after the API server took it).
+                annotations = pod["metadata"].get("annotations") or {}
+                placed = annotations.get(keys.ANNOTATION_TOPOLOGY_CLASS)
+                if placed:
+                    self._count(args.pod_uid, placed)
                 return
             try:
                 seen = SeenPod(pod["metadata"]["resourceVersion"], gpu_request(pod), {})
@@ -151,7 +161,16 @@ class Binder:
                     self.cache.forget(args.pod_uid)
                 raise
         self.cache.mark_bound(args.pod_uid)
-        self.metrics.placements.labels(assumption.topology_class).inc()
+        self._count(args.pod_uid, assumption.topology_class)
+
+    def _count(self, uid: str, topology_class: str) -> None:
+        """One placement of the class, once per pod."""
+        if uid in self.counted:
+            return
+        self.counted[uid] = None
+        while len(self.counted) > COUNTED_PODS:
+            self.counted.popitem(last=False)
+        self.metrics.placements.labels(topology_class).inc()
 
     @staticmethod
     def _already_bound(pod: dict[str, Any], args: ExtenderBindingArgs) -> bool:
