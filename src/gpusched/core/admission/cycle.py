@@ -256,7 +256,9 @@ class Cycle:
         self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
         self._admitted_version = 0
         self._candidate_lists: dict[tuple[object, ...], tuple[list[Candidate], bool]] = {}
-        """Victim candidates per kind of preemptor, while no job is admitted or evicted."""
+        """Victim candidates per kind of preemptor, made at :attr:`_candidate_lists_at`."""
+        self._candidate_lists_at = 0
+        """The ``_admitted_version`` the kept candidate lists were made at."""
         self._reclaimable: dict[tuple[str, object], tuple[int, list[Job]]] = {}
         """Per lender and kind of node filter: its running jobs on those nodes that may be
         reclaimed now, with the count of changes to its running jobs they were listed at."""
@@ -1141,18 +1143,12 @@ class Cycle:
             # Which victims hold GPUs another job's reservation claims changes as reservations
             # are made within the cycle: not kept.
             return self._find_candidates(job, tenant, request, reserving, level)
-        memo = (
-            tenant.name,
-            job.priority,
-            level,
-            reserving,
-            request.filter_key,
-            self._admitted_version,
-        )
+        if self._candidate_lists_at != self._admitted_version:
+            self._candidate_lists.clear()  # made before the last admission or eviction
+            self._candidate_lists_at = self._admitted_version
+        memo = (tenant.name, job.priority, level, reserving, request.filter_key)
         kept = self._candidate_lists.get(memo)
         if kept is None:
-            if self._candidate_lists and next(iter(self._candidate_lists))[-1] != memo[-1]:
-                self._candidate_lists.clear()  # made before the last admission or eviction
             kept = self._candidate_lists[memo] = self._find_candidates(
                 job, tenant, request, reserving, level
             )

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Final
+from typing import Final, overload
 
 from gpusched.core.admission.model import Job, PreemptReason, ReplicaPlan
 from gpusched.core.admission.pool import GangFailure, Pool, Request
@@ -201,7 +201,11 @@ class _Without(Sequence[Candidate]):
     def __len__(self) -> int:
         return len(self._victims) - 1
 
-    def __getitem__(self, index: int) -> Candidate:  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Candidate]: ...
+    def __getitem__(self, index: int | slice) -> Candidate | Sequence[Candidate]:
         return list(self)[index]
 
     def __iter__(self) -> Iterator[Candidate]:
@@ -217,7 +221,6 @@ class _Minimised:
 
     def __init__(self, quota_ok: QuotaCheck, preemptor: Job, chosen: Sequence[Candidate]) -> None:
         self._quota_ok = quota_ok
-        self._preemptor = preemptor
         self.chosen = list(chosen)
         self._own = [c for c in chosen if c.own(preemptor)]
         self._reclaims = sum(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in chosen)
