@@ -698,12 +698,15 @@ JOB_FIELDS = (
     "slowdown",
     "longest_wait_s",
     "wait_reason",
+    "told_at_s",
+    "first_expected_start_s",
 )
 
 
 def write_jobs(result: RunResult, path: Path) -> Path:
     """One row per job of one replay: when it was submitted, started and ended, how often it
-    ran and was preempted, on what kind of nodes and link, and why it waited longest."""
+    ran and was preempted, on what kind of nodes and link, why it waited longest, and when it
+    was first told an expected start and which (empty for policies that tell none)."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(JOB_FIELDS)
@@ -725,6 +728,8 @@ def write_jobs(result: RunResult, path: Path) -> Path:
                     "" if last is None else f"{last.slowdown:.4f}",
                     f"{j.longest_wait:.1f}",
                     (j.wait_reason if j.attempts else j.reason) or "",
+                    "" if j.estimated_at is None else f"{j.estimated_at:.1f}",
+                    "" if j.estimate is None else f"{j.estimate:.1f}",
                 )
             )
     return path

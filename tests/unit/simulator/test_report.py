@@ -100,10 +100,25 @@ def test_per_job_records_and_who_waited_longest(tmp_path: Path) -> None:
     assert (by_id["j3"]["first_start_s"], by_id["j3"]["end_s"]) == ("100.0", "510.0")
     assert by_id["j4"]["wait_reason"] == "waiting for quota"
     assert by_id["j4"]["first_start_s"] == ""
+    assert (by_id["j3"]["told_at_s"], by_id["j3"]["first_expected_start_s"]) == ("", "")
     md = (tmp_path / "report.md").read_text()
     table = md.split("## Who waited longest")[1]
     first = next(line for line in table.splitlines() if re.match(r"\| j\d", line))
     assert first.startswith("| j4 | B | 8 |")  # 60 -> 600 without a start: the longest
+
+
+def test_per_job_records_say_when_each_job_was_first_told_its_expected_start(
+    tmp_path: Path,
+) -> None:
+    import csv
+
+    write_report([run("gpusched", jobs=ESTIMATED)], tmp_path, command=COMMAND, title="t")
+    rows = {r["id"]: r for r in csv.DictReader((tmp_path / "jobs-gpusched.csv").open())}
+    assert (rows["e2"]["told_at_s"], rows["e2"]["first_expected_start_s"]) == (
+        "1000.0",
+        "20000.0",
+    )
+    assert (rows["e6"]["told_at_s"], rows["e6"]["first_expected_start_s"]) == ("", "")
 
 
 def test_results_json_holds_figures_parameters_and_command(tmp_path: Path) -> None:

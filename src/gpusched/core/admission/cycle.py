@@ -730,10 +730,12 @@ class Cycle:
 
         A reserving job starts with its reservation. Each other job is planned where it fits
         soonest on the profile after the jobs before it (conservative backfill, as Slurm's
-        ``squeue --start``), no earlier than its backoff and than its tenant's borrowing limit
-        (or, for a non-preemptible job, its guarantee) allows given the tenant's running and
-        planned jobs. Assumed: running jobs end when expected, nothing arrives, nobody is
-        preempted, the order stays. Jobs that can never run here get None.
+        ``squeue --start``: a single-node job of known run time may start in the gap a job
+        planned before it leaves, see :mod:`gpusched.core.admission.profile`), no earlier than
+        its backoff and than its tenant's borrowing limit (or, for a non-preemptible job, its
+        guarantee) allows given the tenant's running and planned jobs. Assumed: running jobs
+        end when expected, nothing arrives, nobody is preempted, the order stays. Jobs that can
+        never run here get None.
         """
         profile = self.profile()
         planned: dict[str, list[_Interval]] = {}
@@ -796,7 +798,7 @@ class Cycle:
                 continue
             runtime = job.expected_runtime
             end = found.start + runtime if runtime is not None else NEVER
-            profile.take(found.plans, end)
+            profile.take(found.plans, end, found.start)
             plan(job, found.start, end)
             self.expected[key] = found.start
         return dict(self.expected)
@@ -824,7 +826,7 @@ class Cycle:
             assert budget.budget_exhausted_until is not None
             floor = max(floor, budget.budget_exhausted_until)
         for _ in range(_FORECAST_ROUNDS):
-            found = profile.earliest(request, floor)
+            found = profile.earliest(request, floor, job.expected_runtime)
             if found is None:
                 return None
             later = found.start

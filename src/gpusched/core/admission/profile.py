@@ -10,11 +10,18 @@ Reservations *claim* their GPUs (:meth:`Profile.claim`) and can give them back
 
 A request's *earliest start* is the first of those times at which the placement engine finds a
 set meeting the request's topology policy on GPUs free by then, on as many nodes as it has
-replicas (in one node-label domain when the gang requires one). One time per GPU means a planned
-job holds its GPUs from the moment they come free until it ends: the gaps before a planned start
-are not offered to later jobs (a forecast is therefore conservative for small jobs that could
-backfill into them; the admission cycle does offer reserved GPUs to jobs that end in time, see
-docs/quotas.md).
+replicas (in one node-label domain when the gang requires one).
+
+A job planned to start later than its GPUs come free leaves a *gap* on each of them: free from
+when the GPU came free until the planned start. A single-node job of known run time may be
+planned inside gaps (conservative backfill, as Slurm plans ``squeue --start``): it starts at the
+first time at which the placement engine finds a set among the GPUs free for its whole run time,
+so a short job is not told to wait behind a long one planned after a gang it does not delay. Run
+times are rounded up (:func:`duration_class`, at most 19 % longer) so that jobs of similar length
+share their per-node answers; a job is never placed in a gap it does not fit. Gangs across nodes
+are planned on the times when GPUs are free for good (they leave gaps others may use, but do not
+use gaps themselves), and so are jobs of unknown run time. Reservations *claim* their GPUs from
+now until they end: no gap is offered inside a claim.
 
 Each node's answer is cached until one of its GPUs changes; single-replica requests keep a heap
 of nodes by earliest time, so planning thousands of alike jobs costs a heap step and one node's
@@ -23,6 +30,7 @@ placement each.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,6 +46,23 @@ from gpusched.core.ranking import NodeRank, node_rank
 NEVER: Final = math.inf
 
 _HeapEntry = tuple[float, str, int]
+_Gap = tuple[float, float]
+
+#: Run times are rounded up to the next of these steps (a factor of 2 ** (1/4), 19 %) from a
+#: minute: jobs of about the same length share the per-node answers of the gap search.
+_DURATION_STEPS_PER_DOUBLING: Final = 4
+_SHORTEST_DURATION: Final = 60.0
+
+
+def duration_class(seconds: float | None) -> float:
+    """The run time a gap must hold for a job of ``seconds`` (None or infinite: only the time
+    its GPUs are free for good will do): rounded up to a step of 19 %, at least a minute."""
+    if seconds is None or not math.isfinite(seconds):
+        return NEVER
+    if seconds <= _SHORTEST_DURATION:
+        return _SHORTEST_DURATION
+    steps = math.ceil(math.log2(seconds / _SHORTEST_DURATION) * _DURATION_STEPS_PER_DOUBLING)
+    return float(_SHORTEST_DURATION * 2 ** (steps / _DURATION_STEPS_PER_DOUBLING))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +87,10 @@ class Profile:
         """Claim key -> node -> (positions, until)."""
         self._claims_on: dict[str, set[str]] = {}
         """Node -> keys of the claims on it."""
+        self._gaps: dict[str, dict[int, list[_Gap]]] = {}
+        """Per node and GPU position: the gaps before :attr:`_base`, earliest first."""
+        self._open: dict[str, dict[int, list[_Gap]]] = {}
+        """The same after claims (a claim holds its GPUs from now): what a plan may use."""
         self._version: dict[str, int] = {}
         self._times: dict[tuple[str, int, int, int], tuple[int, tuple[float, ...]]] = {}
         """(node, GPUs, policy id, replicas) -> (node version, times)."""
@@ -79,6 +108,11 @@ class Profile:
         """Per gang request: how far into :attr:`_changes` it is current, and each eligible
         node's times."""
         self._heaps: dict[tuple[int, Policy, FilterKey], list[_HeapEntry]] = {}
+        self._gap_heaps: dict[float, list[_HeapEntry]] = {}
+        """Per duration class: nodes with an open gap at least that long, by the start of the
+        first such gap (entries of an older version of their node are stale)."""
+        self._starts: dict[tuple[str, int, int, float], tuple[int, tuple[float, ...]]] = {}
+        """(node, GPUs, policy id, duration class) -> (node version, its gap starts)."""
         for name, slot in pool.slots.items():
             topo = slot.node.topology
             at = [NEVER] * topo.wiring.n
@@ -95,12 +129,30 @@ class Profile:
 
     # --- changes -------------------------------------------------------------------------
 
-    def take(self, plans: Iterable[ReplicaPlan | Assignment], until: float) -> None:
-        """Hold the GPUs of ``plans`` until ``until`` (a GPU already held longer keeps its
-        later time)."""
+    def take(
+        self,
+        plans: Iterable[ReplicaPlan | Assignment],
+        until: float,
+        start: float | None = None,
+    ) -> None:
+        """Hold the GPUs of ``plans`` from ``start`` (default: now) until ``until``: inside a
+        gap the gap's rest stays open on both sides; past a GPU's free time the time between
+        becomes a gap (a GPU already held longer keeps its later time)."""
+        begin = self.now if start is None else max(self.now, start)
         for node, mask in self._masks(plans).items():
             base = self._base[node]
+            gaps = self._gaps.setdefault(node, {})
             for p in _positions(mask):
+                if until <= begin:
+                    continue
+                if begin >= base[p]:
+                    if begin > base[p]:
+                        gaps.setdefault(p, []).append((base[p], begin))
+                    base[p] = until
+                    continue
+                found = gaps.get(p)
+                if found:
+                    gaps[p] = _without(found, begin, until)
                 base[p] = max(base[p], until)
             self._refresh(node)
 
@@ -109,8 +161,10 @@ class Profile:
         base = self._base.get(node)
         if base is None:
             return
+        gaps = self._gaps.get(node, {})
         for p in _positions(mask):
             base[p] = max(self.now, when)
+            gaps.pop(p, None)
         self._refresh(node)
 
     def claim(self, key: str, plans: Iterable[ReplicaPlan | Assignment], until: float) -> None:
@@ -160,13 +214,30 @@ class Profile:
 
     def _refresh(self, node: str) -> None:
         at = list(self._base[node])
+        claimed: dict[int, float] = {}
         for key in sorted(self._claims_on.get(node, ())):
             mask, until = self._claims[key][node]
             for p in _positions(mask):
                 at[p] = max(at[p], until)
+                claimed[p] = max(claimed.get(p, self.now), until)
         self.free_at[node] = at
+        gaps = self._gaps.get(node)
+        # A claim holds its GPUs from now: a gap opens only after the claim ends.
+        open_gaps = {
+            p: kept
+            for p, found in (gaps or {}).items()
+            if (kept := _without(found, self.now, claimed[p]) if p in claimed else found)
+        }
         self._version[node] += 1
         self._changes.append(node)
+        if open_gaps:
+            self._open[node] = open_gaps
+            for length, heap in self._gap_heaps.items():
+                first = self._first_gap(node, length)
+                if first is not None:
+                    heapq.heappush(heap, (first, node, self._version[node]))
+        else:
+            self._open.pop(node, None)
 
     # --- questions -----------------------------------------------------------------------
 
@@ -215,17 +286,26 @@ class Profile:
             )
         return tuple(out)
 
-    def earliest(self, request: Request, not_before: float | None = None) -> Slotting | None:
+    def earliest(
+        self, request: Request, not_before: float | None = None, runtime: float | None = None
+    ) -> Slotting | None:
         """The earliest start of ``request`` on the profile, and its placement (None: never,
-        as far as the profile knows)."""
+        as far as the profile knows). With its ``runtime``, a single-node job may start in a
+        gap that holds it (module docstring)."""
         floor = self.now if not_before is None else max(self.now, not_before)
         if request.replicas == 1 and request.across is None:
-            return self._earliest_single(request, floor)
+            return self._earliest_single(request, floor, duration_class(runtime))
         return self._earliest_gang(request, floor)
 
     # --- single replica ------------------------------------------------------------------
 
-    def _earliest_single(self, request: Request, floor: float) -> Slotting | None:
+    def _earliest_single(self, request: Request, floor: float, duration: float) -> Slotting | None:
+        """Two searches. Where the replica fits for good soonest: a heap per kind of request of
+        each node's first such time (entries refreshed when their node changed); every node
+        free by then ties. Then, for a job of known run time, the nodes with a gap opening no
+        later than that (a heap of nodes by their first gap's start, a lower bound of any start
+        a gap gives): the search stops at the first node whose bound is past the best start
+        found. Nodes equally early are ranked by the node ranking."""
         k = request.gpus_per_replica
         policy = request.policy
         key = (k, policy, request.filter_key)
@@ -244,37 +324,68 @@ class Profile:
             times = self._node_times(name, k, policy, 1)
             if times:
                 heapq.heappush(heap, (times[0], name, self._version[name]))
-        if not heap:
-            return None
-        first = max(floor, heap[0][0])
-        # Every node free by ``first`` is as early; the node ranking picks among them.
-        tied: list[_HeapEntry] = []
-        while heap and max(floor, heap[0][0]) <= first:
-            entry = heapq.heappop(heap)
-            if entry[2] != self._version[entry[1]]:
-                times = self._node_times(entry[1], k, policy, 1)
-                if times:
-                    heapq.heappush(heap, (times[0], entry[1], self._version[entry[1]]))
-                continue
-            tied.append(entry)
-        best: tuple[NodeRank, str, Placement] | None = None
-        for _, name, _ in tied:
-            found = self._place_at(name, k, policy, first, 0)
+        best = NEVER
+        tied: list[str] = []
+        if heap:
+            best = max(floor, heap[0][0])
+            seen: list[_HeapEntry] = []
+            while heap and max(floor, heap[0][0]) <= best:
+                entry = heapq.heappop(heap)
+                if entry[2] != self._version[entry[1]]:
+                    times = self._node_times(entry[1], k, policy, 1)
+                    if times:
+                        heapq.heappush(heap, (times[0], entry[1], self._version[entry[1]]))
+                    continue
+                seen.append(entry)
+                tied.append(entry[1])
+            for entry in seen:
+                heapq.heappush(heap, entry)
+        if duration < NEVER and self._open:
+            best, tied = self._earliest_in_gaps(request, floor, duration, best, tied)
+        chosen: tuple[NodeRank, str, Placement] | None = None
+        for name in tied:
+            found = self._place_at(name, k, policy, best, duration)
             if found is None:
                 continue
             rank = node_rank(found)
-            if best is None or rank > best[0] or (rank == best[0] and name < best[1]):
-                best = (rank, name, found)
-        for entry in tied:
-            heapq.heappush(heap, entry)
-        if best is None:
+            if chosen is None or rank > chosen[0] or (rank == chosen[0] and name < chosen[1]):
+                chosen = (rank, name, found)
+        if chosen is None:
             return None
-        _, name, found = best
+        _, name, found = chosen
         slot = self.pool.slots[name]
         plan = ReplicaPlan(
             0, name, found.gpus, found.topology_class, found.score, slot.node.count_only
         )
-        return Slotting(first, (plan,))
+        return Slotting(best, (plan,))
+
+    def _earliest_in_gaps(
+        self, request: Request, floor: float, duration: float, best: float, tied: list[str]
+    ) -> tuple[float, list[str]]:
+        """``best`` and the nodes ``tied`` at it, improved by the nodes whose gaps take the
+        replica for ``duration`` no later than ``best``."""
+        k, policy = request.gpus_per_replica, request.policy
+        eligible = self.pool.eligible_nodes(request).name_set
+        heap = self._gap_heap(duration)
+        seen: list[_HeapEntry] = []
+        while heap and max(floor, heap[0][0]) <= best:
+            entry = heapq.heappop(heap)
+            _, name, version = entry
+            if version != self._version[name]:
+                continue  # the node changed: its current entry was pushed then
+            seen.append(entry)
+            if name not in eligible:
+                continue
+            start = self._gap_start(name, k, policy, duration, floor)
+            if start is None or start > best:
+                continue
+            if start < best:
+                best, tied = start, []
+            if name not in tied:
+                tied.append(name)
+        for entry in seen:
+            heapq.heappush(heap, entry)
+        return best, tied
 
     # --- gangs ---------------------------------------------------------------------------
 
@@ -437,19 +548,99 @@ class Profile:
 
     # --- one node ------------------------------------------------------------------------
 
-    def _mask_at(self, name: str, when: float) -> int:
+    def _mask_at(self, name: str, when: float, duration: float = NEVER) -> int:
+        """GPUs of ``name`` free from ``when`` for ``duration`` (for good when infinite)."""
         mask = 0
-        for p, t in enumerate(self.free_at[name]):
+        bit = 1
+        for t in self.free_at[name]:
             if t <= when:
-                mask |= 1 << p
+                mask |= bit
+            bit <<= 1
+        gaps = self._open.get(name) if duration < NEVER else None
+        if gaps:
+            end = when + duration
+            for p, found in gaps.items():
+                if mask >> p & 1:
+                    continue
+                for a, b in found:
+                    if a <= when and end <= b:
+                        mask |= 1 << p
+                        break
         return mask
 
+    def _fits(self, name: str, k: int, policy: Policy, when: float, duration: float) -> bool:
+        mask = self._mask_at(name, when, duration)
+        if mask.bit_count() < k:
+            return False
+        return isinstance(
+            place(self.pool.slots[name].node.topology, k, policy, free_mask=mask), Placement
+        )
+
     def _place_at(
-        self, name: str, k: int, policy: Policy, when: float, taken: int
+        self, name: str, k: int, policy: Policy, when: float, duration: float = NEVER
     ) -> Placement | None:
         slot = self.pool.slots[name]
-        found = place(slot.node.topology, k, policy, free_mask=self._mask_at(name, when) & ~taken)
+        found = place(slot.node.topology, k, policy, free_mask=self._mask_at(name, when, duration))
         return found if isinstance(found, Placement) else None
+
+    def _gap_heap(self, length: float) -> list[_HeapEntry]:
+        heap = self._gap_heaps.get(length)
+        if heap is None:
+            heap = [
+                (first, name, self._version[name])
+                for name in self._open
+                if (first := self._first_gap(name, length)) is not None
+            ]
+            heapq.heapify(heap)
+            self._gap_heaps[length] = heap
+        return heap
+
+    def _first_gap(self, name: str, length: float) -> float | None:
+        """The start of the first open gap of ``name`` at least ``length`` long."""
+        starts = [a for found in self._open[name].values() for a, b in found if b - a >= length]
+        return min(starts) if starts else None
+
+    def _gap_start(
+        self, name: str, k: int, policy: Policy, duration: float, floor: float
+    ) -> float | None:
+        """The first time from ``floor`` at which a gap of ``name`` helps it host one replica
+        of ``k`` GPUs for ``duration`` before it can for good (None: no gap helps). A ``floor``
+        between two of :meth:`_gap_starts` is tried itself."""
+        times = self._node_times(name, k, policy, 1)
+        for_good = times[0] if times else NEVER
+        if floor >= for_good:
+            return None
+        starts = self._gap_starts(name, k, policy, duration, for_good)
+        if floor <= self.now:
+            return starts[0] if starts else None
+        if self._fits(name, k, policy, floor, duration):
+            return floor
+        i = bisect.bisect_right(starts, floor)
+        return starts[i] if i < len(starts) else None
+
+    def _gap_starts(
+        self, name: str, k: int, policy: Policy, duration: float, for_good: float
+    ) -> tuple[float, ...]:
+        """The times before ``for_good`` at which ``name`` can host one replica of ``k`` GPUs
+        for ``duration`` and could not just before: now, a GPU coming free for good, or a gap
+        opening (cached until the node changes)."""
+        version = self._version[name]
+        key = (name, k, self._policy_id(policy), duration)
+        cached = self._starts.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        candidates = {self.now}
+        candidates.update(t for t in self.free_at[name] if self.now < t < for_good)
+        gaps = self._open.get(name, {})
+        candidates.update(a for found in gaps.values() for a, _ in found if self.now < a < for_good)
+        starts = tuple(
+            when for when in sorted(candidates) if self._fits(name, k, policy, when, duration)
+        )
+        self._starts[key] = (version, starts)
+        if len(self._starts) > _MAX_TIMES:
+            self._starts.clear()
+            self._starts[key] = (version, starts)
+        return starts
 
     def _policy_id(self, policy: Policy) -> int:
         found = self._policy_ids.get(id(policy))
@@ -498,6 +689,20 @@ class Profile:
 
 #: Cached per-node answers kept (the cache starts over past it).
 _MAX_TIMES: Final = 200_000
+
+
+def _without(gaps: Sequence[_Gap], start: float, end: float) -> list[_Gap]:
+    """``gaps`` less the time from ``start`` to ``end``."""
+    out: list[_Gap] = []
+    for a, b in gaps:
+        if b <= start or a >= end:
+            out.append((a, b))
+            continue
+        if a < start:
+            out.append((a, start))
+        if end < b:
+            out.append((end, b))
+    return out
 
 
 def _positions(mask: int) -> Iterable[int]:
