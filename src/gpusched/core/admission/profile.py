@@ -18,10 +18,10 @@ planned inside gaps (conservative backfill, as Slurm plans ``squeue --start``): 
 first time at which the placement engine finds a set among the GPUs free for its whole run time,
 so a short job is not told to wait behind a long one planned after a gang it does not delay. Run
 times are rounded up (:func:`duration_class`, at most 19 % longer) so that jobs of similar length
-share the search's indexes and cached answers; a job is never placed in a gap it does not fit. Gangs across nodes
-are planned on the times when GPUs are free for good (they leave gaps others may use, but do not
-use gaps themselves), and so are jobs of unknown run time. Reservations *claim* their GPUs from
-now until they end: no gap is offered inside a claim.
+share the search's indexes and cached answers; a job is never placed in a gap it does not fit.
+Gangs across nodes are planned on the times when GPUs are free for good (they leave gaps others
+may use, but do not use gaps themselves), and so are jobs of unknown run time. Reservations
+*claim* their GPUs from now until they end: no gap is offered inside a claim.
 
 Each node's answer is cached until one of its GPUs changes; single-replica requests keep a heap
 of nodes by earliest time, so planning thousands of alike jobs costs a heap step and one node's
