@@ -624,8 +624,8 @@ class Profile:
         self, name: str, k: int, policy: Policy, duration: float, for_good: float
     ) -> tuple[float, ...]:
         """The times before ``for_good`` at which ``name`` can host one replica of ``k`` GPUs
-        for ``duration`` and could not just before: now, a GPU coming free for good, or a gap
-        opening (cached until the node changes)."""
+        for ``duration``, among those where that can begin: now, a GPU coming free for good, a
+        gap opening (cached until the node changes)."""
         version = self._version[name]
         key = (name, k, self._policy_id(policy), duration)
         cached = self._starts.get(key)
