@@ -23,8 +23,10 @@ from gpusched.simulator.figures import (
     SIZE_BUCKETS,
     Figures,
     Series,
+    estimate_accuracy,
     figures,
     replay_end,
+    size_bucket,
 )
 from gpusched.simulator.model import LINK_ORDER, RunResult
 from gpusched.simulator.whatif import Change, WhatIf, diff_figures
@@ -684,6 +686,48 @@ def _longest_waits(results: Sequence[RunResult]) -> list[str]:
     return out
 
 
+def _expected_starts_by_size(results: Sequence[RunResult]) -> list[str]:
+    """The accuracy of the expected starts per job size, for each policy that told any: where
+    the error is, not only how much."""
+    out: list[str] = []
+    for r in results:
+        by_size = {
+            label: estimate_accuracy(j for j in r.jobs if size_bucket(j.gpus) == label)
+            for label, _, _ in SIZE_BUCKETS
+        }
+        if not any(e.estimated for e in by_size.values()):
+            continue
+        if not out:
+            out += [
+                "## Expected starts by job size",
+                "",
+                'The figures of "Expected starts" for the jobs of each size (GPUs of the '
+                "whole job).",
+                "",
+            ]
+        out += [f"**{r.policy}**", ""]
+        out += _table(
+            (
+                "GPUs",
+                f"waited > {ESTIMATE_MIN_WAIT / _HOUR:g} h and told",
+                "within (%)",
+                "signed error p10 / p50 / p90 (h)",
+            ),
+            [
+                (
+                    label,
+                    str(e.judged),
+                    _pct(e.share),
+                    " / ".join(_hours(e.error(p)) for p in (10, 50, 90)),
+                )
+                for label, e in by_size.items()
+                if e.judged
+            ],
+        )
+        out.append("")
+    return out
+
+
 JOB_FIELDS = (
     "id",
     "tenant",
@@ -880,6 +924,7 @@ def write_report(
                 md += [f"### {caption}", "", f"![{caption}]({name})", ""]
     md += _details(figs)
     md += _longest_waits(results)
+    md += _expected_starts_by_size(results)
     if what_if is not None:
         md += _what_if(what_if)
     md += ["## Assumptions of each policy", ""]

@@ -217,3 +217,27 @@ def test_report_with_baseline_has_a_what_if_section(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["what_if"]["policies"][0]["policy"] == "gpusched"
     assert Figures.from_json(data["baseline"]["figures"][0]).jobs.total == 7
+
+
+def test_expected_starts_are_judged_per_job_size_against_hand_counts(tmp_path: Path) -> None:
+    # ESTIMATED is all 1-GPU jobs: judged e1 e2 e3 e4 e8, within e1 e3 e8 (estimate_testdata).
+    # e2 and e4 become 8-GPU jobs: the 5-8 row judges those two, both missed.
+    jobs = tuple(replace(j, gpus=8) if j.id in {"e2", "e4"} else j for j in ESTIMATED)
+    md = write_report(
+        [run("gpusched", jobs=jobs)], tmp_path, command=COMMAND, title="t"
+    ).read_text()
+    section = md.split("## Expected starts by job size")[1].split("\n## ")[0]
+    rows = {
+        cells[0]: cells[1:]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| GPUs")
+        for cells in ([c.strip() for c in line.strip("|").split("|")],)
+    }
+    assert rows["1"][:2] == ["3", "100.0"]
+    assert rows["5-8"][:2] == ["2", "0.0"]
+    assert set(rows) == {"1", "5-8"}
+
+
+def test_no_expected_starts_by_size_from_policies_that_tell_none(tmp_path: Path) -> None:
+    md = write_report([run("best-fit")], tmp_path, command=COMMAND, title="t").read_text()
+    assert "## Expected starts by job size" not in md
