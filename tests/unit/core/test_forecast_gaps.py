@@ -43,14 +43,25 @@ def _forecast(*jobs: Job) -> dict[str, float | None]:
     return cycle.forecast()
 
 
+def _behind_a_whole_node_job(
+    *later: Job, rest_free_at: float = 100 * MINUTE
+) -> dict[str, float | None]:
+    """Node a: GPUs 6-7 come free at 40 min, the rest at ``rest_free_at``; the 8-GPU job A
+    (50 min) is planned then and leaves 6-7 idle from 40 min until it starts. ``later`` queue
+    behind A."""
+    return _forecast(
+        running("t/r1", "a", (0, 1, 2, 3, 4, 5), end=rest_free_at),
+        running("t/r2", "a", (6, 7), end=40 * MINUTE),
+        queued("t/A", 8, 50 * MINUTE, submitted=1.0),
+        *later,
+    )
+
+
 def test_a_short_job_is_told_it_starts_in_the_gap_before_a_gang_planned_later() -> None:
     # GPUs 6-7 come free at 40 min, the rest at 100 min: the 8-GPU job A is planned at 100 min
     # and leaves 6-7 idle from 40 to 100. B (2 GPUs, 30 min) fits there; C (2 GPUs, 100 min)
     # does not and waits for A.
-    expected = _forecast(
-        running("t/r1", "a", (0, 1, 2, 3, 4, 5), end=100 * MINUTE),
-        running("t/r2", "a", (6, 7), end=40 * MINUTE),
-        queued("t/A", 8, 50 * MINUTE, submitted=1.0),
+    expected = _behind_a_whole_node_job(
         queued("t/B", 2, 30 * MINUTE, submitted=2.0),
         queued("t/C", 2, 100 * MINUTE, submitted=3.0),
     )
@@ -58,21 +69,13 @@ def test_a_short_job_is_told_it_starts_in_the_gap_before_a_gang_planned_later() 
 
 
 def test_a_job_of_unknown_run_time_is_never_told_a_gap() -> None:
-    expected = _forecast(
-        running("t/r1", "a", (0, 1, 2, 3, 4, 5), end=100 * MINUTE),
-        running("t/r2", "a", (6, 7), end=40 * MINUTE),
-        queued("t/A", 8, 50 * MINUTE, submitted=1.0),
-        queued("t/B", 2, None, submitted=2.0),
-    )
+    expected = _behind_a_whole_node_job(queued("t/B", 2, None, submitted=2.0))
     assert expected == {"t/A": 100 * MINUTE, "t/B": 150 * MINUTE}
 
 
-def test_a_job_planned_in_a_gap_leaves_the_rest_of_the_gap_to_the_next() -> None:
-    # The gap on GPUs 6-7 runs from 40 to 100 min: B takes 40-70, D (30 min) takes 70-100.
-    expected = _forecast(
-        running("t/r1", "a", (0, 1, 2, 3, 4, 5), end=100 * MINUTE),
-        running("t/r2", "a", (6, 7), end=40 * MINUTE),
-        queued("t/A", 8, 50 * MINUTE, submitted=1.0),
+def test_a_job_planned_in_a_gap_leaves_only_the_rest_of_the_gap_to_the_next() -> None:
+    # The gap on GPUs 6-7 runs from 40 to 100 min: B takes 40-70, which leaves 70-100.
+    expected = _behind_a_whole_node_job(
         queued("t/B", 2, 30 * MINUTE, submitted=2.0),
         queued("t/D", 2, 30 * MINUTE, submitted=3.0),
         queued("t/E", 2, 30 * MINUTE, submitted=4.0),
@@ -88,11 +91,8 @@ def test_a_job_planned_in_a_gap_leaves_the_rest_of_the_gap_to_the_next() -> None
 def test_a_job_fits_a_gap_exactly_as_long_as_its_run_time() -> None:
     # 32 minutes is a duration class: B's run fills the gap on GPUs 6-7 from 40 to 72 minutes.
     assert duration_class(32 * MINUTE) == 32 * MINUTE
-    expected = _forecast(
-        running("t/r1", "a", (0, 1, 2, 3, 4, 5), end=72 * MINUTE),
-        running("t/r2", "a", (6, 7), end=40 * MINUTE),
-        queued("t/A", 8, 50 * MINUTE, submitted=1.0),
-        queued("t/B", 2, 32 * MINUTE, submitted=2.0),
+    expected = _behind_a_whole_node_job(
+        queued("t/B", 2, 32 * MINUTE, submitted=2.0), rest_free_at=72 * MINUTE
     )
     assert expected == {"t/A": 72 * MINUTE, "t/B": 40 * MINUTE}
 

@@ -141,12 +141,12 @@ class Profile:
         gap the gap's rest stays open on both sides; past a GPU's free time the time between
         becomes a gap (a GPU already held longer keeps its later time)."""
         begin = self.now if start is None else max(self.now, start)
+        if until <= begin:
+            return
         for node, mask in self._masks(plans).items():
             base = self._base[node]
-            gaps = self._gaps.setdefault(node, {})
+            gaps = self._gaps.get(node, {})
             for p in _positions(mask):
-                if until <= begin:
-                    continue
                 if begin >= base[p]:
                     if begin > base[p]:
                         gaps.setdefault(p, []).append((base[p], begin))
@@ -156,6 +156,8 @@ class Profile:
                 if found:
                     gaps[p] = _without(found, begin, until)
                 base[p] = max(base[p], until)
+            if gaps:
+                self._gaps[node] = gaps
             self._refresh(node)
 
     def free_from(self, node: str, mask: int, when: float) -> None:
@@ -570,19 +572,13 @@ class Profile:
                         break
         return mask
 
-    def _fits(self, name: str, k: int, policy: Policy, when: float, duration: float) -> bool:
-        mask = self._mask_at(name, when, duration)
-        if mask.bit_count() < k:
-            return False
-        return isinstance(
-            place(self.pool.slots[name].node.topology, k, policy, free_mask=mask), Placement
-        )
-
     def _place_at(
         self, name: str, k: int, policy: Policy, when: float, duration: float = NEVER
     ) -> Placement | None:
-        slot = self.pool.slots[name]
-        found = place(slot.node.topology, k, policy, free_mask=self._mask_at(name, when, duration))
+        mask = self._mask_at(name, when, duration)
+        if mask.bit_count() < k:
+            return None
+        found = place(self.pool.slots[name].node.topology, k, policy, free_mask=mask)
         return found if isinstance(found, Placement) else None
 
     def _gap_heap(self, length: float) -> list[_HeapEntry]:
@@ -615,7 +611,7 @@ class Profile:
         starts = self._gap_starts(name, k, policy, duration, for_good)
         if floor <= self.now:
             return starts[0] if starts else None
-        if self._fits(name, k, policy, floor, duration):
+        if self._place_at(name, k, policy, floor, duration) is not None:
             return floor
         i = bisect.bisect_right(starts, floor)
         return starts[i] if i < len(starts) else None
@@ -636,7 +632,9 @@ class Profile:
         gaps = self._open.get(name, {})
         candidates.update(a for found in gaps.values() for a, _ in found if self.now < a < for_good)
         starts = tuple(
-            when for when in sorted(candidates) if self._fits(name, k, policy, when, duration)
+            when
+            for when in sorted(candidates)
+            if self._place_at(name, k, policy, when, duration) is not None
         )
         self._starts[key] = (version, starts)
         if len(self._starts) > _MAX_TIMES:
