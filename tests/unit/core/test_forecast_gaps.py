@@ -29,14 +29,14 @@ def queued(key: str, gpus: int, runtime: float | None, submitted: float) -> Job:
     return job(key, "t", gpus, expected_runtime=runtime, submitted=submitted)
 
 
-def _forecast(*jobs: Job) -> dict[str, float | None]:
+def _forecast(*jobs: Job, reservations: int = 1) -> dict[str, float | None]:
     cycle = Cycle(
         Snapshot(
             now=0.0,
             tenants=(Tenant("t", guaranteed=8),),
             jobs=jobs,
             nodes=(node("a"),),
-            config=CycleConfig(),
+            config=CycleConfig(reservations_per_tenant=reservations),
         )
     )
     cycle.run()

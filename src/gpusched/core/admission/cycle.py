@@ -29,6 +29,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
+from gpusched.core.admission.forecast import Entry, Forecast, ReservationRules
 from gpusched.core.admission.model import (
     Admission,
     AdmitReason,
@@ -725,41 +726,44 @@ class Cycle:
     # --- expected starts -----------------------------------------------------------------
 
     def forecast(self, limit: int | None = None) -> dict[str, float | None]:
-        """Expected start of the jobs that waited in :meth:`run`, in the order the cycle decided
-        them (at most ``limit`` beyond the reservations; None: all).
+        """Expected start of the jobs that waited in :meth:`run` (at most ``limit`` of them
+        beyond the reservations, first in the cycle's order; None: all).
 
-        A reserving job starts with its reservation. Each other job is planned where it fits
-        soonest on the profile after the jobs before it (conservative backfill, as Slurm's
-        ``squeue --start``: a single-node job of known run time may start in the gap a job
-        planned before it leaves, see :mod:`gpusched.core.admission.profile`), no earlier than
-        its backoff and than its tenant's borrowing limit (or, for a non-preemptible job, its
-        guarantee) allows given the tenant's running and planned jobs. Assumed: running jobs
-        end when expected, nothing arrives, nobody is preempted, the order stays. Jobs that can
-        never run here get None.
+        A reserving job starts with its reservation. The others are planned by playing the
+        cycle forward on the running jobs' expected ends (:mod:`gpusched.core.admission.forecast`):
+        greedily in the cycle's order, no earlier than their backoff and their tenant's budget
+        period, under their tenant's borrowing limit (or, for a non-preemptible job, its
+        guarantee), its parents' limits and its per-submitter caps, with reservations made as
+        the cycle makes them. Assumed: running jobs end when expected, nothing arrives, nobody
+        is preempted, the order stays. Jobs that can never run here get None.
         """
+        config = self.snapshot.config
         profile = self.profile()
-        planned: dict[str, list[_Interval]] = {}
-        # Per capped submitter: GPUs and jobs over time.
-        user_gpus: dict[tuple[str, str], list[_Interval]] = {}
-        user_jobs: dict[tuple[str, str], list[_Interval]] = {}
-
-        def plan(job: Job, start: float, end: float) -> None:
-            assert job.tenant is not None
-            for level in self._levels[job.tenant]:
-                planned[level].append((start, end, job.total_gpus))
-            if self.tenants[job.tenant].caps_users:
-                user = (job.tenant, job.submitter)
-                user_gpus.setdefault(user, []).append((start, end, job.total_gpus))
-                user_jobs.setdefault(user, []).append((start, end, 1))
-
-        for name in self.tenants:
-            planned[name] = []
+        held: dict[str, list[float]] = {}
+        for reservation in self.reserved.values():
+            held.setdefault(reservation.tenant, []).append(reservation.start)
+            # The cycle's claim holds the GPUs from now; played forward they are held from the
+            # start, and a job that ends before it may use them (the backfill rule).
+            profile.unclaim(RESERVED_PREFIX + reservation.job)
+            profile.take(reservation.placement, reservation.end, reservation.start)
+        play = Forecast(
+            profile,
+            self.now,
+            self.tenants,
+            self._levels,
+            ReservationRules(
+                per_tenant=config.reservations_per_tenant,
+                most=config.max_reservations,
+                held=held,
+                entitled=self._reservable,
+            ),
+        )
         for name in self.tenants:
             for j in self.admitted[name].values():
-                plan(j, self.now, _end(self.ends.get(j.key)))
+                play.hold(j, self.now, _end(self.ends.get(j.key)))
         for reservation in self.reserved.values():
-            plan(self.jobs[reservation.job], reservation.start, reservation.end)
-        done = 0
+            play.hold(self.jobs[reservation.job], reservation.start, reservation.end)
+        entries: list[Entry] = []
         for key in self.order:
             if key in self.expected:
                 continue
@@ -772,36 +776,28 @@ class Cycle:
             ):
                 self.expected[key] = None
                 continue
-            if limit is not None and done >= limit:
+            if limit is not None and len(entries) >= limit:
                 break
-            done += 1
-            assert job.tenant is not None
-            request = self.requests.get(key) or Request.of(job)
-            tenant = self.tenants[job.tenant]
-            limits = [
-                (
-                    planned[job.tenant],
-                    job.total_gpus,
-                    tenant.borrowing_limit if job.preemptible else tenant.guaranteed,
-                )
-            ]
-            for level in self._levels[job.tenant][1:]:
-                above = self.tenants[level].borrowing_limit
-                limits.append((planned[level], job.total_gpus, above))
-            if tenant.caps_users:
-                user = (job.tenant, job.submitter)
-                limits.append((user_gpus.get(user, []), job.total_gpus, tenant.user_max_gpus))
-                limits.append((user_jobs.get(user, []), 1, tenant.user_max_jobs))
-            found = self._plan_one(job, request, profile, limits)
-            if found is None:
-                self.expected[key] = None
-                continue
-            runtime = job.expected_runtime
-            end = found.start + runtime if runtime is not None else NEVER
-            profile.take(found.plans, end, found.start)
-            plan(job, found.start, end)
-            self.expected[key] = found.start
+            entries.append(Entry(job, self.requests.get(key) or Request.of(job), self._floor(job)))
+        self.expected.update(play.run(entries))
         return dict(self.expected)
+
+    def _reservable(self, tenant: str) -> float:
+        """GPUs a tenant may hold with a reservation among them (its entitlement or
+        guarantee; unbounded when reservations beyond it are allowed)."""
+        if self.snapshot.config.reserve_beyond_entitlement:
+            return NEVER
+        return max(float(self.tenants[tenant].guaranteed), self.entitlement(tenant))
+
+    def _floor(self, job: Job) -> float:
+        """Not before: the job's backoff, its tenant's budget period."""
+        assert job.tenant is not None
+        floor = max(self.now, job.not_before or self.now)
+        budget = self.tenants[job.tenant]
+        if budget.budget_exhausted(self.now):
+            assert budget.budget_exhausted_until is not None
+            floor = max(floor, budget.budget_exhausted_until)
+        return floor
 
     def _plan_one(
         self,
@@ -820,11 +816,7 @@ class Cycle:
             for planned, n, cap in limits
             if cap is not None and sum(x for _, _, x in planned) + n > cap
         ]
-        floor = max(self.now, job.not_before or self.now)
-        budget = self.tenants[job.tenant]
-        if budget.budget_exhausted(self.now):
-            assert budget.budget_exhausted_until is not None
-            floor = max(floor, budget.budget_exhausted_until)
+        floor = self._floor(job)
         for _ in range(_FORECAST_ROUNDS):
             found = profile.earliest(request, floor, job.expected_runtime)
             if found is None:

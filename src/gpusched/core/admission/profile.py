@@ -136,10 +136,14 @@ class Profile:
         plans: Iterable[ReplicaPlan | Assignment],
         until: float,
         start: float | None = None,
+        *,
+        leave_gaps: bool = True,
     ) -> None:
         """Hold the GPUs of ``plans`` from ``start`` (default: now) until ``until``: inside a
         gap the gap's rest stays open on both sides; past a GPU's free time the time between
-        becomes a gap (a GPU already held longer keeps its later time)."""
+        becomes a gap (a GPU already held longer keeps its later time). Without
+        ``leave_gaps`` no new gap is recorded: a forecast starting jobs at its clock never looks
+        back before it."""
         begin = self.now if start is None else max(self.now, start)
         if until <= begin:
             return
@@ -148,7 +152,7 @@ class Profile:
             gaps = self._gaps.get(node, {})
             for p in _positions(mask):
                 if begin >= base[p]:
-                    if begin > base[p]:
+                    if begin > base[p] and leave_gaps:
                         gaps.setdefault(p, []).append((base[p], begin))
                     base[p] = until
                     continue
