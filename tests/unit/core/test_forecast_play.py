@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -316,3 +317,18 @@ def test_expected_starts_are_those_of_trying_every_job_at_every_change(case: Cas
     cycle = _build(case)
     truth = _play(cycle)
     assert cycle.forecast() == truth
+    # Played only until one job is decided (as explain asks), that job's answer is the same.
+    for key in list(truth)[-1:]:
+        assert _build(case).forecast(until=key)[key] == truth[key]
+
+
+def test_a_forecast_stopped_at_one_job_cannot_then_answer_for_all() -> None:
+    jobs = [
+        job("t/r", "t", 8, running_on=[("a", tuple(range(8)))], expected_end=30 * MINUTE),
+        job("t/q1", "t", 8, expected_runtime=10 * MINUTE, submitted=1.0),
+        job("t/q2", "t", 8, expected_runtime=10 * MINUTE, submitted=2.0),
+    ]
+    cycle = _cycle(jobs, (Tenant("t"),), (node("a"),), CycleConfig())
+    assert cycle.forecast(until="t/q1") == {"t/q1": 30 * MINUTE}
+    with pytest.raises(RuntimeError):
+        cycle.forecast()

@@ -290,6 +290,8 @@ class Cycle:
             elif job.state is JobState.TERMINATING:
                 self.ends[job.key] = self.now
         self._profile: Profile | None = None
+        self._played: str | None = None
+        """How far the forecast played: "all", the key it stopped at, or None (not yet)."""
         self._entitlements: dict[str, float] | None = None
         self.backfill_failures: set[tuple[Request, frozenset[str]]] = set()
         self.order: list[str] = []
@@ -725,9 +727,14 @@ class Cycle:
 
     # --- expected starts -----------------------------------------------------------------
 
-    def forecast(self, limit: int | None = None) -> dict[str, float | None]:
+    def forecast(
+        self, limit: int | None = None, *, until: str | None = None
+    ) -> dict[str, float | None]:
         """Expected start of the jobs that waited in :meth:`run` (at most ``limit`` of them
-        beyond the reservations, first in the cycle's order; None: all).
+        beyond the reservations, first in the cycle's order; None: all). With ``until`` (a
+        waiting job's key) the play stops once that job is decided: ``explain`` asks for one
+        job, and the rest of the queue's future does not change its answer. The forecast is
+        played once per cycle: later calls return its answers.
 
         A reserving job starts with its reservation. The others are planned by playing the
         cycle forward on the running jobs' expected ends (:mod:`gpusched.core.admission.forecast`):
@@ -737,6 +744,11 @@ class Cycle:
         the cycle makes them. Assumed: running jobs end when expected, nothing arrives, nobody
         is preempted, the order stays. Jobs that can never run here get None.
         """
+        if self._played is not None:
+            if until is None and self._played != "all":
+                raise RuntimeError("the forecast stopped at one job; a cycle plays it once")
+            return dict(self.expected)
+        self._played = until or "all"
         config = self.snapshot.config
         profile = self.profile()
         held: dict[str, list[float]] = {}
@@ -779,7 +791,7 @@ class Cycle:
             if limit is not None and len(entries) >= limit:
                 break
             entries.append(Entry(job, self.requests.get(key) or Request.of(job), self._floor(job)))
-        self.expected.update(play.run(entries))
+        self.expected.update(play.run(entries, until))
         return dict(self.expected)
 
     def _reservable(self, tenant: str) -> float:

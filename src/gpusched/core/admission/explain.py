@@ -141,7 +141,7 @@ def explain(snapshot: Snapshot, key: str) -> Explanation:
                 ],
                 "idle_gpus": reservation.idle_gpus,
             }
-        out.expected_start = cycle.forecast().get(key)
+        out.expected_start = cycle.forecast(until=key).get(key)
         if waiting.reason in _GPU_BOUND:
             out.counterfactual = counterfactual(snapshot, job, out.expected_start)
         return out
@@ -365,7 +365,7 @@ def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str 
         if result.admission_of(job.key) is not None:
             start = snapshot.now
         else:
-            start = cycle.forecast().get(job.key)
+            start = cycle.forecast(until=job.key).get(job.key)
         if start is not None and (best is None or start < best[0]):
             best = (start, text)
     if best is None:

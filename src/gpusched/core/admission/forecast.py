@@ -181,8 +181,9 @@ class Forecast:
             self.user_gpus.setdefault(user, Usage()).add(start, end, job.total_gpus)
             self.user_jobs.setdefault(user, Usage()).add(start, end, 1)
 
-    def run(self, entries: Sequence[Entry]) -> dict[str, float | None]:
-        """Each entry's expected start (None: it never starts as far as the profile knows)."""
+    def run(self, entries: Sequence[Entry], until: str | None = None) -> dict[str, float | None]:
+        """Each entry's expected start (None: it never starts as far as the profile knows).
+        With ``until``, only until that entry is decided: the others decided by then."""
         kinds: dict[tuple[object, ...], _Kind] = {}
         kind_of: dict[str, _Kind] = {}
         arrivals: list[tuple[float, int, str]] = []
@@ -197,6 +198,8 @@ class Forecast:
             heapq.heappush(arrivals, (max(self.now, entry.floor), position, key))
         tick = itertools.count()
         while arrivals or self._sleeping:
+            if until is not None and until in self.starts:
+                return self.starts
             now = min(
                 arrivals[0][0] if arrivals else NEVER,
                 self._sleeping[0][0] if self._sleeping else NEVER,
