@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpusched.core.admission import Cycle, CycleConfig, Job, Snapshot, Tenant
+from gpusched.core.admission import cycle as cycle_module
 from gpusched.core.admission.model import Node
 from gpusched.core.admission.profile import NEVER, duration_class
 from gpusched.core.placement import Placement, place
@@ -45,6 +46,23 @@ def test_without_reservations_a_small_job_overtakes_a_blocked_gang_as_the_cycle_
     assert cycle.forecast() == {"t/A": 170 * MINUTE, "t/B": 40 * MINUTE, "t/C": 70 * MINUTE}
 
 
+def test_past_its_budget_the_play_plans_the_rest_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With no tries at all, every job is planned where it fits soonest after those before it
+    # (conservative backfill): A holds the whole node from 100 min, B goes into the gap it
+    # leaves on GPUs 6-7, C (too long for the gap) after A.
+    monkeypatch.setattr(cycle_module, "_PLAY_TRIES_PER_JOB", 0)
+    monkeypatch.setattr(cycle_module, "_PLAY_TRIES", -1)
+    jobs = [
+        job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
+        job("t/r2", "t", 2, running_on=[("a", (6, 7))], expected_end=40 * MINUTE),
+        job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
+        job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0),
+        job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=3.0),
+    ]
+    cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), CycleConfig())
+    assert cycle.forecast() == {"t/A": 100 * MINUTE, "t/B": 40 * MINUTE, "t/C": 150 * MINUTE}
+
+
 def test_a_reserved_gang_keeps_its_start_and_only_jobs_ending_before_it_go_first() -> None:
     jobs = [
         job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
@@ -52,6 +70,21 @@ def test_a_reserved_gang_keeps_its_start_and_only_jobs_ending_before_it_go_first
         job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
         job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0),
         job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=3.0),
+    ]
+    config = CycleConfig(reservations_per_tenant=1)
+    cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), config)
+    assert cycle.forecast() == {"t/A": 100 * MINUTE, "t/B": 40 * MINUTE, "t/C": 150 * MINUTE}
+
+
+def test_a_long_job_that_misses_a_gap_does_not_keep_a_shorter_one_of_its_shape_out() -> None:
+    # C and B ask the same; at 40 min C (100 min, first in the order) does not fit the gap on
+    # GPUs 6-7 before A's reservation, B (30 min) does.
+    jobs = [
+        job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
+        job("t/r2", "t", 2, running_on=[("a", (6, 7))], expected_end=40 * MINUTE),
+        job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
+        job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=2.0),
+        job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=3.0),
     ]
     config = CycleConfig(reservations_per_tenant=1)
     cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), config)

@@ -791,8 +791,41 @@ class Cycle:
             if limit is not None and len(entries) >= limit:
                 break
             entries.append(Entry(job, self.requests.get(key) or Request.of(job), self._floor(job)))
-        self.expected.update(play.run(entries, until))
+        budget = None if until is not None else _PLAY_TRIES_PER_JOB * len(entries) + _PLAY_TRIES
+        self.expected.update(play.run(entries, until, budget))
+        # Past its budget the play stopped: the rest is planned in turn from where it stopped.
+        for entry in play.left:
+            self.expected[entry.job.key] = self._plan_in_turn(entry, play, profile)
         return dict(self.expected)
+
+    def _plan_in_turn(self, entry: Entry, play: Forecast, profile: Profile) -> float | None:
+        """Plan ``entry`` where it fits soonest after the jobs planned before it, from where
+        the play stopped (conservative backfill, as Slurm's ``squeue --start``)."""
+        job = entry.job
+        assert job.tenant is not None
+        tenant = self.tenants[job.tenant]
+        n = job.total_gpus
+        limits: list[tuple[Sequence[_Interval], int, int | None]] = [
+            (
+                play.planned[job.tenant],
+                n,
+                tenant.borrowing_limit if job.preemptible else tenant.guaranteed,
+            )
+        ]
+        for level in self._levels[job.tenant][1:]:
+            limits.append((play.planned[level], n, self.tenants[level].borrowing_limit))
+        if tenant.caps_users:
+            gpus, jobs = play.user_planned.get((job.tenant, job.submitter), ([], []))
+            limits.append((gpus, n, tenant.user_max_gpus))
+            limits.append((jobs, 1, tenant.user_max_jobs))
+        found = self._plan_one(job, entry.request, profile, limits, max(entry.floor, play.clock))
+        if found is None:
+            return None
+        runtime = job.expected_runtime
+        end = found.start + runtime if runtime is not None else NEVER
+        profile.take(found.plans, end, found.start)
+        play.hold(job, found.start, end)
+        return found.start
 
     def _reservable(self, tenant: str) -> float:
         """GPUs a tenant may hold with a reservation among them (its entitlement or
@@ -817,6 +850,7 @@ class Cycle:
         request: Request,
         profile: Profile,
         limits: Sequence[tuple[Sequence[_Interval], int, int | None]],
+        not_before: float | None = None,
     ) -> Slotting | None:
         """Where and when the job fits soonest on ``profile`` under ``limits``: (what is
         planned over time, what the job adds, the cap) for its tenant and its submitter; and
@@ -828,7 +862,7 @@ class Cycle:
             for planned, n, cap in limits
             if cap is not None and sum(x for _, _, x in planned) + n > cap
         ]
-        floor = self._floor(job)
+        floor = max(self._floor(job), not_before or self.now)
         for _ in range(_FORECAST_ROUNDS):
             found = profile.earliest(request, floor, job.expected_runtime)
             if found is None:
@@ -1651,6 +1685,12 @@ def _guarantee_text(tenant: Tenant, ledger: Ledger, job: Job) -> str:
         f"GPUs, tenant {tenant.name} has {free} of {tenant.guaranteed} guaranteed GPUs unused"
     )
 
+
+#: The forecast's play tries at most this many jobs per waiting job, plus a constant: a queue
+#: of jobs that all ask differently (every tenant, shape and run time apart) can make each
+#: moment try every job; past the bound the rest is planned in turn (docs/benchmarks.md).
+_PLAY_TRIES_PER_JOB = 20
+_PLAY_TRIES = 10_000
 
 #: Rounds of (GPUs, quota) a forecast tries per job before it gives up on an answer.
 _FORECAST_ROUNDS = 32

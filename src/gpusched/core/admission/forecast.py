@@ -88,6 +88,10 @@ class Usage:
             return None
         return self._running[0][0]
 
+    def next_drop(self) -> float:
+        """When what is held next drops (infinity: never)."""
+        return self._running[0][0] if self._running else NEVER
+
     def held_at(self, when: float) -> int:
         """What is held at ``when``, a time not before the clock (a reservation's start)."""
         held = sum(amount for end, amount in self._running if end > when)
@@ -158,6 +162,15 @@ class Forecast:
         self.user_gpus: dict[tuple[str, str], Usage] = {}
         self.user_jobs: dict[tuple[str, str], Usage] = {}
         self.starts: dict[str, float | None] = {}
+        self.planned: dict[str, list[_Interval]] = {name: [] for name in tenants}
+        """Per tenant and parent: (start, end, GPUs) of what runs, is reserved or is planned."""
+        self.user_planned: dict[tuple[str, str], tuple[list[_Interval], list[_Interval]]] = {}
+        """Per capped submitter: the same in GPUs, and in jobs."""
+        self.tries = 0
+        self.clock = now
+        """Where the play stopped."""
+        self.left: list[Entry] = []
+        """Entries the play did not decide within its budget, in the cycle's order."""
         self._reserving: dict[str, list[float]] = {
             name: sorted(starts) for name, starts in reservations.held.items()
         }
@@ -170,20 +183,30 @@ class Forecast:
         self._gpu_bound: dict[str, list[_Kind]] = {}
         """Per tenant, kinds asleep because GPUs kept them out (woken when it may reserve)."""
         self._sleeping: list[tuple[float, int, int, _Kind]] = []
+        self._refused: dict[str, float] = {}
+        """Per tenant refused a reservation for its entitlement: until when."""
 
     def hold(self, job: Job, start: float, end: float) -> None:
         """Count ``job`` against its tenant's limits from ``start`` to ``end``."""
         assert job.tenant is not None
         for level in self.levels[job.tenant]:
             self.usage[level].add(start, end, job.total_gpus)
+            self.planned[level].append((start, end, job.total_gpus))
         if self.tenants[job.tenant].caps_users:
             user = (job.tenant, job.submitter)
             self.user_gpus.setdefault(user, Usage()).add(start, end, job.total_gpus)
             self.user_jobs.setdefault(user, Usage()).add(start, end, 1)
+            gpus, jobs = self.user_planned.setdefault(user, ([], []))
+            gpus.append((start, end, job.total_gpus))
+            jobs.append((start, end, 1))
 
-    def run(self, entries: Sequence[Entry], until: str | None = None) -> dict[str, float | None]:
+    def run(
+        self, entries: Sequence[Entry], until: str | None = None, budget: int | None = None
+    ) -> dict[str, float | None]:
         """Each entry's expected start (None: it never starts as far as the profile knows).
-        With ``until``, only until that entry is decided: the others decided by then."""
+        With ``until``, only until that entry is decided: the others decided by then. Past
+        ``budget`` tries the play stops at the moment it is in: :attr:`left` lists the
+        entries it did not decide (the caller plans them in turn from :attr:`clock`)."""
         kinds: dict[tuple[object, ...], _Kind] = {}
         kind_of: dict[str, _Kind] = {}
         arrivals: list[tuple[float, int, str]] = []
@@ -200,6 +223,9 @@ class Forecast:
         while arrivals or self._sleeping:
             if until is not None and until in self.starts:
                 return self.starts
+            if budget is not None and self.tries > budget:
+                self._stop(entries)
+                return self.starts
             now = min(
                 arrivals[0][0] if arrivals else NEVER,
                 self._sleeping[0][0] if self._sleeping else NEVER,
@@ -207,6 +233,7 @@ class Forecast:
             )
             if now >= NEVER:
                 break
+            self.clock = now
             walk: list[tuple[int, int, _Kind]] = []
             while self._freed and self._freed[0][0] <= now:
                 _, tenant = heapq.heappop(self._freed)
@@ -233,8 +260,8 @@ class Forecast:
                     kind.gpu_bound = False
                     walk.append((kind.queue[0][0], next(tick), kind))
             heapq.heapify(walk)
-            unfit: dict[tuple[Request, float], float | None] = {}
-            """Requests (and duration classes) found not to fit at ``now``: their next time."""
+            unfit: dict[Request, list[tuple[float, float | None]]] = {}
+            """Requests found not to fit at ``now``: (duration class, next time) per failure."""
             while walk:
                 _, _, kind = heapq.heappop(walk)
                 key = kind.queue[0][1]
@@ -265,6 +292,9 @@ class Forecast:
                 self.starts.setdefault(key, None)
         return self.starts
 
+    def _stop(self, entries: Sequence[Entry]) -> None:
+        self.left = [e for e in entries if e.job.key not in self.starts]
+
     # --- one job -------------------------------------------------------------------------
 
     def _try(
@@ -272,10 +302,11 @@ class Forecast:
         entry: Entry,
         kind: _Kind,
         now: float,
-        unfit: dict[tuple[Request, float], float | None],
+        unfit: dict[Request, list[tuple[float, float | None]]],
     ) -> float | None:
         """Start ``entry`` at ``now`` if it fits (returns ``now``), reserve for it, or say when
         its kind may next start (None: never)."""
+        self.tries += 1
         job = entry.job
         later = now
         for usage, amount, cap in kind.limits:
@@ -286,18 +317,20 @@ class Forecast:
         kind.gpu_bound = False
         if later > now:
             return later
-        fit_key = (kind.request, kind.runtime_class)
-        if fit_key in unfit:
-            found_later = unfit[fit_key]
-            if found_later is None:
+        # A request that did not fit at this moment for some run time does not fit for any
+        # longer one either, and not before that answer's time.
+        failed = unfit.setdefault(kind.request, [])
+        known = [at for length, at in failed if length <= kind.runtime_class]
+        if known:
+            if None in known:
                 return None
-            return self._blocked(entry, kind, now, found_later)
+            return self._blocked(entry, kind, now, max(at for at in known if at is not None))
         found = self.profile.earliest(kind.request, now, _gap_runtime(job))
         if found is None:
-            unfit[fit_key] = None
+            failed.append((kind.runtime_class, None))
             return None
         if found.start > now:
-            unfit[fit_key] = found.start
+            failed.append((kind.runtime_class, found.start))
             return self._blocked(entry, kind, now, found.start)
         self._start(job, found, now)
         return now
@@ -326,7 +359,7 @@ class Forecast:
         starts = self._reserving.setdefault(tenant, [])
         while starts and starts[0] <= now:
             starts.pop(0)
-        if len(starts) >= rules.per_tenant:
+        if len(starts) >= rules.per_tenant or now < self._refused.get(tenant, -NEVER):
             return False
         total = sum(1 for s in self._reserving.values() for start in s if start > now)
         return total < rules.most
@@ -339,9 +372,13 @@ class Forecast:
         found = self.profile.earliest(entry.request, now)
         if found is None or found.start >= NEVER:
             return False
-        held = self.usage[job.tenant].held_at(found.start)
-        if held + job.total_gpus > self.rules.entitled(job.tenant) + 1e-9:
-            return False
+        entitled = self.rules.entitled(job.tenant)
+        if entitled < NEVER:
+            usage = self.usage[job.tenant]
+            if usage.held_at(found.start) + job.total_gpus > entitled + 1e-9:
+                # Refused for its entitlement: not asked again before the tenant holds less.
+                self._refused[job.tenant] = usage.next_drop()
+                return False
         runtime = job.expected_runtime
         end = found.start + runtime if runtime is not None else NEVER
         self.profile.take(found.plans, end, found.start)
