@@ -793,14 +793,15 @@ class Cycle:
             entries.append(Entry(job, self.requests.get(key) or Request.of(job), self._floor(job)))
         budget = None if until is not None else _PLAY_TRIES_PER_JOB * len(entries) + _PLAY_TRIES
         self.expected.update(play.run(entries, until, budget))
-        # Past its budget the play stopped: the rest is planned in turn from where it stopped.
+        # Past its budget the play stopped: the rest is planned in turn.
         for entry in play.left:
             self.expected[entry.job.key] = self._plan_in_turn(entry, play, profile)
         return dict(self.expected)
 
     def _plan_in_turn(self, entry: Entry, play: Forecast, profile: Profile) -> float | None:
-        """Plan ``entry`` where it fits soonest after the jobs planned before it, from where
-        the play stopped (conservative backfill, as Slurm's ``squeue --start``)."""
+        """Plan ``entry`` where it fits soonest after the jobs planned before it and those
+        the play started (conservative backfill, as Slurm's ``squeue --start``). The play
+        records no gaps, so GPUs it started jobs on are not offered before those starts."""
         job = entry.job
         assert job.tenant is not None
         tenant = self.tenants[job.tenant]
@@ -818,7 +819,7 @@ class Cycle:
             gpus, jobs = play.user_planned.get((job.tenant, job.submitter), ([], []))
             limits.append((gpus, n, tenant.user_max_gpus))
             limits.append((jobs, 1, tenant.user_max_jobs))
-        found = self._plan_one(job, entry.request, profile, limits, max(entry.floor, play.clock))
+        found = self._plan_one(job, entry.request, profile, limits, entry.floor)
         if found is None:
             return None
         runtime = job.expected_runtime
@@ -1689,7 +1690,7 @@ def _guarantee_text(tenant: Tenant, ledger: Ledger, job: Job) -> str:
 #: The forecast's play tries at most this many jobs per waiting job, plus a constant: a queue
 #: of jobs that all ask differently (every tenant, shape and run time apart) can make each
 #: moment try every job; past the bound the rest is planned in turn (docs/benchmarks.md).
-_PLAY_TRIES_PER_JOB = 20
+_PLAY_TRIES_PER_JOB = 5
 _PLAY_TRIES = 10_000
 
 #: Rounds of (GPUs, quota) a forecast tries per job before it gives up on an answer.

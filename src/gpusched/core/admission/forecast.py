@@ -25,7 +25,12 @@ form a *kind*. A kind whose first job cannot start at some time cannot start bef
 can change: the profile's earliest start for its request, or the next time its tenant's usage
 drops. The profile only fills as the play goes on, so that time is a lower bound that stays
 true, and the kind sleeps until then. Each moment costs the kinds whose time came, not the
-queue, and a request that did not fit at that moment is not placed again then.
+queue, and a request that did not fit at that moment is not placed again then (nor for a
+longer run time). Where nearly every job is a kind of its own (every tenant, shape and run time
+apart) every kind of a request wakes at each time GPUs come free and all but the first fail: the
+play is bounded by a number of tries (:attr:`Forecast.tries`), and the caller plans the jobs it
+did not decide in turn from where it stopped. Sleeping a request's kinds together, so that one
+failure puts them all back to sleep, would lift the bound's need; it is not built.
 """
 
 from __future__ import annotations
