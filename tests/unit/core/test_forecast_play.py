@@ -31,19 +31,32 @@ def _cycle(
     return cycle
 
 
-def test_without_reservations_a_small_job_overtakes_a_blocked_gang_as_the_cycle_lets_it() -> None:
-    # GPUs 6-7 come free at 40 min, 0-5 at 100 min. The 8-GPU job A is first in the order but
-    # the cycle holds nothing for it: at 40 min B (2 GPUs, 30 min) starts, at 70 min C (2 GPUs,
-    # 100 min) does, and A starts when C ends.
+def _behind_a_whole_node_job(*later: Job, reservations: int = 0) -> dict[str, float | None]:
+    """Node a: GPUs 6-7 come free at 40 min, 0-5 at 100 min; the 8-GPU job A (50 min) is
+    first in the order, ``later`` queue behind it."""
     jobs = [
         job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
         job("t/r2", "t", 2, running_on=[("a", (6, 7))], expected_end=40 * MINUTE),
         job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
-        job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0),
-        job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=3.0),
+        *later,
     ]
-    cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), CycleConfig())
-    assert cycle.forecast() == {"t/A": 170 * MINUTE, "t/B": 40 * MINUTE, "t/C": 70 * MINUTE}
+    config = CycleConfig(reservations_per_tenant=reservations)
+    return _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), config).forecast()
+
+
+B = job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0)
+C = job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=3.0)
+
+
+def test_without_reservations_a_small_job_overtakes_a_blocked_gang_as_the_cycle_lets_it() -> None:
+    # GPUs 6-7 come free at 40 min, 0-5 at 100 min. The 8-GPU job A is first in the order but
+    # the cycle holds nothing for it: at 40 min B (2 GPUs, 30 min) starts, at 70 min C (2 GPUs,
+    # 100 min) does, and A starts when C ends.
+    assert _behind_a_whole_node_job(B, C) == {
+        "t/A": 170 * MINUTE,
+        "t/B": 40 * MINUTE,
+        "t/C": 70 * MINUTE,
+    }
 
 
 def test_past_its_budget_the_play_plans_the_rest_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,57 +65,55 @@ def test_past_its_budget_the_play_plans_the_rest_in_turn(monkeypatch: pytest.Mon
     # leaves on GPUs 6-7, C (too long for the gap) after A.
     monkeypatch.setattr(cycle_module, "_PLAY_TRIES_PER_JOB", 0)
     monkeypatch.setattr(cycle_module, "_PLAY_TRIES", -1)
+    assert _behind_a_whole_node_job(B, C) == {
+        "t/A": 100 * MINUTE,
+        "t/B": 40 * MINUTE,
+        "t/C": 150 * MINUTE,
+    }
+
+
+def test_past_its_budget_the_jobs_planned_in_turn_keep_to_their_tenants_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cycle_module, "_PLAY_TRIES_PER_JOB", 0)
+    monkeypatch.setattr(cycle_module, "_PLAY_TRIES", -1)
     jobs = [
-        job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
-        job("t/r2", "t", 2, running_on=[("a", (6, 7))], expected_end=40 * MINUTE),
-        job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
-        job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0),
-        job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=3.0),
+        job("t/r", "t", 4, running_on=[("a", (0, 1, 2, 3))], expected_end=30 * MINUTE),
+        job("t/q1", "t", 4, expected_runtime=10 * MINUTE, submitted=1.0),
+        job("t/q2", "t", 4, expected_runtime=10 * MINUTE, submitted=2.0),
     ]
-    cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), CycleConfig())
-    assert cycle.forecast() == {"t/A": 100 * MINUTE, "t/B": 40 * MINUTE, "t/C": 150 * MINUTE}
+    cycle = _cycle(jobs, (Tenant("t", borrowing_limit=4),), (node("a"),), CycleConfig())
+    assert cycle.forecast() == {"t/q1": 30 * MINUTE, "t/q2": 40 * MINUTE}
 
 
 def test_a_reserved_gang_keeps_its_start_and_only_jobs_ending_before_it_go_first() -> None:
-    jobs = [
-        job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
-        job("t/r2", "t", 2, running_on=[("a", (6, 7))], expected_end=40 * MINUTE),
-        job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
-        job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0),
-        job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=3.0),
-    ]
-    config = CycleConfig(reservations_per_tenant=1)
-    cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), config)
-    assert cycle.forecast() == {"t/A": 100 * MINUTE, "t/B": 40 * MINUTE, "t/C": 150 * MINUTE}
+    assert _behind_a_whole_node_job(B, C, reservations=1) == {
+        "t/A": 100 * MINUTE,
+        "t/B": 40 * MINUTE,
+        "t/C": 150 * MINUTE,
+    }
 
 
 def test_a_long_job_that_misses_a_gap_does_not_keep_a_shorter_one_of_its_shape_out() -> None:
     # C and B ask the same; at 40 min C (100 min, first in the order) does not fit the gap on
     # GPUs 6-7 before A's reservation, B (30 min) does.
-    jobs = [
-        job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
-        job("t/r2", "t", 2, running_on=[("a", (6, 7))], expected_end=40 * MINUTE),
-        job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
-        job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=2.0),
-        job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=3.0),
-    ]
-    config = CycleConfig(reservations_per_tenant=1)
-    cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), config)
-    assert cycle.forecast() == {"t/A": 100 * MINUTE, "t/B": 40 * MINUTE, "t/C": 150 * MINUTE}
+    c_first = job("t/C", "t", 2, expected_runtime=100 * MINUTE, submitted=2.0)
+    b_after = job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=3.0)
+    assert _behind_a_whole_node_job(c_first, b_after, reservations=1) == {
+        "t/A": 100 * MINUTE,
+        "t/B": 40 * MINUTE,
+        "t/C": 150 * MINUTE,
+    }
 
 
 def test_a_job_that_cannot_be_evicted_never_starts_on_gpus_held_for_a_later_start() -> None:
     # B fits the 60 minutes before A's reservation but is not preemptible and declares no
     # limit: the cycle would not backfill it, so it waits for A.
-    jobs = [
-        job("t/r1", "t", 6, running_on=[("a", (0, 1, 2, 3, 4, 5))], expected_end=100 * MINUTE),
-        job("t/r2", "t", 2, running_on=[("a", (6, 7))], expected_end=40 * MINUTE),
-        job("t/A", "t", 8, expected_runtime=50 * MINUTE, submitted=1.0),
-        job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0, preemptible=False),
-    ]
-    config = CycleConfig(reservations_per_tenant=1)
-    cycle = _cycle(jobs, (Tenant("t", guaranteed=8),), (node("a"),), config)
-    assert cycle.forecast() == {"t/A": 100 * MINUTE, "t/B": 150 * MINUTE}
+    b = job("t/B", "t", 2, expected_runtime=30 * MINUTE, submitted=2.0, preemptible=False)
+    assert _behind_a_whole_node_job(b, reservations=1) == {
+        "t/A": 100 * MINUTE,
+        "t/B": 150 * MINUTE,
+    }
 
 
 def test_when_a_reservation_starts_the_tenants_next_blocked_gang_reserves() -> None:

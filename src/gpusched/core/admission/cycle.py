@@ -803,22 +803,7 @@ class Cycle:
         the play started (conservative backfill, as Slurm's ``squeue --start``). The play
         records no gaps, so GPUs it started jobs on are not offered before those starts."""
         job = entry.job
-        assert job.tenant is not None
-        tenant = self.tenants[job.tenant]
-        n = job.total_gpus
-        limits: list[tuple[Sequence[_Interval], int, int | None]] = [
-            (
-                play.planned[job.tenant],
-                n,
-                tenant.borrowing_limit if job.preemptible else tenant.guaranteed,
-            )
-        ]
-        for level in self._levels[job.tenant][1:]:
-            limits.append((play.planned[level], n, self.tenants[level].borrowing_limit))
-        if tenant.caps_users:
-            gpus, jobs = play.user_planned.get((job.tenant, job.submitter), ([], []))
-            limits.append((gpus, n, tenant.user_max_gpus))
-            limits.append((jobs, 1, tenant.user_max_jobs))
+        limits = [(usage.intervals, n, cap) for usage, n, cap in play.limits(job)]
         found = self._plan_one(job, entry.request, profile, limits, entry.floor)
         if found is None:
             return None
@@ -930,7 +915,7 @@ class Cycle:
             if self.ends.get(other.key) is None
         )
         held = never + self._reserved_gpus[job.tenant]
-        entitled = max(float(self.tenants[job.tenant].guaranteed), self.entitlement(job.tenant))
+        entitled = self._reservable(job.tenant)
         return held + job.total_gpus <= entitled + 1e-9
 
     def _entitled_at(self, job: Job, start: float) -> bool:
@@ -947,7 +932,7 @@ class Cycle:
             if end is not None and end <= start:
                 ending += other.total_gpus
         held = self.ledgers[job.tenant].used - ending + self._reserved_gpus[job.tenant]
-        entitled = max(float(self.tenants[job.tenant].guaranteed), self.entitlement(job.tenant))
+        entitled = self._reservable(job.tenant)
         return held + job.total_gpus <= entitled + 1e-9
 
     def _reserve(

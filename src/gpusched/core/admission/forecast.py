@@ -59,10 +59,13 @@ class Usage:
         """What starts later (reservations), by start."""
         self.used = 0
         self._at = -NEVER
+        self.intervals: list[_Interval] = []
+        """Everything added: for planning at times out of the clock's order."""
 
     def add(self, start: float, end: float, amount: int) -> None:
         if end <= start:
             return
+        self.intervals.append((start, end, amount))
         if start <= self._at:
             if end > self._at:
                 heapq.heappush(self._running, (end, amount))
@@ -167,13 +170,7 @@ class Forecast:
         self.user_gpus: dict[tuple[str, str], Usage] = {}
         self.user_jobs: dict[tuple[str, str], Usage] = {}
         self.starts: dict[str, float | None] = {}
-        self.planned: dict[str, list[_Interval]] = {name: [] for name in tenants}
-        """Per tenant and parent: (start, end, GPUs) of what runs, is reserved or is planned."""
-        self.user_planned: dict[tuple[str, str], tuple[list[_Interval], list[_Interval]]] = {}
-        """Per capped submitter: the same in GPUs, and in jobs."""
         self.tries = 0
-        self.clock = now
-        """Where the play stopped."""
         self.left: list[Entry] = []
         """Entries the play did not decide within its budget, in the cycle's order."""
         self._reserving: dict[str, list[float]] = {
@@ -196,14 +193,33 @@ class Forecast:
         assert job.tenant is not None
         for level in self.levels[job.tenant]:
             self.usage[level].add(start, end, job.total_gpus)
-            self.planned[level].append((start, end, job.total_gpus))
         if self.tenants[job.tenant].caps_users:
             user = (job.tenant, job.submitter)
             self.user_gpus.setdefault(user, Usage()).add(start, end, job.total_gpus)
             self.user_jobs.setdefault(user, Usage()).add(start, end, 1)
-            gpus, jobs = self.user_planned.setdefault(user, ([], []))
-            gpus.append((start, end, job.total_gpus))
-            jobs.append((start, end, 1))
+
+    def limits(self, job: Job) -> tuple[tuple[Usage, int, int], ...]:
+        """(usage, what ``job`` adds, cap) for each limit it is under: its tenant's borrowing
+        limit (its guarantee when it is not preemptible), its parents' borrowing limits, its
+        submitter's GPU and job caps."""
+        assert job.tenant is not None
+        tenant = self.tenants[job.tenant]
+        n = job.total_gpus
+        out: list[tuple[Usage, int, int]] = []
+        own = tenant.borrowing_limit if job.preemptible else tenant.guaranteed
+        if own is not None:
+            out.append((self.usage[job.tenant], n, own))
+        for level in self.levels[job.tenant][1:]:
+            above = self.tenants[level].borrowing_limit
+            if above is not None:
+                out.append((self.usage[level], n, above))
+        if tenant.caps_users:
+            user = (job.tenant, job.submitter)
+            if tenant.user_max_gpus is not None:
+                out.append((self.user_gpus.setdefault(user, Usage()), n, tenant.user_max_gpus))
+            if tenant.user_max_jobs is not None:
+                out.append((self.user_jobs.setdefault(user, Usage()), 1, tenant.user_max_jobs))
+        return tuple(out)
 
     def run(
         self, entries: Sequence[Entry], until: str | None = None, budget: int | None = None
@@ -211,7 +227,7 @@ class Forecast:
         """Each entry's expected start (None: it never starts as far as the profile knows).
         With ``until``, only until that entry is decided: the others decided by then. Past
         ``budget`` tries the play stops at the moment it is in: :attr:`left` lists the
-        entries it did not decide (the caller plans them in turn from :attr:`clock`)."""
+        entries it did not decide (the caller plans them in turn)."""
         kinds: dict[tuple[object, ...], _Kind] = {}
         kind_of: dict[str, _Kind] = {}
         arrivals: list[tuple[float, int, str]] = []
@@ -238,7 +254,6 @@ class Forecast:
             )
             if now >= NEVER:
                 break
-            self.clock = now
             walk: list[tuple[int, int, _Kind]] = []
             while self._freed and self._freed[0][0] <= now:
                 _, tenant = heapq.heappop(self._freed)
@@ -412,26 +427,10 @@ class Forecast:
     def _new_kind(self, entry: Entry) -> _Kind:
         job = entry.job
         assert job.tenant is not None
-        tenant = self.tenants[job.tenant]
-        n = job.total_gpus
-        limits: list[tuple[Usage, int, int]] = []
-        own = tenant.borrowing_limit if job.preemptible else tenant.guaranteed
-        if own is not None:
-            limits.append((self.usage[job.tenant], n, own))
-        for level in self.levels[job.tenant][1:]:
-            above = self.tenants[level].borrowing_limit
-            if above is not None:
-                limits.append((self.usage[level], n, above))
-        if tenant.caps_users:
-            user = (job.tenant, job.submitter)
-            if tenant.user_max_gpus is not None:
-                limits.append((self.user_gpus.setdefault(user, Usage()), n, tenant.user_max_gpus))
-            if tenant.user_max_jobs is not None:
-                limits.append((self.user_jobs.setdefault(user, Usage()), 1, tenant.user_max_jobs))
         return _Kind(
             request=entry.request,
             runtime_class=duration_class(_gap_runtime(job)),
-            limits=tuple(limits),
+            limits=self.limits(job),
             tenant=job.tenant,
         )
 
