@@ -4,6 +4,7 @@ worth it, and protection after a restart."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -101,6 +102,36 @@ def test_reclaim_frees_the_node_whose_borrowers_lose_least() -> None:
     assert sorted(v.victim for v in admission.victims) == [f"borrower/n1-{g}" for g in range(8)]
 
 
+def test_reclaim_takes_the_cheapest_borrower_whatever_its_priority() -> None:
+    """Two borrowers fill a node each: a low-priority one two days into its run, a
+    high-priority one an hour into it. The owner takes back its guarantee from the one that
+    loses an hour: a borrower's priority does not shield what it borrows."""
+    tenants = [Tenant("owner", guaranteed=8), Tenant("borrower", guaranteed=0)]
+    jobs = [
+        job(
+            "borrower/old",
+            "borrower",
+            8,
+            running_on=[("n0", tuple(range(8)))],
+            started=NOW - 2 * 86_400,
+            priority=0,
+        ),
+        job(
+            "borrower/new",
+            "borrower",
+            8,
+            running_on=[("n1", tuple(range(8)))],
+            started=NOW - 3_600,
+            priority=10,
+        ),
+        job("owner/train", "owner", 8, submitted=NOW - 10),
+    ]
+    admission = run_cycle(snap(tenants, jobs, [node("n0"), node("n1")])).admission_of("owner/train")
+    assert admission is not None
+    assert [v.victim for v in admission.victims] == ["borrower/new"]
+    assert admission.placement[0].node == "n1"
+
+
 def test_reclaim_takes_a_whole_node_of_borrowed_jobs_whatever_their_queue_order() -> None:
     """The borrower (guarantee 8) runs 16 one-GPU jobs submitted alternately on n0 and n1, so
     its last 8 in queue order are spread over both nodes. Evicting the 8 on one node leaves it
@@ -194,15 +225,25 @@ def small_cases(draw: Any) -> tuple[list[Any], list[Candidate], int]:
                 priority=draw(st.integers(0, 1)),
             )
             lost = (NOW - victim.started_at) * size
-            candidates.append(
-                Candidate(victim, PreemptReason.HIGHER_PRIORITY, False, lost, 300.0 * size)
-            )
+            # The preemptor's own lower-priority job, or another tenant's borrowed one.
+            reclaim = draw(st.booleans())
+            reason = PreemptReason.RECLAIM_GUARANTEE if reclaim else PreemptReason.HIGHER_PRIORITY
+            candidates.append(Candidate(victim, reason, reclaim, lost, 300.0 * size))
     return nodes, candidates, draw(st.integers(1, 8))
 
 
+def _standing(victims: Sequence[Candidate]) -> tuple[int, int]:
+    """Which of a set's victims weighs most: another tenant's borrowed jobs go before the
+    preemptor's own (whatever their priority), own jobs lowest priority first."""
+    return max(
+        (0, 0) if c.reason is PreemptReason.RECLAIM_GUARANTEE else (1, c.job.priority)
+        for c in victims
+    )
+
+
 def _brute_force_key(nodes: list[Any], candidates: list[Candidate], k: int) -> Any:
-    """The least (highest priority, total price, size) over every subset that frees a
-    placement of ``k`` GPUs on some node, worked out from the jobs' GPU lists alone."""
+    """The least (standing, total price, size) over every subset that frees a placement of
+    ``k`` GPUs on some node, worked out from the jobs' GPU lists alone."""
     best = None
     for size in range(1, len(candidates) + 1):
         for subset in itertools.combinations(candidates, size):
@@ -219,7 +260,7 @@ def _brute_force_key(nodes: list[Any], candidates: list[Candidate], k: int) -> A
                 request = Request.of(job("t/p", "t", k))
                 if isinstance(place(n.topology, k, request.policy, free_mask=free), Placement):
                     key = (
-                        max(c.job.priority for c in subset),
+                        _standing(subset),
                         sum(c.lost + c.penalty for c in subset),
                         size,
                     )
@@ -244,7 +285,7 @@ def test_the_chosen_victims_cost_no_more_than_any_other_set(case: Any) -> None:
         assert isinstance(found, VictimSearch)
         chosen = found.victims
         key = (
-            max(c.job.priority for c in chosen),
+            _standing(chosen),
             sum(c.lost + c.penalty for c in chosen),
             len(chosen),
         )

@@ -4,8 +4,10 @@
 last reported checkpoint) plus a restart penalty (GPUs x ``CycleConfig.restart_penalty_seconds``:
 rescheduling, image pulls, loading the checkpoint). **Its rank** comes before its cost: jobs
 that overran a reservation they were backfilled onto first, then other tenants' borrowed jobs
-(for a tenant reclaiming its guarantee, evicting its own jobs brings it no closer to it), then
-lower priority, then the tenant's own borrowed jobs before its guaranteed ones. A victim set is
+whatever their priority (for a tenant reclaiming its guarantee, evicting its own jobs brings it
+no closer to it; a borrower's priority orders its own tenant's jobs and is no shield for what it
+borrows), then the tenant's own jobs, lower priority first, its borrowed jobs before its
+guaranteed ones. A victim set is
 compared by (highest rank in it, total cost, size): a set of lower-ranked victims wins whatever
 it costs, then the cheaper one.
 
@@ -80,10 +82,14 @@ class Candidate:
 
     @property
     def rank(self) -> Rank:
-        """Lower goes first, whatever the price (see the module docstring)."""
+        """Lower goes first, whatever the price (see the module docstring). A borrower's
+        priority orders its own tenant's jobs, not what another tenant may take back: among
+        jobs reclaimed for a guarantee the price alone decides, so a tenant cannot shield
+        what it borrows by raising its jobs' priority."""
         overrun = 0 if self.reason is PreemptReason.BACKFILL_OVERRUN else 1
         own = 1 if self.reason is PreemptReason.HIGHER_PRIORITY else 0
-        return (overrun, own, self.job.priority, 0 if self.borrowed else 1)
+        reclaim = self.reason is PreemptReason.RECLAIM_GUARANTEE
+        return (overrun, own, 0 if reclaim else self.job.priority, 0 if self.borrowed else 1)
 
     @property
     def cost(self) -> tuple[Rank, float, float]:
