@@ -310,3 +310,50 @@ def test_reclaim_never_takes_a_lender_below_its_guarantee_however_many_victims()
     found = admission.admission_of("owner/small")
     assert found is not None
     assert len(found.victims) == 2
+
+
+@st.composite
+def whole_node_gang_cases(draw: st.DrawFn) -> tuple[list[Any], list[Candidate], int]:
+    """Nodes filled by another tenant's borrowed jobs of random sizes and ages, and a gang of
+    whole-node replicas reclaiming its guarantee."""
+    nodes = [node(f"n{i}") for i in range(draw(st.integers(2, 5)))]
+    candidates: list[Candidate] = []
+    for n in nodes:
+        free = list(range(8))
+        while free:
+            size = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= len(free)]))
+            gpus, free = tuple(free[:size]), free[size:]
+            victim = job(
+                f"b/{n.name}-{len(free)}",
+                "b",
+                size,
+                running_on=[(n.name, gpus)],
+                started=NOW - draw(st.integers(0, 48)) * 1_800,
+            )
+            lost = (NOW - victim.started_at) * size
+            candidates.append(
+                Candidate(victim, PreemptReason.RECLAIM_GUARANTEE, True, lost, 300.0 * size)
+            )
+    return nodes, candidates, draw(st.integers(2, len(nodes)))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(whole_node_gang_cases())
+def test_a_gang_of_whole_node_replicas_frees_the_nodes_whose_borrowers_cost_least(
+    case: Any,
+) -> None:
+    """Each replica needs a node to itself, so the cheapest victim set is every job on the
+    ``replicas`` nodes whose jobs together cost least, worked out here from the jobs alone."""
+    nodes, candidates, replicas = case
+    pool = Pool(nodes, [(c.job.key, a) for c in candidates for a in c.job.placement])
+    preemptor = job("o/gang", "o", 8, replicas=replicas)
+    found = find_victims(
+        pool, preemptor, Request.of(preemptor), candidates, lambda _o, _c, _v: True
+    )
+    assert isinstance(found, VictimSearch)
+    per_node: dict[str, float] = {}
+    for c in candidates:
+        for a in c.job.placement:
+            per_node[a.node] = per_node.get(a.node, 0.0) + c.price
+    cheapest = sum(sorted(per_node.values())[:replicas])
+    assert sum(c.price for c in found.victims) == cheapest

@@ -20,9 +20,13 @@ freed is what the job can use under its topology policy, not a GPU count.
   conceivable set already costs more than the best found are skipped. The node chosen is the
   one whose victims cost least: a tenant reclaiming its guarantee for an 8-GPU NVLink job gets
   the node whose borrowers lose least, freed whole, not GPUs scattered over many nodes.
-* Several replicas (the search Kueue uses, with real placements): release every candidate and
-  place the gang, give up at once if even that fails; release cheapest first until placeable;
-  walk the chosen back, most expensive first, keeping each only if needed.
+* Several replicas: release every candidate and place the gang, give up at once if even that
+  fails. Then two passes, each walked back afterwards (most expensive first, keeping each
+  victim only if needed), and the cheaper set wins: release the cheapest victims first until
+  placeable (the search Kueue uses, with real placements), and release node after node the
+  cheapest set that frees one replica there, cheapest node first (a gang of whole-node
+  replicas needs whole nodes; the cheapest victims, scattered over many nodes, may add up to
+  them only at a higher price).
 
 A victim set must also keep the quota rules (:data:`QuotaCheck`) and leave every lending tenant
 at or above its guarantee (:data:`LenderCheck`): reclaim takes borrowed GPUs only, however many
@@ -352,129 +356,245 @@ def find_victims(
         ordered = _without_reclaim(ordered)
         if not ordered or not quota(ordered):
             return None
-    key = preemptor.key
-    released: dict[str, dict[str, int]] = {}
-
-    def release(c: Candidate) -> None:
-        released[c.job.key] = pool.release(c.job.key)
-
-    def restore(c: Candidate) -> None:
-        pool.restore(c.job.key, released.pop(c.job.key))
-
-    def placeable(names: Sequence[str] | None = None) -> list[ReplicaPlan] | None:
-        if names is not None:
-            choice, _ = pool.choose(request, names)
-            if choice is None:
-                return None
-        result = pool.place_gang(key, request)
-        if isinstance(result, GangFailure):
-            return None
-        pool.release(key)
-        return result
 
     def ok(victims: Sequence[Candidate]) -> bool:
         return quota(victims) and lenders_ok(victims) and worth_it(victims)
 
+    search = _GangSearch(
+        pool, preemptor, request, ordered=ordered, quota_ok=quota_ok, ok=ok, lenders_ok=lenders_ok
+    )
     # 1. Upper bound: everything released.
-    for c in ordered:
-        release(c)
-    upper = pool.place_gang(key, request)
+    upper = search.upper_bound()
     if isinstance(upper, GangFailure):
-        for c in reversed(ordered):
-            restore(c)
         return upper
-    pool.release(key)
-    for c in reversed(ordered):
-        restore(c)
-
-    # 2. Greedy, cheapest first. Single-replica jobs only need the nodes freed since the last
-    # check looked at (the others could not host it then and have not changed).
-    chosen: list[Candidate] = []
-    own: list[Job] = []
-    cross = False
-    lends = lender_tracker() if lender_tracker is not None else (lambda c: lenders_ok([*chosen, c]))
-    plans = placeable()
-    touched: list[str] = []
-    checks = 0
-    incremental = request.replicas == 1 and plans is None
-    for c in ordered:
-        if plans is not None:
-            break
-        # Only reclaim victims bear on the lenders (``chosen`` already passed).
-        if c.reason is PreemptReason.RECLAIM_GUARANTEE and not lends(c):
-            continue
-        release(c)
-        chosen.append(c)
-        if c.own(preemptor):
-            own.append(c.job)
-        if c.reason is PreemptReason.RECLAIM_GUARANTEE:
-            cross = True
-        touched.extend(n for n in released[c.job.key] if n not in touched)
-        if not quota_ok(own, cross, chosen):
-            continue
-        if incremental:
-            plans = placeable(touched)
-            touched = []
-            continue
-        if checks >= MAX_GREEDY_CHECKS:
-            break
-        checks += 1
-        plans = placeable()
-    if plans is None or not ok(chosen):
-        # Fall back to the victims under the all-released placement.
-        for c in reversed(chosen):
-            restore(c)
-        chosen = [c for c in ordered if _overlaps(pool, pool.holdings(c.job.key), upper)]
-        for c in chosen:
-            release(c)
-        plans = placeable() if ok(chosen) else None
-        if plans is None:
-            for c in reversed(chosen):
-                restore(c)
-            return None
-
-    # 3. Minimise, most expensive first, until no victim can be spared: one whose GPUs the
-    # placement does not use goes if the quota allows it; one whose GPUs it uses, if the gang
-    # still places without them. Passes repeat while a victim goes: sparing another tenant's
-    # victim can make own victims unneeded that the quota needed beside it (a reclaim is only
-    # for a job inside the guarantee), and a new placement can leave others' GPUs unused. (A
-    # pass goes on after a victim goes rather than starting over: the same end, no victim that
-    # can be spared, in a number of checks linear in the victims per pass.)
-    # Every set tried below is a subset of one that passed :func:`ok`: fewer victims leave
-    # every lender at least as much (a subset sum over more jobs) and cost less, so only the
-    # quota is left to check, kept as the set shrinks.
-    kept = _Minimised(quota_ok, preemptor, chosen)
-    dropped = True
-    while dropped and len(kept.chosen) > 1:
-        dropped = False
-        for c in reversed(list(kept.chosen)):
-            if len(kept.chosen) == 1:
-                break
-            if not kept.passes_without(c):
-                continue
-            used = _overlaps(pool, released[c.job.key], plans)
-            restore(c)
-            again = placeable() if used else plans
-            if again is None:
-                release(c)
-                continue
-            kept.drop(c)
-            plans = again
-            dropped = True
-
-    result = pool.place_gang(key, request)
+    # 2. Two passes, each minimised; the cheaper set wins. By victim: the cheapest victims
+    # first, wherever they run. By node: node after node, the cheapest set that frees one
+    # replica there (a gang of whole-node replicas needs whole nodes, which the cheapest
+    # victims, scattered over many nodes, may add up to only at a higher price).
+    found: list[list[Candidate]] = []
+    greedy_passes: tuple[Callable[[], _Passed | None], ...] = (
+        lambda: search.by_victim(upper, lender_tracker),
+        search.by_node,
+    )
+    for greedy in greedy_passes:
+        passed = greedy()
+        if passed is not None:
+            kept = search.minimise(*passed)
+            found.append(kept)
+            search.undo(kept)
+    if not found:
+        return None
+    best = min(found, key=lambda victims: (set_key(victims), _tie(victims)))
+    for c in best:
+        search.release(c)
+    result = pool.place_gang(preemptor.key, request)
     assert not isinstance(result, GangFailure), "placement vanished between identical checks"
     # What the preemptor does not use stays with the terminating victims; a victim whose GPUs
     # the final placement does not touch is spared when the quota allows.
-    for c in reversed(list(kept.chosen)):
+    kept_set = _Minimised(quota_ok, preemptor, best)
+    for c in reversed(best):
         if (
-            len(kept.chosen) > 1
-            and not _overlaps(pool, released[c.job.key], result)
-            and kept.passes_without(c)
+            len(kept_set.chosen) > 1
+            and not _overlaps(pool, search.released[c.job.key], result)
+            and kept_set.passes_without(c)
         ):
-            kept.drop(c)
-        pool.restore(c.job.key, released.pop(c.job.key))
-    return VictimSearch(result, kept.chosen)
+            kept_set.drop(c)
+        search.restore(c)
+    return VictimSearch(result, kept_set.chosen)
+
+
+_Passed = tuple[list[Candidate], list[ReplicaPlan]]
+"""A victim set that passed every check, released in the pool, and the gang's placement."""
+
+
+class _GangSearch:
+    """One victim search for a gang: which candidates are released from the pool (their
+    GPUs back with :meth:`restore`), and the checks the passes share. Every pass leaves the
+    pool as it found it or returns its set released."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        preemptor: Job,
+        request: Request,
+        *,
+        ordered: Sequence[Candidate],
+        quota_ok: QuotaCheck,
+        ok: LenderCheck,
+        lenders_ok: LenderCheck,
+    ) -> None:
+        self.pool = pool
+        self.preemptor = preemptor
+        self.request = request
+        self.ordered = ordered
+        self.quota_ok = quota_ok
+        self.ok = ok
+        self.lenders_ok = lenders_ok
+        self.released: dict[str, dict[str, int]] = {}
+
+    def release(self, c: Candidate) -> None:
+        self.released[c.job.key] = self.pool.release(c.job.key)
+
+    def restore(self, c: Candidate) -> None:
+        self.pool.restore(c.job.key, self.released.pop(c.job.key))
+
+    def undo(self, chosen: Sequence[Candidate]) -> None:
+        for c in reversed(chosen):
+            self.restore(c)
+
+    def placeable(self, names: Sequence[str] | None = None) -> list[ReplicaPlan] | None:
+        """The gang's placement on the pool as it is (only on ``names`` for one replica)."""
+        if names is not None:
+            choice, _ = self.pool.choose(self.request, names)
+            if choice is None:
+                return None
+        result = self.pool.place_gang(self.preemptor.key, self.request)
+        if isinstance(result, GangFailure):
+            return None
+        self.pool.release(self.preemptor.key)
+        return result
+
+    def upper_bound(self) -> list[ReplicaPlan] | GangFailure:
+        """The placement with every candidate gone (the failure: no set can work)."""
+        for c in self.ordered:
+            self.release(c)
+        upper = self.pool.place_gang(self.preemptor.key, self.request)
+        if not isinstance(upper, GangFailure):
+            self.pool.release(self.preemptor.key)
+        self.undo(self.ordered)
+        return upper
+
+    def by_victim(
+        self,
+        upper: list[ReplicaPlan],
+        lender_tracker: Callable[[], Callable[[Candidate], bool]] | None,
+    ) -> _Passed | None:
+        """Release the cheapest victims first until the gang places; failing that, the
+        victims under the all-released placement. Single-replica jobs only need the nodes
+        freed since the last check looked at (the others could not host it then and have
+        not changed)."""
+        pool, request, preemptor = self.pool, self.request, self.preemptor
+        chosen: list[Candidate] = []
+        own: list[Job] = []
+        cross = False
+        lends = (
+            lender_tracker()
+            if lender_tracker is not None
+            else (lambda c: self.lenders_ok([*chosen, c]))
+        )
+        plans = self.placeable()
+        touched: list[str] = []
+        checks = 0
+        incremental = request.replicas == 1 and plans is None
+        for c in self.ordered:
+            if plans is not None:
+                break
+            # Only reclaim victims bear on the lenders (``chosen`` already passed).
+            if c.reason is PreemptReason.RECLAIM_GUARANTEE and not lends(c):
+                continue
+            self.release(c)
+            chosen.append(c)
+            if c.own(preemptor):
+                own.append(c.job)
+            if c.reason is PreemptReason.RECLAIM_GUARANTEE:
+                cross = True
+            touched.extend(n for n in self.released[c.job.key] if n not in touched)
+            if not self.quota_ok(own, cross, chosen):
+                continue
+            if incremental:
+                plans = self.placeable(touched)
+                touched = []
+                continue
+            if checks >= MAX_GREEDY_CHECKS:
+                break
+            checks += 1
+            plans = self.placeable()
+        if plans is not None and self.ok(chosen):
+            return chosen, plans
+        self.undo(chosen)
+        chosen = [c for c in self.ordered if _overlaps(pool, pool.holdings(c.job.key), upper)]
+        for c in chosen:
+            self.release(c)
+        plans = self.placeable() if self.ok(chosen) else None
+        if plans is None:
+            self.undo(chosen)
+            return None
+        return chosen, plans
+
+    def by_node(self) -> _Passed | None:
+        """Release, node after node in order of what it costs, the cheapest set of a node's
+        victims that frees one replica there, until the gang places (at most
+        :data:`MAX_GREEDY_CHECKS` placement checks)."""
+        pool, request = self.pool, self.request
+        eligible = pool.eligible_nodes(request).name_set
+        on_node: dict[str, list[tuple[Candidate, int]]] = {}
+        for c in self.ordered:
+            for node, mask in pool.holding(c.job.key).items():
+                if node in eligible:
+                    on_node.setdefault(node, []).append((c, mask))
+        options: list[_NodeOption] = []
+        for node in sorted(on_node):
+            option = _cheapest_on_node(
+                pool,
+                node,
+                request,
+                on_node[node],
+                ok=self.lenders_ok,
+                lenders=self.lenders_ok,
+                best=None,
+            )
+            if option is not None:
+                options.append(option)
+        options.sort(key=lambda o: (o.key, o.node))
+        chosen: list[Candidate] = []
+        plans: list[ReplicaPlan] | None = None
+        for option in options[:MAX_GREEDY_CHECKS]:
+            for c in option.victims:
+                if c.job.key not in self.released:
+                    self.release(c)
+                    chosen.append(c)
+            if self.ok(chosen):
+                plans = self.placeable()
+                if plans is not None:
+                    break
+        if plans is None:
+            self.undo(chosen)
+            return None
+        # Minimisation tries the most expensive first, as for the other pass.
+        index = {id(c): i for i, c in enumerate(self.ordered)}
+        chosen.sort(key=lambda c: index[id(c)])
+        return chosen, plans
+
+    def minimise(self, chosen: list[Candidate], plans: list[ReplicaPlan]) -> list[Candidate]:
+        """Spare victims, most expensive first, until none can be: one whose GPUs the
+        placement does not use goes if the quota allows it; one whose GPUs it uses, if the
+        gang still places without them. Passes repeat while a victim goes: sparing another
+        tenant's victim can make own victims unneeded that the quota needed beside it (a
+        reclaim is only for a job inside the guarantee), and a new placement can leave others'
+        GPUs unused. (A pass goes on after a victim goes rather than starting over: the same
+        end, no victim that can be spared, in a number of checks linear in the victims per
+        pass.) Every set tried is a subset of one that passed the checks: fewer victims leave
+        every lender at least as much (a subset sum over more jobs) and cost less, so only
+        the quota is left to check, kept as the set shrinks. The set stays released."""
+        kept = _Minimised(self.quota_ok, self.preemptor, chosen)
+        dropped = True
+        while dropped and len(kept.chosen) > 1:
+            dropped = False
+            for c in reversed(list(kept.chosen)):
+                if len(kept.chosen) == 1:
+                    break
+                if not kept.passes_without(c):
+                    continue
+                used = _overlaps(self.pool, self.released[c.job.key], plans)
+                self.restore(c)
+                again = self.placeable() if used else plans
+                if again is None:
+                    self.release(c)
+                    continue
+                kept.drop(c)
+                plans = again
+                dropped = True
+        return kept.chosen
 
 
 @dataclass(frozen=True, slots=True)
