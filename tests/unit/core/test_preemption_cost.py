@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -18,6 +18,7 @@ from gpusched.core.admission.preemption import (
     REPREEMPT_PROTECTION_SECONDS,
     Candidate,
     VictimSearch,
+    cheapest_first,
     find_victims,
     may_be_victim,
 )
@@ -357,3 +358,37 @@ def test_a_gang_of_whole_node_replicas_frees_the_nodes_whose_borrowers_cost_leas
             per_node[a.node] = per_node.get(a.node, 0.0) + c.price
     cheapest = sum(sorted(per_node.values())[:replicas])
     assert sum(c.price for c in found.victims) == cheapest
+
+
+@dataclass(frozen=True)
+class _Option:
+    key: Any
+    name: str
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 20), st.integers(0, 3), st.integers(1, 2), st.booleans()),
+        max_size=12,
+    )
+)
+def test_nodes_priced_lazily_come_cheapest_first(rows: list[tuple[int, int, int, bool]]) -> None:
+    """Each node's true price, a bound at or below it, and whether it frees anything: the
+    lazy order is the order of the true prices (ties by name), computed here by sorting."""
+    truth = {
+        f"n{i:02d}": (((0, 0, 0, 0), float(price), size), slack, frees)
+        for i, (price, slack, size, frees) in enumerate(rows)
+    }
+    bounds = sorted(
+        (((0, 0, 0, 0), key[1] - slack, key[2] if slack == 0 else 0), name)
+        for name, (key, slack, _) in truth.items()
+    )
+
+    def price(name: str) -> _Option | None:
+        key, _, frees = truth[name]
+        return _Option(key, name) if frees else None
+
+    got = [o.name for o in cheapest_first(bounds, price)]
+    expected = sorted((key, name) for name, (key, _, frees) in truth.items() if frees)
+    assert got == [name for _, name in expected]

@@ -26,7 +26,8 @@ freed is what the job can use under its topology policy, not a GPU count.
   placeable (the search Kueue uses, with real placements), and release node after node the
   cheapest set that frees one replica there, cheapest node first (a gang of whole-node
   replicas needs whole nodes; the cheapest victims, scattered over many nodes, may add up to
-  them only at a higher price).
+  them only at a higher price). Nodes are priced lazily, in order of the least a set on them
+  could cost (:func:`cheapest_first`): a gang that needs two nodes prices a few of them.
 
 A victim set must also keep the quota rules (:data:`QuotaCheck`) and leave every lending tenant
 at or above its guarantee (:data:`LenderCheck`): reclaim takes borrowed GPUs only, however many
@@ -35,10 +36,11 @@ victims one eviction needs.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import combinations
-from typing import Final, overload
+from itertools import combinations, islice
+from typing import Final, Protocol, TypeVar, overload
 
 from gpusched.core.admission.model import Job, PreemptReason, ReplicaPlan
 from gpusched.core.admission.pool import GangFailure, Pool, Request
@@ -524,7 +526,11 @@ class _GangSearch:
     def by_node(self) -> _Passed | None:
         """Release, node after node in order of what it costs, the cheapest set of a node's
         victims that frees one replica there, until the gang places (at most
-        :data:`MAX_GREEDY_CHECKS` placement checks)."""
+        :data:`MAX_GREEDY_CHECKS` placement checks). A node's set is worked out only when the
+        nodes before it in that order are known: in order of the least any set on it could
+        cost (:func:`_bound`), a node is priced once no node left could beat the cheapest
+        priced one, so a gang that needs two nodes prices a few, not every node with a
+        candidate."""
         pool, request = self.pool, self.request
         eligible = pool.eligible_nodes(request).name_set
         on_node: dict[str, list[tuple[Candidate, int]]] = {}
@@ -532,9 +538,17 @@ class _GangSearch:
             for node, mask in pool.holding(c.job.key).items():
                 if node in eligible:
                     on_node.setdefault(node, []).append((c, mask))
-        options: list[_NodeOption] = []
-        for node in sorted(on_node):
-            option = _cheapest_on_node(
+        k = request.gpus_per_replica
+        bounds: list[tuple[SetKey, str]] = []
+        for node, here in on_node.items():
+            slot = pool.slots[node]
+            bound = _bound(here, k - slot.free_count, slot.node.topology.placeable_mask)
+            if bound is not None:
+                bounds.append((bound, node))
+        bounds.sort()
+
+        def price(node: str) -> _NodeOption | None:
+            return _cheapest_on_node(
                 pool,
                 node,
                 request,
@@ -543,12 +557,11 @@ class _GangSearch:
                 lenders=self.lenders_ok,
                 best=None,
             )
-            if option is not None:
-                options.append(option)
-        options.sort(key=lambda o: (o.key, o.node))
+
+        options = cheapest_first(bounds, price)
         chosen: list[Candidate] = []
         plans: list[ReplicaPlan] | None = None
-        for option in options[:MAX_GREEDY_CHECKS]:
+        for option in islice(options, MAX_GREEDY_CHECKS):
             for c in option.victims:
                 if c.job.key not in self.released:
                     self.release(c)
@@ -735,6 +748,40 @@ def _quota_only(
     for plan in plans:
         pool.hold(preemptor.key, plan.node, plan.gpus)
     return VictimSearch(plans, chosen)
+
+
+class _Priced(Protocol):
+    """What :func:`cheapest_first` orders: anything with a key."""
+
+    @property
+    def key(self) -> SetKey: ...
+
+
+PricedT = TypeVar("PricedT", bound=_Priced)
+
+
+def cheapest_first(
+    bounds: Sequence[tuple[SetKey, str]], price: Callable[[str], PricedT | None]
+) -> Iterator[PricedT]:
+    """What ``price`` gives for each name, cheapest key first (ties by name), priced only
+    when needed: ``bounds`` holds a key no lower than each name's (sorted), so a name is
+    priced once its bound could tie or beat the cheapest priced so far, and the cheapest is
+    given once no name left could beat it. None from ``price``: the name gives nothing."""
+    priced: list[tuple[SetKey, str, int, PricedT]] = []
+    order = iter(bounds)
+    waiting = next(order, None)
+    count = 0
+    while True:
+        while waiting is not None and (not priced or waiting[0] <= priced[0][0]):
+            name = waiting[1]
+            waiting = next(order, None)
+            found = price(name)
+            if found is not None:
+                heapq.heappush(priced, (found.key, name, count, found))
+                count += 1
+        if not priced:
+            return
+        yield heapq.heappop(priced)[3]
 
 
 def _bound(options: Sequence[tuple[Candidate, int]], need: int, placeable: int) -> SetKey | None:
