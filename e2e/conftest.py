@@ -25,11 +25,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
-def gpusched_scheduler(local_cluster: LocalCluster) -> SchedulerProcesses:
+@pytest.fixture(scope="module")
+def gpusched_scheduler(local_cluster: LocalCluster) -> Iterator[SchedulerProcesses]:
     """The extender and a kube-scheduler serving the gpusched profile, running as the scheduler
-    ServiceAccounts the chart gives them (two identities)."""
-    return start_scheduler(local_cluster)
+    ServiceAccounts the chart gives them (two identities). One module's, stopped after it: two
+    kube-schedulers serving the gpusched profile would race for the same pods, and a module
+    that starts its own (the observability scenario, whose extender Prometheus scrapes) would
+    see some of its pods bound through the other one's extender."""
+    processes = start_scheduler(local_cluster)
+    yield processes
+    processes.stop(local_cluster)
 
 
 @pytest.fixture

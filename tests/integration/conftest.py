@@ -27,8 +27,7 @@ def extender(local_cluster: LocalCluster) -> Iterator[SchedulerProcesses]:
     """The gpusched extender and its kube-scheduler, under the scheduler ServiceAccount."""
     processes = start_scheduler(local_cluster)
     yield processes
-    local_cluster.stop_process(processes.kube_scheduler)
-    local_cluster.stop_process(processes.extender)
+    processes.stop(local_cluster)
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,11 @@ class SchedulerProcesses:
     url: str
     kubeconfig: Path
 
+    def stop(self, cluster: LocalCluster) -> None:
+        """Stop the kube-scheduler, then the extender (no scheduler is left calling it)."""
+        cluster.stop_process(self.kube_scheduler)
+        cluster.stop_process(self.extender)
+
     def restart_extender(self, cluster: LocalCluster, *, kill: bool = True) -> None:
         """Stop the extender (SIGKILL by default, like a crash) and start it again."""
         if kill:
