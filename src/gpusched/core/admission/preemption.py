@@ -532,20 +532,7 @@ class _GangSearch:
         priced one, so a gang that needs two nodes prices a few, not every node with a
         candidate."""
         pool, request = self.pool, self.request
-        eligible = pool.eligible_nodes(request).name_set
-        on_node: dict[str, list[tuple[Candidate, int]]] = {}
-        for c in self.ordered:
-            for node, mask in pool.holding(c.job.key).items():
-                if node in eligible:
-                    on_node.setdefault(node, []).append((c, mask))
-        k = request.gpus_per_replica
-        bounds: list[tuple[SetKey, str]] = []
-        for node, here in on_node.items():
-            slot = pool.slots[node]
-            bound = _bound(here, k - slot.free_count, slot.node.topology.placeable_mask)
-            if bound is not None:
-                bounds.append((bound, node))
-        bounds.sort()
+        on_node, bounds = _nodes_by_bound(pool, request, self.ordered)
 
         def price(node: str) -> _NodeOption | None:
             return _cheapest_on_node(
@@ -636,12 +623,6 @@ def _one_replica(
     if static is not None:
         return static
     quota = _quota(quota_ok, preemptor, ordered)
-    eligible = pool.eligible_nodes(request).name_set
-    on_node: dict[str, list[tuple[Candidate, int]]] = {}
-    for c in ordered:
-        for node, mask in pool.holding(c.job.key).items():
-            if node in eligible:
-                on_node.setdefault(node, []).append((c, mask))
 
     def ok(victims: Sequence[Candidate]) -> bool:
         return lenders_ok(victims) and quota(victims)
@@ -656,23 +637,7 @@ def _one_replica(
         # the tenant's jobs will do, wherever they run (a node's set would have to meet the
         # limit too, and free a placement besides).
         return quota_only
-    k = request.gpus_per_replica
-    bounds = []
-    for node, options in on_node.items():
-        slot = pool.slots[node]
-        placeable = slot.node.topology.placeable_mask
-        need = k - slot.free_count
-        bound = _bound(options, need, placeable)
-        if bound is None:
-            continue
-        # Freeing more never hurts a placement: if all of the node's victims together do not
-        # free one, no subset does.
-        freed = slot.free
-        for _, mask in options:
-            freed |= mask & placeable
-        if isinstance(place(slot.node.topology, k, request.policy, free_mask=freed), Placement):
-            bounds.append((bound, node))
-    bounds.sort()
+    on_node, bounds = _nodes_by_bound(pool, request, ordered)
     best: _NodeOption | None = None
     for bound, node in bounds[:MAX_NODES_SEARCHED]:
         if best is not None and bound > best.key:
@@ -748,6 +713,36 @@ def _quota_only(
     for plan in plans:
         pool.hold(preemptor.key, plan.node, plan.gpus)
     return VictimSearch(plans, chosen)
+
+
+def _nodes_by_bound(
+    pool: Pool, request: Request, ordered: Sequence[Candidate]
+) -> tuple[dict[str, list[tuple[Candidate, int]]], list[tuple[SetKey, str]]]:
+    """The candidates on each node ``request`` may use (with the GPUs they hold there), and
+    the nodes where they could free one replica, by the least a set of them could cost
+    (:func:`_bound`), lowest first. Freeing more never hurts a placement: a node whose victims
+    all together free none is left out."""
+    eligible = pool.eligible_nodes(request).name_set
+    on_node: dict[str, list[tuple[Candidate, int]]] = {}
+    for c in ordered:
+        for node, mask in pool.holding(c.job.key).items():
+            if node in eligible:
+                on_node.setdefault(node, []).append((c, mask))
+    k = request.gpus_per_replica
+    bounds: list[tuple[SetKey, str]] = []
+    for node, options in on_node.items():
+        slot = pool.slots[node]
+        placeable = slot.node.topology.placeable_mask
+        bound = _bound(options, k - slot.free_count, placeable)
+        if bound is None:
+            continue
+        freed = slot.free
+        for _, mask in options:
+            freed |= mask & placeable
+        if isinstance(place(slot.node.topology, k, request.policy, free_mask=freed), Placement):
+            bounds.append((bound, node))
+    bounds.sort()
+    return on_node, bounds
 
 
 class _Priced(Protocol):
