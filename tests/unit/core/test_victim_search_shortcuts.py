@@ -6,6 +6,10 @@ checks must see the cluster as it is.
   switched off, over generated candidates with a quota rule and a lenders' check of the shape the
   cycle gives them (the quota needs enough of the preemptor's own victims, and stricter with a
   reclaim among them; a lender loses at most what it borrows).
+* When no set of priority victims the preemptor's wait is worth frees enough of its own GPUs
+  for the quota rule, the search returns None without a pass over the nodes
+  (``_unaffordable``), for a single replica and for a gang. Truth is the same search with both
+  shortcuts switched off, over the same candidates.
 * A job that places on free GPUs but is over its tenant's limit needs only its own victims
   (``_quota_only``); the checks of those sets (the wait without preemption among them) run
   without the job's GPUs held for a placement not made yet.
@@ -62,13 +66,14 @@ def searches(
             lost = (NOW - (victim.started_at or 0.0)) * size
             candidates.append(Candidate(victim, reason, not own, lost, 300.0 * size))
     k = draw(st.integers(1, 8))
-    need = (draw(st.integers(0, 4)), draw(st.integers(0, 3)))
+    need = (draw(st.integers(0, 6)), draw(st.integers(0, 4)))
     """GPUs of own victims the preemptor's tenant must shed to stay within its limit, and more
     to fit its guarantee (what a reclaim asks)."""
     spare = {"l1": draw(st.integers(0, 4)), "l2": draw(st.integers(0, 4))}
     """GPUs each lender borrows (what reclaim may take from it)."""
-    worth = draw(st.integers(0, 3)) * 20_000
-    """Price of priority victims the wait without them is worth (0: none)."""
+    worth = draw(st.integers(0, 16)) * 2_500
+    """Price of priority victims the wait without them is worth (0: none): from none to a
+    few of them, so which affordable victims free the most GPUs matters."""
     return nodes, candidates, k, need, spare, worth
 
 
@@ -94,10 +99,10 @@ def _checks(need: tuple[int, int], spare: dict[str, int], worth: int) -> tuple[A
     return quota_ok, lenders_ok, worth_it
 
 
-def _search(case: Any) -> Any:
+def _search(case: Any, replicas: int = 1) -> Any:
     nodes, candidates, k, need, spare, worth = case
     pool = Pool(nodes, [(c.job.key, a) for c in candidates for a in c.job.placement])
-    preemptor = job("t/p", "t", k, priority=5)
+    preemptor = job("t/p", "t", k, replicas, priority=5)
     quota_ok, lenders_ok, worth_it = _checks(need, spare, worth)
     found = find_victims(
         pool,
@@ -108,19 +113,131 @@ def _search(case: Any) -> Any:
         lenders_ok=lenders_ok,
         worth_it=worth_it,
         may_place_now=False,
+        quota_by_count=True,
     )
     if isinstance(found, VictimSearch):
         return sorted(c.job.key for c in found.victims), found.plans
     return found
 
 
+def _full_search(case: Any, replicas: int = 1) -> Any:
+    """The search with no shortcut: every pass runs."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("gpusched.core.admission.preemption._never_passes", lambda *_args: False)
+        patch.setattr("gpusched.core.admission.preemption._unaffordable", lambda *_args: False)
+        return _search(case, replicas)
+
+
 @settings(max_examples=examples(300), deadline=None)
 @given(searches())
 def test_skipping_a_search_no_set_can_pass_finds_what_the_search_finds(case: Any) -> None:
+    assert _search(case) == _full_search(case)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(searches(), st.integers(2, 3))
+def test_skipping_a_gang_search_no_affordable_set_can_pass_finds_what_the_search_finds(
+    case: Any, replicas: int
+) -> None:
+    assert _search(case, replicas) == _full_search(case, replicas)
+
+
+def test_a_gang_whose_own_victims_cost_more_than_its_wait_is_not_searched() -> None:
+    # The tenant must shed 6 GPUs of its own to fit its guarantee with a reclaim, and free 8
+    # without one; the wait is worth one of its 2-GPU jobs. Nothing passes, and the passes
+    # over nodes never run.
+    case = _gang_over_budget()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("gpusched.core.admission.preemption._never_passes", lambda *_args: False)
-        truth = _search(case)
-    assert _search(case) == truth
+        patch.setattr(
+            "gpusched.core.admission.preemption._GangSearch.by_node",
+            lambda _self: pytest.fail("searched node by node"),
+        )
+        assert _search(case, 2) is None
+    assert _full_search(case, 2) is None
+
+
+@pytest.mark.parametrize(
+    ("held", "price", "need", "expected"),
+    [
+        # Cheapest per GPU: a (1 GPU, 2,000), then b (2 GPUs, 9,000), then c (1 GPU, 5,000).
+        # a and b together cost too much, yet a and c (7,000) free the 2 GPUs: a bound that
+        # stopped before the first victim it cannot afford would skip the search.
+        (
+            {"a": (0,), "b": (1, 2), "c": (3,)},
+            {"a": 2_000.0, "b": 9_000.0, "c": 5_000.0},
+            2,
+            ["t/a", "t/c"],
+        ),
+        # Cheapest by price: p, then q (2 GPUs, 11,000: too much); r alone (4 GPUs, 9,000)
+        # frees what the job needs. Per GPU, r comes first.
+        (
+            {"p": (0,), "q": (1,), "r": (2, 3, 4, 5)},
+            {"p": 5_000.0, "q": 6_000.0, "r": 9_000.0},
+            4,
+            ["t/r"],
+        ),
+    ],
+)
+def test_affordable_victims_are_searched_whatever_order_they_come_in(
+    held: dict[str, tuple[int, ...]], price: dict[str, float], need: int, expected: list[str]
+) -> None:
+    # The wait is worth 10,000 GPU-s; the tenant must shed ``need`` GPUs and the job needs as
+    # many; the rest of the node is held by another tenant's job that is no candidate.
+    n0 = node("n0")
+    candidates = [
+        Candidate(
+            job(f"t/{name}", "t", len(gpus), running_on=[("n0", gpus)], started=NOW - 600),
+            PreemptReason.HIGHER_PRIORITY,
+            False,
+            price[name],
+            0.0,
+        )
+        for name, gpus in held.items()
+    ]
+    rest = tuple(g for g in range(8) if all(g not in gpus for gpus in held.values()))
+    others = job("x/rest", "x", len(rest), running_on=[("n0", rest)], started=NOW - 600)
+    holdings = [(c.job.key, a) for c in candidates for a in c.job.placement]
+    holdings += [(others.key, a) for a in others.placement]
+    preemptor = job("t/p", "t", need, priority=5)
+    quota_ok, lenders_ok, _ = _checks((need, 0), {"l1": 0, "l2": 0}, 0)
+
+    def worth_it(victims: Sequence[Candidate]) -> bool:
+        return sum(c.price for c in victims) <= 10_000
+
+    found = find_victims(
+        Pool([n0], holdings),
+        preemptor,
+        Request.of(preemptor),
+        candidates,
+        quota_ok,
+        lenders_ok=lenders_ok,
+        worth_it=worth_it,
+        may_place_now=False,
+        quota_by_count=True,
+    )
+    assert isinstance(found, VictimSearch)
+    assert sorted(c.job.key for c in found.victims) == expected
+
+
+def _gang_over_budget() -> Any:
+    nodes = [node("n0"), node("n1")]
+    candidates = []
+    for n in nodes:
+        for gpu in range(0, 8, 2):
+            own = gpu < 4
+            tenant = "t" if own else "l1"
+            victim = job(
+                f"{tenant}/{n.name}-{gpu}",
+                tenant,
+                2,
+                running_on=[(n.name, (gpu, gpu + 1))],
+                started=NOW - 6_000,
+            )
+            reason = PreemptReason.HIGHER_PRIORITY if own else PreemptReason.RECLAIM_GUARANTEE
+            candidates.append(Candidate(victim, reason, not own, 12_000.0, 600.0))
+    # need (0 for the limit, 6 to fit the guarantee), lenders keep nothing back, the wait is
+    # worth 20,000 GPU-s: one own victim (12,600) is affordable, two are not.
+    return nodes, candidates, 4, (0, 6), {"l1": 8, "l2": 0}, 20_000
 
 
 def test_checks_of_victims_for_a_limit_alone_see_no_gpus_held_for_the_job() -> None:

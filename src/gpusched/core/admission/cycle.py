@@ -1461,6 +1461,7 @@ class Cycle:
             # Only a job refused for its quota was not just tried on the free GPUs.
             may_place_now=failure.reason in _QUOTA_BOUND,
             frees_quota=self._frees_limit(job),
+            quota_by_count=not tenant.guaranteed_by_model,
         )
         self._claiming = None
         if not isinstance(found, VictimSearch):

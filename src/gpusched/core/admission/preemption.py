@@ -307,6 +307,43 @@ def _never_passes(
 victims never makes a failing set pass."""
 
 
+def _unaffordable(
+    ordered: Sequence[Candidate],
+    quota: Callable[[Sequence[Candidate]], bool],
+    worth_it: LenderCheck,
+    short: int,
+) -> bool:
+    """Whether no victim set passes ``quota`` and ``worth_it`` and frees the ``short`` GPUs
+    the job lacks on the nodes it may use, told without a search, for a quota rule that reads
+    the preemptor's own victims by their GPUs alone (True: none can; False: one may).
+
+    ``worth_it`` bounds the price of the priority victims of a set. No affordable set of them
+    frees more GPUs than the cheapest per GPU taken in order up to and including the first
+    that makes them unaffordable (the fractional knapsack bound). The quota rule only gets
+    easier with more of the preemptor's own GPUs freed and with more victims of any kind,
+    except that a reclaim among them makes it stricter (:func:`_never_passes`). So a set
+    without a reclaim passes only if that bound, with every backfill overrun, passes the quota
+    and frees ``short`` GPUs; a set with one only if that bound with every reclaim added passes
+    the quota. A gang whose tenant must shed more of its own work than its wait is worth fails
+    here, instead of in both passes of its search every cycle."""
+    priced = sorted(
+        (c for c in ordered if c.reason is PreemptReason.HIGHER_PRIORITY),
+        key=lambda c: c.price / c.job.total_gpus,
+    )
+    if not priced:
+        return False
+    reach: list[Candidate] = []
+    for c in priced:
+        reach.append(c)
+        if not worth_it(reach):
+            break
+    bound = [*(c for c in ordered if c.reason is PreemptReason.BACKFILL_OVERRUN), *reach]
+    if sum(c.job.total_gpus for c in bound) >= short and quota(bound):
+        return False
+    reclaims = [c for c in ordered if c.reason is PreemptReason.RECLAIM_GUARANTEE]
+    return not (reclaims and quota([*bound, *reclaims]))
+
+
 def find_victims(
     pool: Pool,
     preemptor: Job,
@@ -319,6 +356,7 @@ def find_victims(
     lender_tracker: Callable[[], Callable[[Candidate], bool]] | None = None,
     may_place_now: bool = True,
     frees_quota: Callable[[Candidate], bool] | None = None,
+    quota_by_count: bool = False,
 ) -> VictimSearch | GangFailure | None:
     """The cheapest minimal victim set that makes the gang placeable.
 
@@ -332,14 +370,22 @@ def find_victims(
     has just seen the job fail to place on the free GPUs as they are (no victim set for its
     limit alone is then worth looking for). ``frees_quota``: which other tenants' candidates
     count against a limit the job is refused for (the jobs of a sibling team under a parent
-    at its borrowing limit); None: only the tenant's own.
+    at its borrowing limit); None: only the tenant's own. ``quota_by_count``: ``quota_ok``
+    reads the preemptor's own victims by their GPUs alone, more being easier (the tenant has
+    no per-model guarantee), so searches no affordable set could pass are skipped
+    (:func:`_unaffordable`).
     """
     if request.replicas == 1 and request.across is None:
         static = pool.static_failure(request)
         if static is not None:
             return static
         passes: LenderCheck = lambda v: lenders_ok(v) and worth_it(v)  # noqa: E731
-        if _never_passes(candidates, _quota(quota_ok, preemptor, candidates), passes):
+        quota_of = _quota(quota_ok, preemptor, candidates)
+        if _never_passes(candidates, quota_of, passes):
+            return None
+        if quota_by_count and _unaffordable(
+            candidates, quota_of, worth_it, request.total - pool.free_gpus(request)[0]
+        ):
             return None
         return _one_replica(
             pool,
@@ -369,6 +415,10 @@ def find_victims(
     upper = search.upper_bound()
     if isinstance(upper, GangFailure):
         return upper
+    if quota_by_count and _unaffordable(
+        ordered, quota, worth_it, request.total - pool.free_gpus(request)[0]
+    ):
+        return None
     # 2. Two passes, each minimised; the cheaper set wins. By victim: the cheapest victims
     # first, wherever they run. By node: node after node, the cheapest set that frees one
     # replica there (a gang of whole-node replicas needs whole nodes, which the cheapest
@@ -617,6 +667,7 @@ def _one_replica(
     lenders_ok: LenderCheck,
     may_place_now: bool = True,
     frees_quota: Callable[[Candidate], bool] | None = None,
+    quota_by_count: bool = False,
 ) -> VictimSearch | GangFailure | None:
     """A single replica: the node whose cheapest freeing victim set costs least."""
     static = pool.static_failure(request)
