@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.core.admission.model import Job, PreemptReason
-from gpusched.core.admission.pool import Pool, Request
+from gpusched.core.admission.pool import GangFailure, Pool, Request
 from gpusched.core.admission.preemption import Candidate, VictimSearch, find_victims
 from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
@@ -99,12 +99,11 @@ def _checks(need: tuple[int, int], spare: dict[str, int], worth: int) -> tuple[A
     return quota_ok, lenders_ok, worth_it
 
 
-def _search(case: Any, replicas: int = 1) -> Any:
-    nodes, candidates, k, need, spare, worth = case
-    pool = Pool(nodes, [(c.job.key, a) for c in candidates for a in c.job.placement])
-    preemptor = job("t/p", "t", k, replicas, priority=5)
-    quota_ok, lenders_ok, worth_it = _checks(need, spare, worth)
-    found = find_victims(
+def _find(
+    pool: Pool, preemptor: Job, candidates: list[Candidate], checks: tuple[Any, Any, Any]
+) -> VictimSearch | GangFailure | None:
+    quota_ok, lenders_ok, worth_it = checks
+    return find_victims(
         pool,
         preemptor,
         Request.of(preemptor),
@@ -115,6 +114,13 @@ def _search(case: Any, replicas: int = 1) -> Any:
         may_place_now=False,
         quota_by_count=True,
     )
+
+
+def _search(case: Any, replicas: int = 1) -> Any:
+    nodes, candidates, k, need, spare, worth = case
+    pool = Pool(nodes, [(c.job.key, a) for c in candidates for a in c.job.placement])
+    preemptor = job("t/p", "t", k, replicas, priority=5)
+    found = _find(pool, preemptor, candidates, _checks(need, spare, worth))
     if isinstance(found, VictimSearch):
         return sorted(c.job.key for c in found.victims), found.plans
     return found
@@ -199,22 +205,8 @@ def test_affordable_victims_are_searched_whatever_order_they_come_in(
     holdings = [(c.job.key, a) for c in candidates for a in c.job.placement]
     holdings += [(others.key, a) for a in others.placement]
     preemptor = job("t/p", "t", need, priority=5)
-    quota_ok, lenders_ok, _ = _checks((need, 0), {"l1": 0, "l2": 0}, 0)
-
-    def worth_it(victims: Sequence[Candidate]) -> bool:
-        return sum(c.price for c in victims) <= 10_000
-
-    found = find_victims(
-        Pool([n0], holdings),
-        preemptor,
-        Request.of(preemptor),
-        candidates,
-        quota_ok,
-        lenders_ok=lenders_ok,
-        worth_it=worth_it,
-        may_place_now=False,
-        quota_by_count=True,
-    )
+    checks = _checks((need, 0), {"l1": 0, "l2": 0}, 10_000)
+    found = _find(Pool([n0], holdings), preemptor, candidates, checks)
     assert isinstance(found, VictimSearch)
     assert sorted(c.job.key for c in found.victims) == expected
 
