@@ -32,6 +32,11 @@ freed is what the job can use under its topology policy, not a GPU count.
 A victim set must also keep the quota rules (:data:`QuotaCheck`) and leave every lending tenant
 at or above its guarantee (:data:`LenderCheck`): reclaim takes borrowed GPUs only, however many
 victims one eviction needs.
+
+**Searches that cannot succeed end before any pass** (the same blocked jobs search every cycle,
+and most of them find nothing): when no set passes the quota and the lenders' check, as told
+from the victims one at a time (:func:`_never_passes`), and when no set the job's wait can pay
+for frees enough of its tenant's own GPUs for the quota (:func:`_unaffordable`).
 """
 
 from __future__ import annotations
