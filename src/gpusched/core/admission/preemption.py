@@ -672,7 +672,6 @@ def _one_replica(
     lenders_ok: LenderCheck,
     may_place_now: bool = True,
     frees_quota: Callable[[Candidate], bool] | None = None,
-    quota_by_count: bool = False,
 ) -> VictimSearch | GangFailure | None:
     """A single replica: the node whose cheapest freeing victim set costs least."""
     static = pool.static_failure(request)
