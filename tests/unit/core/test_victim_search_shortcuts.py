@@ -148,11 +148,13 @@ def test_skipping_a_gang_search_no_affordable_set_can_pass_finds_what_the_search
     assert _search(case, replicas) == _full_search(case, replicas)
 
 
-def test_a_gang_whose_own_victims_cost_more_than_its_wait_is_not_searched() -> None:
-    # The tenant must shed 6 GPUs of its own to fit its guarantee with a reclaim, and free 8
-    # without one; the wait is worth one of its 2-GPU jobs. Nothing passes, and the passes
-    # over nodes never run.
-    case = _gang_over_budget()
+@pytest.mark.parametrize("shed", [4, 6])
+def test_a_gang_whose_own_victims_cost_more_than_its_wait_is_not_searched(shed: int) -> None:
+    # The tenant must shed 4 or 6 GPUs of its own to fit its guarantee with a reclaim, and
+    # free 8 without one; the wait is worth one of its 2-GPU jobs (two of them, 4 GPUs, are
+    # what the cheapest per GPU reach when counted up to the first it cannot afford). Nothing
+    # passes, and the passes over nodes never run.
+    case = _gang_over_budget(shed)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
             "gpusched.core.admission.preemption._GangSearch.by_node",
@@ -211,7 +213,7 @@ def test_affordable_victims_are_searched_whatever_order_they_come_in(
     assert sorted(c.job.key for c in found.victims) == expected
 
 
-def _gang_over_budget() -> Any:
+def _gang_over_budget(shed: int) -> Any:
     nodes = [node("n0"), node("n1")]
     candidates = []
     for n in nodes:
@@ -227,9 +229,9 @@ def _gang_over_budget() -> Any:
             )
             reason = PreemptReason.HIGHER_PRIORITY if own else PreemptReason.RECLAIM_GUARANTEE
             candidates.append(Candidate(victim, reason, not own, 12_000.0, 600.0))
-    # need (0 for the limit, 6 to fit the guarantee), lenders keep nothing back, the wait is
-    # worth 20,000 GPU-s: one own victim (12,600) is affordable, two are not.
-    return nodes, candidates, 4, (0, 6), {"l1": 8, "l2": 0}, 20_000
+    # need (0 for the limit, ``shed`` to fit the guarantee), lenders keep nothing back, the
+    # wait is worth 20,000 GPU-s: one own victim (12,600) is affordable, two are not.
+    return nodes, candidates, 4, (0, shed), {"l1": 8, "l2": 0}, 20_000
 
 
 def test_checks_of_victims_for_a_limit_alone_see_no_gpus_held_for_the_job() -> None:

@@ -324,11 +324,13 @@ def _unaffordable(
 
     ``worth_it`` bounds the price of the priority victims of a set. No affordable set of them
     frees more GPUs than the cheapest per GPU taken in order up to and including the first
-    that makes them unaffordable (the fractional knapsack bound). The quota rule only gets
+    that makes them unaffordable (the fractional knapsack bound), and the set used is one that
+    frees exactly the most any affordable set does (:func:`_most_gpus_affordable`, counted up
+    to that bound). The quota rule only gets
     easier with more of the preemptor's own GPUs freed and with more victims of any kind,
     except that a reclaim among them makes it stricter (:func:`_never_passes`). So a set
-    without a reclaim passes only if that bound, with every backfill overrun, passes the quota
-    and frees ``short`` GPUs; a set with one only if that bound with every reclaim added passes
+    without a reclaim passes only if that set, with every backfill overrun, passes the quota
+    and frees ``short`` GPUs; a set with one only if that set with every reclaim added passes
     the quota. A gang whose tenant must shed more of its own work than its wait is worth fails
     here, instead of in both passes of its search every cycle."""
     priced = sorted(
@@ -341,12 +343,38 @@ def _unaffordable(
     for c in priced:
         reach.append(c)
         if not worth_it(reach):
+            # At most the GPUs of the cheapest per GPU up to this one (the fractional bound);
+            # exactly, the most any affordable set frees.
+            reach = _most_gpus_affordable(priced, worth_it, sum(x.job.total_gpus for x in reach))
             break
     bound = [*(c for c in ordered if c.reason is PreemptReason.BACKFILL_OVERRUN), *reach]
     if sum(c.job.total_gpus for c in bound) >= short and quota(bound):
         return False
     reclaims = [c for c in ordered if c.reason is PreemptReason.RECLAIM_GUARANTEE]
     return not (reclaims and quota([*bound, *reclaims]))
+
+
+def _most_gpus_affordable(
+    priced: Sequence[Candidate], worth_it: LenderCheck, most: int
+) -> list[Candidate]:
+    """A set of ``priced`` freeing as many GPUs as any set ``worth_it`` allows (at most
+    ``most``): for each GPU count, the cheapest set of exactly that many (a 0/1 knapsack over
+    counts), the largest count whose cheapest set is affordable."""
+    cheapest: dict[int, tuple[float, tuple[int, ...]]] = {0: (0.0, ())}
+    for i, c in enumerate(priced):
+        size, price = c.job.total_gpus, c.price
+        for count in sorted(cheapest, reverse=True):
+            to = count + size
+            if to > most:
+                continue
+            total = cheapest[count][0] + price
+            if to not in cheapest or total < cheapest[to][0]:
+                cheapest[to] = (total, (*cheapest[count][1], i))
+    for count in sorted(cheapest, reverse=True):
+        chosen = [priced[i] for i in cheapest[count][1]]
+        if not chosen or worth_it(chosen):
+            return chosen
+    return []
 
 
 def find_victims(
