@@ -324,15 +324,15 @@ def _unaffordable(
 
     ``worth_it`` bounds the price of the priority victims of a set. No affordable set of them
     frees more GPUs than the cheapest per GPU taken in order up to and including the first
-    that makes them unaffordable (the fractional knapsack bound), and the set used is one that
-    frees exactly the most any affordable set does (:func:`_most_gpus_affordable`, counted up
-    to that bound). The quota rule only gets
-    easier with more of the preemptor's own GPUs freed and with more victims of any kind,
-    except that a reclaim among them makes it stricter (:func:`_never_passes`). So a set
-    without a reclaim passes only if that set, with every backfill overrun, passes the quota
-    and frees ``short`` GPUs; a set with one only if that set with every reclaim added passes
-    the quota. A gang whose tenant must shed more of its own work than its wait is worth fails
-    here, instead of in both passes of its search every cycle."""
+    that makes them unaffordable (the fractional knapsack bound); the set used frees exactly
+    the most any affordable set does (:func:`_most_gpus_affordable`, counted up to that bound).
+    The quota rule only gets easier with more of the preemptor's own GPUs freed and with more
+    victims of any kind, except that a reclaim among them makes it stricter
+    (:func:`_never_passes`). So a set without a reclaim passes only if that set, with every
+    backfill overrun, passes the quota and frees ``short`` GPUs; a set with one only if that
+    set with every reclaim added passes the quota. A gang whose tenant must shed more of its
+    own work than its wait is worth fails here, instead of in both passes of its search every
+    cycle."""
     priced = sorted(
         (c for c in ordered if c.reason is PreemptReason.HIGHER_PRIORITY),
         key=lambda c: c.price / c.job.total_gpus,
@@ -343,8 +343,6 @@ def _unaffordable(
     for c in priced:
         reach.append(c)
         if not worth_it(reach):
-            # At most the GPUs of the cheapest per GPU up to this one (the fractional bound);
-            # exactly, the most any affordable set frees.
             reach = _most_gpus_affordable(priced, worth_it, sum(x.job.total_gpus for x in reach))
             break
     bound = [*(c for c in ordered if c.reason is PreemptReason.BACKFILL_OVERRUN), *reach]
