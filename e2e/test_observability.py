@@ -86,6 +86,7 @@ def _start_operator(cluster: LocalCluster, metrics_port: int) -> ProcessRecord:
             f"--kubeconfig={identities.kubeconfig(cluster, identities.OPERATOR)}",
             f"--metrics-port={metrics_port}",
             f"--health-port={free_port()}",
+            f"--explain-port={free_port()}",
             "--resync=1",
             "--pods-ready-timeout=60",
             f"--node-selector={POOL_LABEL}={POOL}",

@@ -515,6 +515,15 @@ class OperatorMetrics:
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.explain_seconds = Histogram(
+            "operator_explain_duration_seconds",
+            "Time the leading operator took to answer one `gpusched explain` request, by "
+            "answer: explain (from the last cycle) or sooner (the counterfactual, decided anew).",
+            ["answer"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
         self.api_errors = Counter(
             "operator_api_errors",
             "API calls of the operator that failed, by operation.",

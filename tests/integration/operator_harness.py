@@ -61,6 +61,7 @@ class OperatorProcess:
         self.starts = 0
         self.metrics_port = 0
         self.health_port = 0
+        self.explain_port = 0
 
     def start(
         self,
@@ -77,6 +78,7 @@ class OperatorProcess:
         self.starts += 1
         self.metrics_port = free_port()
         self.health_port = free_port()
+        self.explain_port = free_port()
         self.record = self.cluster.spawn(
             f"gpusched-operator-{self.starts}",
             [
@@ -85,6 +87,7 @@ class OperatorProcess:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--metrics-port={self.metrics_port}",
                 f"--health-port={self.health_port}",
+                f"--explain-port={self.explain_port}",
                 "--resync=1",
                 *extra,
                 f"--pods-ready-timeout={pods_ready_timeout}",

@@ -1,14 +1,29 @@
-"""``gpusched explain`` on the real control plane: what each node says to a waiting job."""
+"""``gpusched explain`` on the real control plane: what each node says to a waiting job, and
+the leading operator answering from its last cycle."""
 
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterator
+from contextlib import suppress
+from datetime import datetime
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from gpusched.cli import main
-from gpusched.dev.localcluster import LocalCluster
-from tests.integration.operator_harness import POOL, POOL_LABEL, Scenario
+from gpusched.dev.localcluster import LocalCluster, identities
+from tests.integration.operator_harness import (
+    POOL,
+    POOL_LABEL,
+    OperatorProcess,
+    Scenario,
+    wait_for,
+)
 
 
 def _explain(cluster: LocalCluster, key: str) -> dict[str, object]:
@@ -42,3 +57,180 @@ def test_explain_names_the_scope_on_a_node_whose_wiring_can_never_meet_it(
     assert verdict["reason"] == "ScopeUnsatisfiable", verdict
     assert "nvlink" in verdict["detail"]
     assert verdict["free_gpus"] == 1
+
+
+def _cli(cluster: LocalCluster, key: str, *flags: str) -> dict[str, Any]:
+    result = CliRunner().invoke(
+        main, ["explain", key, f"--kubeconfig={cluster.kubeconfig}", "--json", *flags]
+    )
+    assert result.exit_code == 0, result.output
+    payload: dict[str, Any] = json.loads(result.output)
+    return payload
+
+
+def _host_address() -> str | None:
+    """An address of this machine the API server may proxy to (it refuses loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+@pytest.fixture
+def operator_service(kube: Any, operator: OperatorProcess) -> Iterator[str]:
+    """The chart's operator Service (``gpusched-operator`` in ``gpusched-system``), whose
+    ``explain`` port leads to the operator process of these tests. The API server proxies only
+    to endpoints that are pods with that address: a pod no scheduler takes stands for the
+    operator's, with this machine's address written into its status, behind a selectorless
+    Service and its own EndpointSlice."""
+    address = _host_address()
+    assert address is not None, "no non-loopback IPv4 address for the API server to proxy to"
+    core = client.CoreV1Api(kube)
+    discovery = client.DiscoveryV1Api(kube)
+    namespace, name, port = identities.NAMESPACE, "gpusched-operator", operator.explain_port
+    core.create_namespaced_pod(
+        namespace,
+        {  # type: ignore[arg-type]
+            "metadata": {"name": name},
+            "spec": {
+                "schedulerName": "nobody",
+                "containers": [{"name": "operator", "image": "gpusched:test"}],
+            },
+        },
+    )
+    core.patch_namespaced_pod_status(
+        name, namespace, {"status": {"podIP": address, "podIPs": [{"ip": address}]}}
+    )
+    core.create_namespaced_service(
+        namespace,
+        {  # type: ignore[arg-type]
+            "metadata": {"name": name},
+            "spec": {"ports": [{"name": "explain", "port": 8082, "targetPort": port}]},
+        },
+    )
+    discovery.create_namespaced_endpoint_slice(
+        namespace,
+        {  # type: ignore[arg-type]
+            "metadata": {
+                "name": f"{name}-explain",
+                "labels": {"kubernetes.io/service-name": name},
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {
+                    "addresses": [address],
+                    "conditions": {"ready": True},
+                    "targetRef": {"kind": "Pod", "namespace": namespace, "name": name},
+                }
+            ],
+            "ports": [{"name": "explain", "port": port, "protocol": "TCP"}],
+        },
+    )
+    yield name
+    with suppress(ApiException):
+        discovery.delete_namespaced_endpoint_slice(f"{name}-explain", namespace)
+    with suppress(ApiException):
+        core.delete_namespaced_service(name, namespace)
+    with suppress(ApiException):
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def _proxied(cluster: LocalCluster, key: str, *flags: str) -> dict[str, Any]:
+    """The CLI's answer through the chart's Service, once the API server knows its
+    EndpointSlice (it reads them from an informer)."""
+    return wait_for(
+        lambda: answer if "decidedHere" not in (answer := _cli(cluster, key, *flags)) else None,
+        30,
+        "the API server proxying to the operator",
+    )
+
+
+def test_the_leading_operator_answers_from_its_last_cycle_as_a_fresh_decision_would(
+    sc: Scenario, local_cluster: LocalCluster, operator: OperatorProcess, operator_service: str
+) -> None:
+    """The operator's answer (at its URL, and through the API server's proxy to its Service)
+    agrees with the CLI's own decision over a fresh read: the reason, the expected start and
+    the change that would start the job sooner."""
+    [node] = sc.nodes(1)
+    _, ns = sc.tenant("answers", guaranteed=8)
+    sc.submit(ns, "filler", 6, maxRuntimeSeconds=7200)
+    sc.wait_phase(ns, "filler", "Running")
+    sc.submit(ns, "four", 4)
+    sc.wait_reason(ns, "four", "WaitingForCapacity")
+    key = f"{ns}/four"
+
+    direct = _cli(local_cluster, key, f"--operator=http://127.0.0.1:{operator.explain_port}")
+    local = _cli(local_cluster, key, "--local")
+    assert "decidedHere" not in direct, direct
+    assert "decidedAt" in direct
+    assert local["decidedHere"] == "--local"
+    mine, theirs = direct["explanation"], local["explanation"]
+    assert mine["decision"] == theirs["decision"] == "waiting"
+    assert mine["reason"] == theirs["reason"] == "WaitingForCapacity"
+    # The filler's declared limit ends it 2 h after its start: the GPUs free then.
+    started = datetime.fromisoformat(sc.status(ns, "filler")["startedAt"]).timestamp()
+    assert abs(mine["expected_start"] - (started + 7200)) <= 1, mine
+    assert abs(theirs["expected_start"] - (started + 7200)) <= 1, theirs
+    assert [v["node"] for v in mine["nodes"]] == [node]
+    assert mine["nodes"][0]["reason"] == "NotEnoughFreeGpus"
+    assert mine["counterfactual"] == theirs["counterfactual"]
+    assert (mine["counterfactual"] or "").startswith("2 GPUs per replica instead of 4: now")
+
+    proxied = _proxied(local_cluster, key)  # the chart's Service, the CLI's default
+    assert "decidedAt" in proxied
+    assert proxied["explanation"]["expected_start"] == mine["expected_start"]
+
+    # No operator behind the name: the CLI decides itself and says why.
+    fallback = _cli(local_cluster, key, "--operator-service=none")
+    assert "did not answer" in fallback["decidedHere"]
+    assert fallback["explanation"]["reason"] == "WaitingForCapacity"
+
+
+def test_the_operator_says_so_when_it_has_no_such_job(
+    sc: Scenario, local_cluster: LocalCluster, operator: OperatorProcess
+) -> None:
+    _, ns = sc.tenant("nojob", guaranteed=8)
+    result = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            f"{ns}/absent",
+            f"--kubeconfig={local_cluster.kubeconfig}",
+            f"--operator=http://127.0.0.1:{operator.explain_port}",
+        ],
+    )
+    assert result.exit_code == 1
+    assert f"GpuJob {ns}/absent not found in the operator's cycle" in result.output
+
+
+def test_a_namespace_editor_asks_the_operator_once_granted_the_charts_explain_role(
+    sc: Scenario, local_cluster: LocalCluster, operator_service: str
+) -> None:
+    """The chart's ``explain`` Role allows its one proxy path; without it an ordinary user is
+    refused there, and cannot decide locally either (that reads the whole cluster)."""
+    sc.nodes(1)
+    _, ns = sc.tenant("editor", guaranteed=8)
+    sc.submit(ns, "big", 16)
+    sc.wait_reason(ns, "big", "NoFeasibleNodes")
+    editor = identities.namespace_editor(local_cluster, ns)
+    refused = CliRunner().invoke(main, ["explain", f"{ns}/big", f"--kubeconfig={editor}"])
+    assert refused.exit_code == 1
+    assert "403" in refused.output, refused.output
+    local_cluster.kubectl(
+        "create",
+        "rolebinding",
+        f"{ns}-explain",
+        "--role=gpusched-explain",
+        f"--serviceaccount={ns}:editor",
+        f"--namespace={identities.NAMESPACE}",
+    )
+    try:
+        answer = _proxied(local_cluster, f"{ns}/big", f"--kubeconfig={editor}")
+        assert answer["explanation"]["reason"] == "NoFeasibleNodes"
+    finally:
+        local_cluster.kubectl(
+            "delete", "rolebinding", f"{ns}-explain", f"--namespace={identities.NAMESPACE}"
+        )

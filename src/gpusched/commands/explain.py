@@ -1,16 +1,23 @@
-"""``gpusched explain [-n NAMESPACE] JOB``: why a GpuJob is where it is, or why it waits.
+"""``gpusched explain [-n NAMESPACE] JOB``: why a GpuJob is where it is, or why it waits, and
+when it is expected to start.
 
-It reads the cluster exactly as the operator does, runs the same admission cycle without writing
-anything, and prints the cycle's verdict on the job with the evidence: its tenant's standing, who
-it may preempt (or who may preempt it) and what each node says to one of its replicas. For each
-of the job's pods it adds whether the kubelet gave its containers exactly the GPUs gpusched chose
-(the node agent's report). ``gpusched explain pod/NAME`` says that for any pod.
+The leading operator answers from its last admission cycle (through the API server's proxy to
+its Service, or ``--operator URL``): the cycle's verdict on the job with the evidence, its
+tenant's standing, who it may preempt (or who may preempt it), what each node says to one of
+its replicas and its expected start; then, asked separately because each variant is a cycle of
+its own, one change that would start it sooner. Where no operator answers (or with
+``--local``), the CLI reads the cluster as the operator does and decides itself, writing
+nothing. For each of the job's pods it adds whether the kubelet gave its containers exactly the
+GPUs gpusched chose (the node agent's report). ``gpusched explain pod/NAME`` says that for any
+pod.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,45 +26,135 @@ import click
 @click.argument("job")
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.option("--kubeconfig", type=click.Path(path_type=Path), help="Default: $KUBECONFIG.")
-@click.option("--node-selector", default="", help="The operator's --node-selector, if it has one.")
+@click.option(
+    "--operator",
+    "operator_url",
+    default=None,
+    help="URL of the operator's explain port (e.g. http://localhost:8082 through `kubectl "
+    "port-forward`). Default: its Service, through the API server's proxy.",
+)
+@click.option("--operator-namespace", default="gpusched-system", show_default=True)
+@click.option("--operator-service", default="gpusched-operator", show_default=True)
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Do not ask the operator: read the cluster and decide here (slower at scale).",
+)
+@click.option(
+    "--sooner/--no-sooner",
+    default=True,
+    show_default=True,
+    help="Also work out one change that would start a waiting job sooner (a cycle per variant).",
+)
+@click.option(
+    "--node-selector", default="", help="With --local: the operator's --node-selector, if any."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def explain(
-    job: str, namespace: str, kubeconfig: Path | None, node_selector: str, as_json: bool
+    job: str,
+    *,
+    namespace: str,
+    kubeconfig: Path | None,
+    operator_url: str | None,
+    operator_namespace: str,
+    operator_service: str,
+    local: bool,
+    sooner: bool,
+    node_selector: str,
+    as_json: bool,
 ) -> None:
     """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits; with
     pod/NAME (or pod/NAMESPACE/NAME), whether a pod holds exactly the GPUs gpusched chose."""
     from gpusched.commands.operator import _labels
+    from gpusched.core.admission.explain import Explanation
     from gpusched.kube import load_configuration
     from gpusched.kubeasync import ApiError, BlockingApi
     from gpusched.node_agent.explain import job_pods, pod_report, render_pod
+    from gpusched.operator import asking
     from gpusched.operator.explainer import JobNotFoundError, explain_in_cluster, render
 
     kind, _, target = job.partition("/") if job.startswith("pod/") else ("", "", job)
     if "/" in target:
         namespace, target = target.split("/", 1)
+    key = f"{namespace}/{target}"
     configuration = load_configuration(kubeconfig)
     kube = BlockingApi(configuration)
+    payload: dict[str, Any] = {}
+    unanswered: str | None = None  # why the operator, asked, did not answer
     try:
         if kind == "pod":
             reports = [pod_report(kube, namespace, target)]
+            if as_json:
+                click.echo(json.dumps({"pods": reports}, indent=2, default=str))
+            else:
+                click.echo("\n".join(line for r in reports for line in render_pod(r)))
+            return
+        fetch = (
+            asking.at_url(operator_url)
+            if operator_url
+            else asking.through_proxy(kube, operator_namespace, operator_service, "explain")
+        )
+        answer: dict[str, Any] | None = None
+        if not local:
+            try:
+                answer = asking.ask(fetch, key)
+            except asking.NoAnswerError as err:
+                unanswered = f"the operator did not answer ({err})"
+        if answer is not None:
+            result = Explanation.from_dict(answer["explanation"])
+            status = answer["status"]
+            origin = _origin(answer)
+            payload = {"answeredBy": answer.get("answeredBy"), "decidedAt": answer["decidedAt"]}
+            if not as_json:
+                click.echo("\n".join(render(result, status, origin)))
+            if sooner and result.decision == "waiting":
+                try:
+                    result.counterfactual = asking.ask(fetch, key, sooner=True)["counterfactual"]
+                except asking.NoAnswerError as err:
+                    result.counterfactual = None
+                    payload["soonerError"] = str(err)
+                if not as_json:
+                    click.echo(_sooner_line(result.counterfactual, payload.get("soonerError")))
         else:
             result, status = explain_in_cluster(
-                configuration, f"{namespace}/{target}", _labels(node_selector)
+                configuration, key, _labels(node_selector), sooner=sooner
             )
-            reports = [pod_report(kube, namespace, p) for p in job_pods(kube, namespace, target)]
-    except JobNotFoundError as err:
+            why = unanswered or "--local"
+            payload = {"decidedHere": why}
+            if not as_json:
+                click.echo("\n".join(render(result, status, f"decided here: {why}")))
+        reports = [pod_report(kube, namespace, p) for p in job_pods(kube, namespace, target)]
+    except (JobNotFoundError, asking.JobUnknownError) as err:
         raise click.ClickException(str(err)) from None
     except ApiError as err:
-        raise click.ClickException(f"{kind or 'gpujob'} {namespace}/{target}: {err}") from None
+        before = f"{unanswered}; deciding here instead: " if unanswered else ""
+        raise click.ClickException(
+            f"{kind or 'gpujob'} {namespace}/{target}: {before}{err}"
+        ) from None
     finally:
         kube.close()
     if as_json:
-        payload: dict[str, object] = {"pods": reports}
-        if kind != "pod":
-            payload = {"status": status, "explanation": result.to_dict(), **payload}
+        payload.update(status=status, explanation=result.to_dict(), pods=reports)
         click.echo(json.dumps(payload, indent=2, default=str))
         return
-    lines = [] if kind == "pod" else render(result, status)
-    for report in reports:
-        lines.extend(render_pod(report))
-    click.echo("\n".join(lines))
+    lines = [line for report in reports for line in render_pod(report)]
+    if lines:
+        click.echo("\n".join(lines))
+
+
+def _origin(answer: dict[str, Any]) -> str:
+    decided = datetime.fromisoformat(answer["decidedAt"])
+    ago = max(0.0, (datetime.now(UTC) - decided).total_seconds())
+    who = f" ({answer['answeredBy']})" if answer.get("answeredBy") else ""
+    return (
+        f"answered by the operator{who} from its cycle at "
+        f"{decided.strftime('%H:%M:%SZ')} ({ago:.0f} s ago)"
+    )
+
+
+def _sooner_line(text: str | None, error: str | None) -> str:
+    if error:
+        return f"  sooner: not worked out ({error})"
+    if text:
+        return f"  sooner: {text}"
+    return "  sooner: no change to this job starts it markedly sooner"

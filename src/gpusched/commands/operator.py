@@ -123,6 +123,14 @@ def _labels(value: str) -> dict[str, str]:
     help="Liveness endpoint /healthz (fails when the admission loop is stuck); 0 disables it.",
 )
 @click.option(
+    "--explain-port",
+    type=click.IntRange(min=0, max=65535),
+    default=8082,
+    show_default=True,
+    help="HTTP port of `gpusched explain`'s answers (GET /explain/NAMESPACE/NAME), served by "
+    "the leader from its last cycle; 0 disables it.",
+)
+@click.option(
     "--stuck-after",
     type=POSITIVE_DURATION,
     default="120s",
@@ -179,6 +187,7 @@ def operator(
     reservations_per_tenant: int,
     runtime_history: str,
     health_port: int,
+    explain_port: int,
     stuck_after: float,
     webhook_port: int,
     webhook_cert_dir: Path | None,
@@ -228,6 +237,7 @@ def operator(
             lease_namespace=lease_namespace,
             runtime_history=runtime_history or None,
             health_port=health_port,
+            explain_port=explain_port,
             stuck_after=max(stuck_after, 2 * resync),
             webhook_port=webhook_port,
             webhook_cert_dir=webhook_cert_dir,

@@ -117,6 +117,7 @@ def run_operator_demo(
             f"--kubeconfig={kubeconfig}",
             "--metrics-port=0",
             "--health-port=0",
+            "--explain-port=0",
             "--resync=1",
             f"--node-selector={DEMO_LABEL}={prefix}",
         ],

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
-from gpusched.core.admission import CycleConfig, CycleResult, Cycles, Job, Snapshot
+from gpusched.core.admission import Cycle, CycleConfig, CycleResult, Cycles, Job, Snapshot
 from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
@@ -101,6 +101,13 @@ class Decision:
     wake_at: datetime | None
     """When time alone changes a decision (a deadline, a backoff, a protection ending)."""
     seconds: Mapping[str, float]
+    cycle: Cycle
+    """The admission cycle in the state it left, for ``explain``: good until the next
+    :func:`decide` with the same memo (which takes its pool back)."""
+    forecast_at: datetime | None = None
+    """When the expected starts ``result`` carries were forecast (reservations' excepted)."""
+    forecast: Mapping[str, float | None] = field(default_factory=dict)
+    """That forecast: the jobs it covered (None: it found no start for them)."""
 
     final: Mapping[str, GpuJobStatus] = field(default_factory=dict)
     """Statuses the planned writes give their jobs."""
@@ -336,6 +343,9 @@ def decide(
             "forecast": t_forecast - t3,
             "plan": t4 - t_forecast,
         },
+        cycle=cycle,
+        forecast_at=memo.forecast_at,
+        forecast=memo.forecast,
         final={
             action.key: action.status
             for group in planned.groups

@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.core.admission.explain import Explanation, explain
+from gpusched.core.admission.explain import GPU_BOUND, Explanation, counterfactual, describe
+from gpusched.core.admission.model import Job, Snapshot
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.core.lifecycle.status import admitted_by_pods
 from gpusched.kubeasync import AsyncApi
-from gpusched.operator.decide import OperatorConfig, decide
+from gpusched.operator.decide import Decision, OperatorConfig, decide
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store
 from gpusched.operator.watches import list_all
@@ -43,7 +44,11 @@ def assume_unwritten_admissions(store: Store) -> None:
 
 
 def explain_in_cluster(
-    configuration: Any, key: str, node_selector: Mapping[str, str] | None = None
+    configuration: Any,
+    key: str,
+    node_selector: Mapping[str, str] | None = None,
+    *,
+    sooner: bool = True,
 ) -> tuple[Explanation, dict[str, Any]]:
     """:func:`explain_job` over one fresh read of the cluster a ``kubernetes`` configuration
     names (synchronous: for the CLI and scripts)."""
@@ -55,24 +60,52 @@ def explain_in_cluster(
         finally:
             await api.close()
 
-    return explain_job(asyncio.run(read()), key, node_selector)
+    return explain_job(asyncio.run(read()), key, node_selector, sooner=sooner)
 
 
 def explain_job(
-    store: Store, key: str, node_selector: Mapping[str, str] | None = None
+    store: Store,
+    key: str,
+    node_selector: Mapping[str, str] | None = None,
+    *,
+    sooner: bool = True,
 ) -> tuple[Explanation, dict[str, Any]]:
-    """The explanation of ``namespace/name`` and the job's current status. The job's template
-    is taken as valid (checking it is the operator's business)."""
+    """The explanation of ``namespace/name`` and the job's current status, decided now over
+    ``store``: one cycle, the forecast played until the job is decided, and (``sooner``) the
+    change that would start it sooner. The job's template is taken as valid (checking it is
+    the operator's business)."""
     world = store.world(datetime.now(UTC))
-    facts = next((j for j in world.jobs if j.key == key), None)
-    if facts is None:
-        raise JobNotFoundError(f"GpuJob {key} not found")
     verdicts: dict[str, Verdict | None] = {
         job.key: Verdict() for job in world.jobs if needs_validation(job)
     }
     config = OperatorConfig(node_selector=dict(node_selector or {}))
-    decision = decide(world, verdicts, config, NodeReader(config.node_selector))
-    explanation = explain(decision.snapshot, key)
+    decision = decide(world, verdicts, config, NodeReader(config.node_selector), forecast=False)
+    explanation, status = answer(decision, key, play=True)
+    if sooner:
+        job = decision.cycle.jobs.get(key)
+        if job is not None:
+            explanation.counterfactual = sooner_start(decision.snapshot, job, explanation)
+    return explanation, status
+
+
+def answer(
+    decision: Decision, key: str, *, play: bool = False
+) -> tuple[Explanation, dict[str, Any]]:
+    """The explanation of ``key`` in the state ``decision``'s cycle left, and the job's status
+    as written. A waiting job's expected start is the one the decision carries (its
+    reservation's, or the last forecast's), or, with ``play``, played forward now (which
+    uses the cycle up: only for a decision made for this answer)."""
+    facts = decision.world.job(key)
+    if facts is None:
+        raise JobNotFoundError(f"GpuJob {key} not found")
+    forecast_at = decision.forecast_at.timestamp() if decision.forecast_at else None
+    explanation = describe(decision.cycle, decision.result, key, forecast_at)
+    if explanation.decision == "waiting":
+        if play:
+            explanation.expected_start = decision.cycle.forecast(until=key).get(key)
+            explanation.forecast_at = decision.snapshot.now
+        elif explanation.reservation is None and key not in decision.forecast:
+            explanation.forecast_at = None  # queued since the last forecast, or beyond its limit
     if facts.unwritten is not None:
         explanation.reason = "AdmissionNotYetWritten"
         explanation.message = (
@@ -82,11 +115,23 @@ def explain_job(
     return explanation, facts.written.to_k8s()
 
 
-def render(e: Explanation, status: Mapping[str, Any]) -> list[str]:
-    """Human-readable lines."""
+def sooner_start(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None:
+    """The one change to a waiting job that starts it markedly sooner than its expected start
+    (None: none does, or the job waits for something other than GPUs). Each variant is decided
+    by a cycle of its own over ``snapshot``, which it only reads: it may run beside the next
+    cycle."""
+    if explanation.decision != "waiting" or explanation.reason not in {r.value for r in GPU_BOUND}:
+        return None
+    return counterfactual(snapshot, job, explanation.expected_start)
+
+
+def render(e: Explanation, status: Mapping[str, Any], origin: str | None = None) -> list[str]:
+    """Human-readable lines (``origin``: who decided, and when)."""
     phase = status.get("phase") or "New"
     head = f"GpuJob {e.job}: {phase}" + (f" ({status['reason']})" if status.get("reason") else "")
     out = [head]
+    if origin:
+        out.append(f"  {origin}")
     if not e.found:
         if status.get("message"):
             out.append(f"  {status['message']}")
@@ -157,11 +202,26 @@ def _when(epoch: float, now: float) -> str:
     return f"{at} (in about {span})"
 
 
+def _span(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{round(seconds)} s" if seconds < 90 else f"{round(seconds / 60)} min"
+
+
 def _expected_lines(e: Explanation) -> list[str]:
     """When the job is expected to start, on what evidence, and what would start it sooner."""
     out = []
     if e.expected_start is not None:
-        out.append(f"  expected start: {_when(e.expected_start, e.now)}")
+        line = f"  expected start: {_when(e.expected_start, e.now)}"
+        if e.forecast_at is not None and e.now - e.forecast_at >= 1:
+            line += f" (forecast {_span(e.now - e.forecast_at)} before this cycle)"
+        out.append(line)
+    elif e.forecast_at is None:
+        out.append(
+            "  expected start: not forecast yet (the operator forecasts waiting jobs once per "
+            "--forecast-interval, the first 5,000 in admission order; `gpusched explain "
+            "--local` plays the queue forward now)"
+        )
     else:
         out.append(
             "  expected start: unknown (GPUs it could use are held by jobs with no predicted "

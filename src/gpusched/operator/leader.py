@@ -64,6 +64,8 @@ class LeaderElector:
         self._observed_at = 0.0
         self.changed = asyncio.Event()
         """Set when leadership is gained or lost."""
+        self.holder: str | None = None
+        """The Lease's holder when last read (this replica's identity while it leads)."""
 
     @property
     def path(self) -> str:
@@ -127,6 +129,7 @@ class LeaderElector:
             return await self._create(now)
         spec: dict[str, Any] = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
+        self.holder = str(holder) if holder else None
         duration = float(spec.get("leaseDurationSeconds") or self.duration)
         renewed = spec.get("renewTime") or spec.get("acquireTime")
         if holder != self.identity and not self._expired(holder, renewed, duration):
@@ -150,6 +153,7 @@ class LeaderElector:
                 log.info("lease %s/%s changed meanwhile", self.namespace, self.name)
                 return False
             raise
+        self.holder = self.identity
         return True
 
     async def _create(self, now: datetime) -> bool:
@@ -175,4 +179,5 @@ class LeaderElector:
             if err.status == 409:
                 return False
             raise
+        self.holder = self.identity
         return True

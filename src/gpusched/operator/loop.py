@@ -124,6 +124,11 @@ class AdmissionLoop:
         self._user_series: dict[str, set[str]] = {}
         """Tenant -> users with per-user series published (to drop those that leave)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.last: Decision | None = None
+        """The last cycle's decision while this replica leads (``explain`` answers from it)."""
+        self.deciding = asyncio.Lock()
+        """Held while a cycle decides: the last decision's cycle is read only under it, since
+        the next cycle takes its pool back."""
 
     def leading(self) -> bool:
         return self.leader is None or self.leader.leading
@@ -153,6 +158,7 @@ class AdmissionLoop:
             if stop.is_set():
                 break
             if not self.leading():
+                self.last = None
                 if self._published:
                     self.metrics.stand_by()
                     self._published = False
@@ -221,18 +227,21 @@ class AdmissionLoop:
             STATUS_REFRESH_BUDGET,
             reports=self.executor.reports_room(),
         )
-        decision = await asyncio.to_thread(
-            lambda: decide(
-                world,
-                verdicts,
-                self.config,
-                self.nodes,
-                busy=busy,
-                memo=self.memo,
-                refresh=refresh,
-                history=self.runtimes.history if self.runtimes is not None else None,
+        async with self.deciding:
+            self.last = None
+            decision = await asyncio.to_thread(
+                lambda: decide(
+                    world,
+                    verdicts,
+                    self.config,
+                    self.nodes,
+                    busy=busy,
+                    memo=self.memo,
+                    refresh=refresh,
+                    history=self.runtimes.history if self.runtimes is not None else None,
+                )
             )
-        )
+            self.last = decision
         report = CycleReport(seconds=dict(decision.seconds))
         self._quota_due = None
         if not self.leading():

@@ -1,6 +1,7 @@
 """The operator process, a kopf operator: kopf hosts it (start-up, cleanup, liveness probe,
-validating webhook) and watches six kinds into the store; the admission loop, the Lease and the
-pod watches are tasks it starts, and every write goes through :mod:`gpusched.kubeasync`.
+validating webhook) and watches six kinds into the store; the admission loop, the Lease, the
+pod watches and ``explain``'s answers are tasks it starts, and every write goes through
+:mod:`gpusched.kubeasync`.
 
 kopf runs standalone (no KopfPeering: the Lease elects one leader and keeps the standbys' stores
 warm) and writes nothing on anyone's objects: only ``@kopf.on.event``, ``on.validate`` and
@@ -25,6 +26,7 @@ from gpusched.core.lifecycle import JobFacts
 from gpusched.kube import load_configuration
 from gpusched.kubeasync import AsyncApi
 from gpusched.metrics import OperatorMetrics
+from gpusched.operator.answers import AnswerServer
 from gpusched.operator.api import OperatorApi
 from gpusched.operator.decide import OperatorConfig
 from gpusched.operator.feeds import KindFeed
@@ -61,6 +63,8 @@ class RunOptions:
     """Directory with the webhook's ``tls.crt`` and ``tls.key`` (reloaded when they change)."""
     stuck_after: float = 120.0
     """Seconds without the admission loop coming round before liveness fails."""
+    explain_port: int = 8082
+    """Port of ``gpusched explain``'s answers (:mod:`gpusched.operator.answers`); 0: none."""
 
 
 def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
@@ -131,6 +135,11 @@ class Host:
             runtimes=RuntimeBook(self.client, options.lease_namespace, options.runtime_history),
             resync=options.resync,
         )
+        self.answers = (
+            AnswerServer(self.loop, metrics, options.explain_port, leader=self.leader)
+            if options.explain_port
+            else None
+        )
         self.feeds = {feed.name: feed for feed in feeds(self.store, metrics)}
         self.halt = asyncio.Event()
         """Stops the admission loop (kopf's cleanup sets it)."""
@@ -193,12 +202,16 @@ class Host:
         if self.leader is not None:
             self._spawn(self.leader.run(), "lease")
         self.loop_task = asyncio.create_task(self.loop.run(self.halt), name="admission")
+        if self.answers is not None:
+            await self.answers.start()
         for feed in self.feeds.values():
             feed.start_reconcile()
 
     async def _cleanup(self, **_: Any) -> None:
         """Let the admission loop finish its cycle and its writes, then stop the rest."""
         self.halt.set()
+        if self.answers is not None:
+            await self.answers.stop()
         if self.loop_task is not None:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(self.loop_task, timeout=30)

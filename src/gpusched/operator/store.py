@@ -67,6 +67,10 @@ class World:
     network: NetworkTopology | None = None
     """The cluster's network levels (the NetworkTopology named ``default``), if any."""
 
+    def job(self, key: str) -> JobFacts | None:
+        """The job ``namespace/name``, if the world has it."""
+        return next((job for job in self.jobs if job.key == key), None)
+
 
 def _version(meta: Mapping[str, Any]) -> int:
     value = str(meta.get("resourceVersion") or "")

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.admission import CycleConfig, Snapshot, Tenant
-from gpusched.core.admission.explain import explain
+from gpusched.core.admission.explain import describe, explain
+from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
+from tests.unit.core.test_forecast_play import Case
+from tests.unit.core.test_forecast_play import _build as build_forecast_case
+from tests.unit.core.test_forecast_play import cases as forecast_cases
 
 NOW = 10_000.0
 
@@ -110,3 +116,20 @@ def test_no_change_is_offered_when_none_starts_the_job_markedly_sooner() -> None
     e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), tuple(nodes)), "a/j")
     assert e.expected_start == NOW + 7200
     assert e.counterfactual is None
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(forecast_cases())
+def test_the_answer_from_a_cycle_already_run_is_that_of_deciding_again(case: Case) -> None:
+    """What the operator answers from its last cycle and last forecast (``describe``) is what
+    ``explain`` finds deciding afresh, for every job of the snapshot: decision, reason,
+    evidence and expected start (the change that would start it sooner is asked apart)."""
+    cycle = build_forecast_case(case)
+    cycle.forecast()
+    result = cycle.result()
+    for key in cycle.jobs:
+        kept = describe(cycle, result, key, cycle.now).to_dict()
+        fresh = explain(cycle.snapshot, key).to_dict()
+        for answer in (kept, fresh):
+            answer.pop("counterfactual")
+        assert kept == fresh, key

@@ -10,12 +10,12 @@ that would start it markedly sooner, when there is one (:func:`counterfactual`).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gpusched.api.gpujob import TopologyScope
 from gpusched.core.admission.cycle import Cycle
-from gpusched.core.admission.model import Job, JobState, Node, Snapshot, WaitReason
+from gpusched.core.admission.model import CycleResult, Job, JobState, Node, Snapshot, WaitReason
 from gpusched.core.admission.pool import Request
 from gpusched.core.admission.preemption import by_cost, may_be_victim, protected_until
 from gpusched.core.placement import SCOPES, Placement, RefusalReason, place
@@ -66,25 +66,59 @@ class Explanation:
     """Waiting: when it is expected to start (epoch seconds; None: nobody can say)."""
     reservation: dict[str, Any] | None = None
     """Waiting with GPUs reserved: start, nodes and GPUs, idle GPUs."""
+    forecast_at: float | None = None
+    """When the expected start was worked out (epoch seconds; None: no forecast covers the
+    job yet)."""
     counterfactual: str | None = None
     """One change to the job that would start it markedly sooner, and how much sooner."""
     now: float = 0.0
+    """When the cycle explained decided (epoch seconds)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["nodes"] = [n.__dict__ for n in self.nodes[:DETAIL_NODES]]
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Explanation:
+        """An explanation :meth:`to_dict` gave (sent over HTTP by the operator); keys it does
+        not know are left out, so an older CLI reads a newer operator's answer."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["nodes"] = [NodeVerdict(**n) for n in values.get("nodes", [])]
+        return cls(**values)
+
 
 def explain(snapshot: Snapshot, key: str) -> Explanation:
-    """Run the cycle over ``snapshot`` and explain job ``key``."""
+    """Run the cycle over ``snapshot`` and explain job ``key``; a waiting job gets its expected
+    start (played forward until it is decided) and the change that would start it sooner."""
     cycle = Cycle(snapshot)
     result = cycle.run()
+    out = describe(cycle, result, key)
+    if out.decision == "waiting":
+        out.expected_start = cycle.forecast(until=key).get(key)
+        out.forecast_at = snapshot.now
+        if WaitReason(out.reason) in GPU_BOUND:
+            out.counterfactual = counterfactual(snapshot, cycle.jobs[key], out.expected_start)
+    return out
+
+
+def describe(
+    cycle: Cycle, result: CycleResult, key: str, forecast_at: float | None = None
+) -> Explanation:
+    """Job ``key`` in the state ``cycle`` left after deciding ``result``, reading nothing the
+    cycle did not work out: a waiting job's expected start is the one ``result`` carries (its
+    reservation's, or that of the last forecast, made at ``forecast_at``). The operator
+    answers ``explain`` this way from its last cycle, in milliseconds, where deciding again
+    takes a cycle and playing the queue forward seconds; :func:`counterfactual` is asked for
+    separately."""
+    snapshot = cycle.snapshot
     job = cycle.jobs.get(key)
     if job is None:
         return Explanation(key, found=False, message="the job is not part of the snapshot")
     out = Explanation(key, found=True, tenant=job.tenant, state=job.state.value)
     out.priority = job.priority
+    out.now = snapshot.now
     tenant = cycle.tenants.get(job.tenant or "")
     if tenant is not None:
         ledger = cycle.ledgers[tenant.name]
@@ -131,9 +165,11 @@ def explain(snapshot: Snapshot, key: str) -> Explanation:
         if tenant is not None:
             out.preemption = _may_preempt(cycle, key)
         out.nodes, out.node_summary = _nodes(cycle, request)
-        out.now = snapshot.now
+        out.expected_start = waiting.expected_start
+        out.forecast_at = forecast_at
         reservation = next((r for r in result.reservations if r.job == key), None)
         if reservation is not None:
+            out.forecast_at = snapshot.now
             out.reservation = {
                 "start": reservation.start,
                 "placement": [
@@ -141,9 +177,6 @@ def explain(snapshot: Snapshot, key: str) -> Explanation:
                 ],
                 "idle_gpus": reservation.idle_gpus,
             }
-        out.expected_start = cycle.forecast(until=key).get(key)
-        if waiting.reason in _GPU_BOUND:
-            out.counterfactual = counterfactual(snapshot, job, out.expected_start)
         return out
     if job.state is JobState.ADMITTED:
         out.decision = "running"
@@ -321,7 +354,7 @@ def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str,
 
 
 #: Waits that an earlier start of the same job could end (not quota, not a missing tenant).
-_GPU_BOUND = frozenset(
+GPU_BOUND = frozenset(
     {
         WaitReason.WAITING_FOR_CAPACITY,
         WaitReason.TOPOLOGY_UNSATISFIABLE,

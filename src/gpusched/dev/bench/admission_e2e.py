@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import tempfile
 import threading
 import time
@@ -39,6 +40,7 @@ import click
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.api import keys
+from gpusched.dev.bench.admission import percentile_ms
 from gpusched.dev.localcluster import LocalCluster, ensure_toolchain, identities
 from gpusched.dev.localcluster.binaries import default_progress, repo_root
 from gpusched.dev.localcluster.components import (
@@ -258,6 +260,8 @@ def run_e2e(
                     body(webhook_configuration("gpusched-operator", webhook_port, ca_pem))
                 )
 
+            explain_port = free_port()
+
             def start_operator(name: str) -> None:
                 cluster.spawn(
                     name,
@@ -267,6 +271,7 @@ def run_e2e(
                         f"--kubeconfig={kubeconfig}",
                         f"--metrics-port={port}",
                         f"--health-port={free_port()}",
+                        f"--explain-port={explain_port}",
                         "--resync=5",
                         *([f"--record-delay={record_delay}"] if record_delay is not None else []),
                         *webhook_args,
@@ -358,7 +363,14 @@ def run_e2e(
             progress(f"[bench] plain pods: {pod_rate} pods/s")
             if steady_jobs:
                 result["steady"] = _steady_state(
-                    api, core, custom, port, cluster, count=steady_jobs, workers=workers
+                    api,
+                    core,
+                    custom,
+                    port,
+                    cluster,
+                    count=steady_jobs,
+                    workers=workers,
+                    explain_port=explain_port,
                 )
                 result["restart"] = _restart(cluster, port, start_operator)
             return result
@@ -508,10 +520,19 @@ def _restart(cluster: LocalCluster, port: int, start: Callable[[str], None]) -> 
 
 
 def _steady_state(
-    api: Any, core: Any, custom: Any, port: int, cluster: LocalCluster, *, count: int, workers: int
+    api: Any,
+    core: Any,
+    custom: Any,
+    port: int,
+    cluster: LocalCluster,
+    *,
+    count: int,
+    workers: int,
+    explain_port: int,
 ) -> dict[str, Any]:
-    """``count`` jobs that wait for good; then what the operator asks of the API server, and
-    its CPU per queued job and memory."""
+    """``count`` jobs that wait for good; then what the operator asks of the API server, its
+    CPU per queued job and memory, and how fast ``gpusched explain`` is answered: by the
+    operator from its last cycle, and decided by the CLI itself over a fresh read."""
     namespace = "bench-steady"
     core.create_namespace(body({"metadata": {"name": namespace}}))
     custom.create_cluster_custom_object(
@@ -554,7 +575,9 @@ def _steady_state(
     api_lists = sum(lists_by_kind.values())
     cycles = op_after["cycles"] - op_before["cycles"]
     cycle_seconds = op_after["cycle_sum"] - op_before["cycle_sum"]
+    explained = _explain_latency(api, namespace, count, explain_port)
     return {
+        **explained,
         "queued_jobs": count,
         "apply_seconds": round(apply_seconds, 1),
         "window_seconds": window,
@@ -571,6 +594,41 @@ def _steady_state(
             if (bound := _cycle_p99_bound(op_after["buckets"], op_after["cycles"])) is None
             else 1000 * bound
         ),
+    }
+
+
+#: ``gpusched explain`` requests timed at steady state (answered by the operator), and decided
+#: by the CLI itself (each a read of the whole cluster and a cycle).
+EXPLAIN_ASKS = 50
+EXPLAIN_LOCAL = 3
+
+
+def _explain_latency(api: Any, namespace: str, count: int, explain_port: int) -> dict[str, Any]:
+    """Wall time of ``gpusched explain`` for queued jobs drawn at random: the operator's
+    answer over HTTP (what the CLI waits for before printing), and the CLI's own decision."""
+    from gpusched.operator import asking
+    from gpusched.operator.explainer import explain_in_cluster
+
+    default_progress(f"[bench] steady state: {EXPLAIN_ASKS} explain requests to the operator")
+    rng = random.Random(1)
+    fetch = asking.at_url(f"http://127.0.0.1:{explain_port}")
+    answered: list[float] = []
+    for _ in range(EXPLAIN_ASKS):
+        key = f"{namespace}/wait-{rng.randrange(count):05d}"
+        started = time.perf_counter()
+        asking.ask(fetch, key)
+        answered.append(time.perf_counter() - started)
+    default_progress(f"[bench] steady state: {EXPLAIN_LOCAL} explains decided by the CLI")
+    local: list[float] = []
+    for _ in range(EXPLAIN_LOCAL):
+        key = f"{namespace}/wait-{rng.randrange(count):05d}"
+        started = time.perf_counter()
+        explain_in_cluster(api.configuration, key)
+        local.append(time.perf_counter() - started)
+    return {
+        "explain_operator_p50_ms": percentile_ms(answered, 0.5),
+        "explain_operator_p99_ms": percentile_ms(answered, 0.99),
+        "explain_local_p50_ms": percentile_ms(local, 0.5),
     }
 
 
@@ -651,6 +709,11 @@ def admission_e2e(
             f"{steady['cycle_mean_ms']} ms (p99 <= {steady['cycle_p99_bucket_ms']} ms); "
             f"operator CPU {steady['operator_cpu_ms_per_queued_job']} ms per queued job, "
             f"RSS {steady['operator_rss_mib']} MiB"
+        )
+        click.echo(
+            f"gpusched explain at {steady['queued_jobs']} queued jobs: answered by the operator "
+            f"p50 {steady['explain_operator_p50_ms']} ms, p99 {steady['explain_operator_p99_ms']} "
+            f"ms; decided by the CLI itself p50 {steady['explain_local_p50_ms']} ms"
         )
     restart = result.get("restart")
     if restart:

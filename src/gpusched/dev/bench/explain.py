@@ -7,12 +7,16 @@ times, side by side on the same snapshot:
 * the admission cycle alone (what every operator cycle does), with one reservation per tenant;
 * the cycle plus the forecast of every waiting job's expected start (what the operator does once
   per ``--forecast-interval``, and what it then writes into the jobs' status);
-* ``explain`` of one waiting job drawn at random: the cycle, the forecast and the
-  counterfactual (each variant of the job is one more cycle and forecast).
+* the answer the leading operator gives ``gpusched explain`` from that kept cycle, serialised
+  as it sends it, for 20 waiting jobs drawn at random;
+* the change that would start one of them sooner (each variant a cycle and a play of its own),
+  which the CLI asks for after printing the answer;
+* ``explain`` decided afresh (what the CLI does with ``--local`` or when no operator answers):
+  the cycle, the play until the job is decided, and the change.
 
-The API reads ``gpusched explain`` makes before (listing the cluster) are not included: they
-depend on the API server, not on gpusched (see ``bench apiserver-cost``). Figures to record,
-never assertions.
+The API reads of the CLI's own decision (listing the cluster) and the HTTP hop to the operator
+are not included: ``gpusched bench admission-e2e --steady-jobs`` times both on a real control
+plane. Figures to record, never assertions.
 """
 
 from __future__ import annotations
@@ -28,13 +32,18 @@ from typing import Any
 import click
 
 from gpusched.core.admission import Cycle, CycleConfig
-from gpusched.core.admission.explain import explain
+from gpusched.core.admission.explain import counterfactual, describe, explain
 from gpusched.dev.bench.admission import Workload, build_snapshot, percentile_ms
+
+#: Waiting jobs explained from each snapshot's kept cycle (the operator's answer).
+ASKS_PER_TRIAL = 20
 
 
 def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
     cycle_s: list[float] = []
     forecast_s: list[float] = []
+    answer_s: list[float] = []
+    sooner_s: list[float] = []
     explain_s: list[float] = []
     reservations: list[int] = []
     known: list[float] = []
@@ -53,9 +62,18 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
             cycle = Cycle(snapshot)
             cycle.run()
             forecast = cycle.forecast()
+            kept = cycle.result()
             forecast_s.append(time.perf_counter() - started)
             waiting = [w.job for w in result.waiting]
+            for key in rng.sample(waiting, min(ASKS_PER_TRIAL, len(waiting))):
+                started = time.perf_counter()
+                json.dumps(describe(cycle, kept, key, snapshot.now).to_dict(), default=str)
+                answer_s.append(time.perf_counter() - started)
             key = rng.choice(waiting)
+            told = describe(cycle, kept, key, snapshot.now)
+            started = time.perf_counter()
+            counterfactual(snapshot, cycle.jobs[key], told.expected_start)
+            sooner_s.append(time.perf_counter() - started)
             started = time.perf_counter()
             answer = explain(snapshot, key)
             explain_s.append(time.perf_counter() - started)
@@ -74,6 +92,10 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         "cycle_p99_ms": percentile_ms(cycle_s, 0.99),
         "cycle_and_forecast_p50_ms": percentile_ms(forecast_s, 0.5),
         "cycle_and_forecast_p99_ms": percentile_ms(forecast_s, 0.99),
+        "answer_p50_ms": percentile_ms(answer_s, 0.5),
+        "answer_p99_ms": percentile_ms(answer_s, 0.99),
+        "sooner_p50_ms": percentile_ms(sooner_s, 0.5),
+        "sooner_p99_ms": percentile_ms(sooner_s, 0.99),
         "explain_p50_ms": percentile_ms(explain_s, 0.5),
         "explain_p99_ms": percentile_ms(explain_s, 0.99),
         "reservations_per_cycle": round(sum(reservations) / len(reservations), 1),
@@ -105,8 +127,11 @@ def explain_bench(
         f"{result['reservations_per_cycle']} reservations per cycle, "
         f"{result['share_with_expected_start']:.0%} of waiting jobs with an expected start"
     )
-    for name in ("cycle", "cycle_and_forecast", "explain"):
-        click.echo(
-            f"{name.replace('_', ' ')}: p50 {result[name + '_p50_ms']} ms, "
-            f"p99 {result[name + '_p99_ms']} ms"
-        )
+    for name, text in (
+        ("cycle", "cycle"),
+        ("cycle_and_forecast", "cycle and forecast (the operator, every --forecast-interval)"),
+        ("answer", "explain answered from the kept cycle (the operator's answer)"),
+        ("sooner", "the change that starts a job sooner (asked apart)"),
+        ("explain", "explain decided afresh (the CLI's --local: cycle, play, change)"),
+    ):
+        click.echo(f"{text}: p50 {result[name + '_p50_ms']} ms, p99 {result[name + '_p99_ms']} ms")

@@ -587,6 +587,7 @@ def run_gpusched(
             f"--kubeconfig={kubeconfig}",
             f"--metrics-port={metrics_port}",
             f"--health-port={free_port()}",
+            f"--explain-port={free_port()}",
             "--resync=5",
             *([f"--record-delay={record_delay}"] if record_delay is not None else []),
         ],

@@ -330,6 +330,21 @@ class Webhook(Closed):
     Service (kept across upgrades)."""
 
 
+class Explain(Closed):
+    port: Port = 8082
+    """The operator's HTTP port for `gpusched explain`: the leading replica answers from its
+    last admission cycle (milliseconds, where deciding again takes a cycle over the whole
+    cluster); the Service names it `explain`."""
+    groups: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(default_factory=list)
+    """Groups allowed to ask it, through the API server's proxy to the operator's Service (a
+    Role granting `services/proxy` on that Service alone), e.g. `system:authenticated`. An
+    answer names other tenants' jobs and the nodes, whatever the asker may read otherwise;
+    empty: only those the admin binds the `<release>-explain` Role to. Without it `gpusched
+    explain` decides locally, which needs read access to the whole cluster."""
+    users: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(default_factory=list)
+    """Users allowed to ask it (as `groups`)."""
+
+
 class Pricing(Closed):
     currency: Annotated[str, Field(min_length=1, max_length=32)] = "GPU-hours"
     """Unit of every cost in TenantQuota status, metrics and budgets (e.g. `USD`)."""
@@ -389,6 +404,8 @@ class Operator(Placement):
     kubelet restarts the container."""
     webhook: Webhook = Field(default_factory=Webhook)
     """The validating webhook (cross-object checks at apply time)."""
+    explain: Explain = Field(default_factory=Explain)
+    """`gpusched explain`'s answers from the leading operator (docs/troubleshooting.md)."""
     verbose: bool = False
     """Debug logging."""
     podPolicy: PodPolicy = Field(default_factory=PodPolicy)

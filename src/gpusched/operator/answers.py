@@ -1,0 +1,162 @@
+"""``gpusched explain``'s answers over HTTP, from the leading operator's last cycle.
+
+Deciding again for one question costs a whole cycle over the cluster (a second at 10,000 queued
+jobs) and playing the queue forward seconds more; the leader has both at hand: the cycle it
+last ran, still in the state it left, and the expected starts of its last forecast. So it
+answers in milliseconds, under the lock the next cycle takes, and says when that cycle decided.
+
+- ``GET /explain/{namespace}/{name}``: the explanation and the job's status as written.
+- ``GET /explain/{namespace}/{name}/sooner``: the one change that would start the job markedly
+  sooner; each variant is a cycle and a forecast of its own (seconds at scale), one at a time,
+  outside the lock so cycles go on.
+
+A replica that does not lead (or has not decided yet) answers 503 with the Lease holder; the
+CLI asks again (the Service picks a replica per request) and otherwise decides itself. The
+server carries no credentials: whoever may reach it (the chart's Service, through the API
+server's proxy and the ``explain`` Role) may read every job's explanation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from gpusched.metrics import OperatorMetrics
+from gpusched.operator.decide import Decision
+from gpusched.operator.explainer import JobNotFoundError, answer, sooner_start
+from gpusched.operator.leader import LeaderElector
+from gpusched.operator.loop import AdmissionLoop
+
+log = logging.getLogger(__name__)
+
+
+class AnswerServer:
+    """The HTTP endpoint; :meth:`start` and :meth:`stop` on the operator's event loop."""
+
+    def __init__(
+        self,
+        loop: AdmissionLoop,
+        metrics: OperatorMetrics,
+        port: int,
+        *,
+        leader: LeaderElector | None = None,
+        host: str = "0.0.0.0",
+    ) -> None:
+        self.loop = loop
+        self.metrics = metrics
+        self.port = port
+        self.host = host
+        self.leader = leader
+        self.sooner_slot = asyncio.Semaphore(1)
+        """Counterfactuals are whole cycles: one at a time beside the admission loop."""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/explain/{namespace}/{name}", self._explain)
+        app.router.add_get("/explain/{namespace}/{name}/sooner", self._sooner)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        log.info("explain answers on :%d/explain/NAMESPACE/NAME", self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _unavailable(self) -> web.Response:
+        if not self.loop.leading():
+            holder = self.leader.holder if self.leader is not None else None
+            return _json(
+                503,
+                {
+                    "reason": "NotLeading",
+                    "message": "this operator replica does not lead: ask the leader"
+                    + (f" ({holder})" if holder else ""),
+                    "leader": holder,
+                },
+            )
+        return _json(
+            503,
+            {"reason": "NoCycleYet", "message": "the operator has not finished a cycle yet"},
+        )
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        async with self.loop.deciding:
+            decision = self.loop.last
+            if decision is None or not self.loop.leading():
+                return self._unavailable()
+            try:
+                explanation, status = await asyncio.to_thread(answer, decision, key)
+            except JobNotFoundError:
+                return _not_found(key, decision)
+        seconds = time.perf_counter() - started
+        self.metrics.explain_seconds.labels("explain").observe(seconds)
+        return _json(
+            200,
+            {
+                "explanation": explanation.to_dict(),
+                "status": status,
+                "decidedAt": decision.world.now.isoformat(),
+                "answeredBy": self._identity(),
+                "seconds": round(seconds, 4),
+            },
+        )
+
+    async def _sooner(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        async with self.loop.deciding:
+            decision = self.loop.last
+            if decision is None or not self.loop.leading():
+                return self._unavailable()
+            try:
+                explanation, _ = await asyncio.to_thread(answer, decision, key)
+            except JobNotFoundError:
+                return _not_found(key, decision)
+            job = decision.cycle.jobs.get(key)
+        text = None
+        if job is not None:
+            async with self.sooner_slot:
+                text = await asyncio.to_thread(sooner_start, decision.snapshot, job, explanation)
+        seconds = time.perf_counter() - started
+        self.metrics.explain_seconds.labels("sooner").observe(seconds)
+        return _json(
+            200,
+            {
+                "counterfactual": text,
+                "expectedStart": explanation.expected_start,
+                "decidedAt": decision.world.now.isoformat(),
+                "seconds": round(seconds, 4),
+            },
+        )
+
+    def _identity(self) -> str | None:
+        return self.leader.identity if self.leader is not None else None
+
+
+def _not_found(key: str, decision: Decision) -> web.Response:
+    return _json(
+        404,
+        {
+            "reason": "JobNotFound",
+            "message": f"GpuJob {key} not found in the operator's cycle of "
+            f"{decision.world.now.isoformat()} (a job created since is decided within a second)",
+        },
+    )
+
+
+def _json(status: int, body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, status=status, dumps=_dumps)
+
+
+def _dumps(body: Any) -> str:
+    import json
+
+    return json.dumps(body, default=str)

@@ -1,0 +1,33 @@
+"""What ``gpusched explain`` prints about when a waiting job starts, and who decided."""
+
+from __future__ import annotations
+
+from gpusched.core.admission.explain import Explanation
+from gpusched.operator.explainer import render
+
+NOW = 1_800_000_000.0
+
+
+def _waiting(**fields: object) -> Explanation:
+    e = Explanation("ns/j", found=True, decision="waiting", reason="WaitingForCapacity", now=NOW)
+    for name, value in fields.items():
+        setattr(e, name, value)
+    return e
+
+
+def test_the_answer_says_who_decided_it_under_the_heading() -> None:
+    lines = render(_waiting(), {"phase": "Queued"}, "answered by the operator (op-0)")
+    assert lines[:2] == ["GpuJob ns/j: Queued", "  answered by the operator (op-0)"]
+
+
+def test_an_expected_start_says_how_old_its_forecast_is() -> None:
+    e = _waiting(expected_start=NOW + 7200, forecast_at=NOW - 300)
+    [line] = [x for x in render(e, {}) if "expected start" in x]
+    assert line.endswith("(in about 2.0 h) (forecast 5 min before this cycle)")
+
+
+def test_a_job_no_forecast_covered_yet_is_told_so_not_that_nobody_knows() -> None:
+    [line] = [x for x in render(_waiting(), {}) if "expected start" in x]
+    assert "not forecast yet" in line
+    [line] = [x for x in render(_waiting(forecast_at=NOW), {}) if "expected start" in x]
+    assert "unknown" in line
