@@ -3,12 +3,13 @@
 Deciding again for one question costs a whole cycle over the cluster (a second at 10,000 queued
 jobs) and playing the queue forward seconds more; the leader has both at hand: the cycle it
 last ran, still in the state it left, and the expected starts of its last forecast. So it
-answers in milliseconds, under the lock the next cycle takes, and says when that cycle decided.
+answers in milliseconds and says when that cycle decided. The next cycle decides on a second
+kept pool, so an answer never waits for a cycle (:meth:`AdmissionLoop.last_decision`).
 
 - ``GET /explain/{namespace}/{name}``: the explanation and the job's status as written.
 - ``GET /explain/{namespace}/{name}/sooner``: the one change that would start the job markedly
-  sooner; each variant is a cycle and a forecast of its own (seconds at scale), one at a time,
-  outside the lock so cycles go on.
+  sooner; each variant is a cycle and a forecast of its own (seconds at scale) over the last
+  cycle's snapshot, which it only reads, one at a time, holding no pool.
 
 A replica that does not lead (or has not decided yet) answers 503 with the Lease holder; the
 CLI asks again (the Service picks a replica per request) and otherwise decides itself. The
@@ -88,9 +89,8 @@ class AnswerServer:
     async def _explain(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
-        async with self.loop.deciding:
-            decision = self.loop.last
-            if decision is None or not self.loop.leading():
+        async with self.loop.last_decision() as decision:
+            if decision is None:
                 return self._unavailable()
             try:
                 explanation, status = await asyncio.to_thread(answer, decision, key)
@@ -112,9 +112,8 @@ class AnswerServer:
     async def _sooner(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
-        async with self.loop.deciding:
-            decision = self.loop.last
-            if decision is None or not self.loop.leading():
+        async with self.loop.last_decision() as decision:
+            if decision is None:
                 return self._unavailable()
             try:
                 explanation, _ = await asyncio.to_thread(answer, decision, key)

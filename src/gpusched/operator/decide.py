@@ -102,8 +102,10 @@ class Decision:
     """When time alone changes a decision (a deadline, a backoff, a protection ending)."""
     seconds: Mapping[str, float]
     cycle: Cycle
-    """The admission cycle in the state it left, for ``explain``: good until the next
-    :func:`decide` with the same memo (which takes its pool back)."""
+    """The admission cycle in the state it left, for ``explain``: good until a later
+    :func:`decide` with the same memo uses its pool again (the one after next)."""
+    pool: int = 0
+    """Which of the memo's pools the cycle used."""
     forecast_at: datetime | None = None
     """When the expected starts ``result`` carries were forecast (reservations' excepted)."""
     forecast: Mapping[str, float | None] = field(default_factory=dict)
@@ -129,8 +131,17 @@ class Memo:
     """When the last forecast of expected starts was made."""
     forecast: dict[str, float | None] = field(default_factory=dict)
     """Its expected starts (epoch seconds) of the jobs waiting then."""
-    cycles: Cycles = field(default_factory=Cycles)
-    """The admission core's pool of free GPUs, kept from cycle to cycle."""
+    pools: tuple[Cycles, Cycles] = field(default_factory=lambda: (Cycles(), Cycles()))
+    """The admission core's pools of free GPUs, kept from cycle to cycle, used in turn: while
+    one cycle decides on one, ``explain`` reads the last cycle, left in the other."""
+    turn: int = 0
+    """The pool the next cycle uses."""
+
+    def next_pool(self) -> tuple[int, Cycles]:
+        """The pool for the cycle about to run (and the other one for the cycle after)."""
+        index = self.turn
+        self.turn = 1 - index
+        return index, self.pools[index]
 
     def context(self, key: str, context: JobContext) -> JobContext:
         """The same context object as last cycle when nothing in it changed (so the tables
@@ -290,7 +301,8 @@ def decide(
         down_labels=nodes.down_labels(world.nodes, world.topologies),
     )
     t2 = time.perf_counter()
-    cycle = memo.cycles.cycle(snapshot)
+    pool, cycles = memo.next_pool()
+    cycle = cycles.cycle(snapshot)
     result = cycle.run()
     t3 = time.perf_counter()
     if forecast is None:
@@ -344,6 +356,7 @@ def decide(
             "plan": t4 - t_forecast,
         },
         cycle=cycle,
+        pool=pool,
         forecast_at=memo.forecast_at,
         forecast=memo.forecast,
         final={

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -126,12 +126,31 @@ class AdmissionLoop:
         self._tasks: set[asyncio.Task[None]] = set()
         self.last: Decision | None = None
         """The last cycle's decision while this replica leads (``explain`` answers from it)."""
-        self.deciding = asyncio.Lock()
-        """Held while a cycle decides: the last decision's cycle is read only under it, since
-        the next cycle takes its pool back."""
+        self._pool_locks = (asyncio.Lock(), asyncio.Lock())
+        """Per kept pool: held by the cycle deciding on it, and by readers of the decision
+        that left it (:meth:`last_decision`)."""
+        self._pool_owner: list[Decision | None] = [None, None]
+        """Per kept pool: the decision whose cycle last used it."""
 
     def leading(self) -> bool:
         return self.leader is None or self.leader.leading
+
+    @contextlib.asynccontextmanager
+    async def last_decision(self) -> AsyncIterator[Decision | None]:
+        """The last cycle's decision, held so that no cycle takes its pool back meanwhile
+        (None: this replica does not lead, or has not decided yet). The next cycle decides on
+        the other pool, so a reader never waits for a cycle, only for a cycle after next."""
+        while (decision := self.last) is not None and self.leading():
+            lock = self._pool_locks[decision.pool]
+            await lock.acquire()
+            if self._pool_owner[decision.pool] is decision:
+                try:
+                    yield decision
+                finally:
+                    lock.release()
+                return
+            lock.release()  # a later cycle used the pool meanwhile: read the newer decision
+        yield None
 
     def health(self, stuck_after: float) -> dict[str, Any]:
         """What the liveness probe reports; raises :class:`StuckError` when the loop has not
@@ -227,8 +246,7 @@ class AdmissionLoop:
             STATUS_REFRESH_BUDGET,
             reports=self.executor.reports_room(),
         )
-        async with self.deciding:
-            self.last = None
+        async with self._pool_locks[self.memo.turn]:
             decision = await asyncio.to_thread(
                 lambda: decide(
                     world,
@@ -241,7 +259,7 @@ class AdmissionLoop:
                     history=self.runtimes.history if self.runtimes is not None else None,
                 )
             )
-            self.last = decision
+            self._pool_owner[decision.pool] = self.last = decision
         report = CycleReport(seconds=dict(decision.seconds))
         self._quota_due = None
         if not self.leading():

@@ -311,6 +311,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
     metrics.expected_start_error.labels("late").observe(60)
     metrics.runtime_history_kinds.set(3)
     metrics.cycle_seconds.labels("decide").observe(0.1)
+    metrics.explain_seconds.labels("explain").observe(0.01)
     metrics.api_errors.labels("job-status").inc()
     metrics.webhook_reviews.labels("gpujobs", "allowed").inc()
     metrics.count_request("GET", "/api/v1/pods", 200)
