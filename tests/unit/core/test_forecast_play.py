@@ -366,6 +366,21 @@ def test_expected_starts_are_those_of_trying_every_job_at_every_change(case: Cas
         assert _build(case).forecast(until=key)[key] == truth[key]
 
 
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases(), st.integers(0, 12))
+def test_a_play_stopped_at_one_job_answers_as_the_whole_play_past_its_budget_too(
+    case: Case, tries: int
+) -> None:
+    """``explain`` plays only until its job is decided, under the budget of the whole play: a
+    play that runs out of tries plans the rest in turn, and the job's answer is the same."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cycle_module, "_PLAY_TRIES_PER_JOB", 0)
+        patch.setattr(cycle_module, "_PLAY_TRIES", tries)
+        whole = _build(case).forecast()
+        for key, start in whole.items():
+            assert _build(case).forecast(until=key)[key] == start, key
+
+
 def test_a_forecast_stopped_at_one_job_cannot_then_answer_for_all() -> None:
     jobs = [
         job("t/r", "t", 8, running_on=[("a", tuple(range(8)))], expected_end=30 * MINUTE),

@@ -791,10 +791,14 @@ class Cycle:
             if limit is not None and len(entries) >= limit:
                 break
             entries.append(Entry(job, self.requests.get(key) or Request.of(job), self._floor(job)))
-        budget = None if until is not None else _PLAY_TRIES_PER_JOB * len(entries) + _PLAY_TRIES
+        # The same budget with ``until``: the play stopped at one job is then exactly the first
+        # part of the whole play, so it answers as the whole play would, and costs no more.
+        budget = _PLAY_TRIES_PER_JOB * len(entries) + _PLAY_TRIES
         self.expected.update(play.run(entries, until, budget))
-        # Past its budget the play stopped: the rest is planned in turn.
+        # Past its budget the play stopped: the rest is planned in turn (up to ``until``).
         for entry in play.left:
+            if until is not None and until in self.expected:
+                break
             self.expected[entry.job.key] = self._plan_in_turn(entry, play, profile)
         return dict(self.expected)
 
