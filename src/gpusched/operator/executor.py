@@ -1,9 +1,10 @@
 """Applies the groups of actions a cycle planned: in order within a group, groups in parallel.
 
 Decisions go first under load. At most :data:`REPORTS_IN_FLIGHT` waiting jobs' reports (their
-status and events, :attr:`~gpusched.core.lifecycle.Urgency.REPORT`) are in flight at once: the
-loop plans only as many as :meth:`Executor.reports_room` says, and the others are planned again
-in a later cycle (their status still differs). Without the bound, a burst of thousands of new
+status and events, :attr:`~gpusched.core.lifecycle.Urgency.REPORT`) are in flight at once while
+other groups are, :data:`REPORTS_IN_FLIGHT_IDLE` while none is: the loop plans only as many as
+:meth:`Executor.reports_room` says, and the others are planned again in a later cycle (their
+status still differs). Without the bound, a burst of thousands of new
 jobs queued thousands of status writes ahead of the admissions' pod creations, and every job
 with a report in flight was busy, so the cycle could not admit it either.
 
@@ -45,9 +46,12 @@ from gpusched.operator.store import Store
 
 log = logging.getLogger(__name__)
 
-#: Most groups of :attr:`Urgency.REPORT` in flight at once (a quarter of the default request
-#: slots: the rest stay free for admissions, preemptions and settling).
+#: Most groups of :attr:`Urgency.REPORT` in flight at once while admissions, preemptions or
+#: records are (a quarter of the default request slots: the rest stay free for them).
 REPORTS_IN_FLIGHT = 8
+#: ... and while none is: as many as the request slots. A cycle over a long queue takes most of
+#: a second, so 8 reports a cycle left 10,000 new jobs without a first status for 20 minutes.
+REPORTS_IN_FLIGHT_IDLE = 32
 
 #: Crash point reached after each stage of a group, when the group did that stage.
 STAGE_POINTS = {
@@ -72,6 +76,7 @@ class Executor:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         refresh_seconds: float = 60.0,
         reports: int = REPORTS_IN_FLIGHT,
+        reports_idle: int = REPORTS_IN_FLIGHT_IDLE,
     ) -> None:
         self.api = api
         self.store = store
@@ -84,8 +89,11 @@ class Executor:
         """Jobs with a group in flight."""
         self._slots = asyncio.Semaphore(requests)
         self.reports_limit = reports
+        self.reports_idle_limit = reports_idle
         self.reporting = 0
         """Groups of :attr:`Urgency.REPORT` in flight."""
+        self.deciding = 0
+        """Other groups in flight (admissions, preemptions, records)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._written: dict[str, float] = {}
 
@@ -104,6 +112,8 @@ class Executor:
             self.busy |= group.jobs
             if group.urgency is Urgency.REPORT:
                 self.reporting += 1
+            else:
+                self.deciding += 1
             undo = [self._assume(action) for action in group.actions()]
             task = asyncio.create_task(self._run(group, undo))
             self._tasks.add(task)
@@ -112,8 +122,11 @@ class Executor:
         return started
 
     def reports_room(self) -> int:
-        """How many more waiting jobs' reports may go out now."""
-        return max(0, self.reports_limit - self.reporting)
+        """How many more waiting jobs' reports may go out now: few while admissions,
+        preemptions or records are in flight (they go first), as many as the request slots
+        while none is."""
+        limit = self.reports_limit if self.deciding else self.reports_idle_limit
+        return max(0, limit - self.reporting)
 
     def recently_written(self) -> set[str]:
         """Jobs whose status was written within ``refresh_seconds``."""
@@ -176,6 +189,8 @@ class Executor:
             self.busy -= group.jobs
             if group.urgency is Urgency.REPORT:
                 self.reporting -= 1
+            else:
+                self.deciding -= 1
             self.store.wake()
 
     async def _apply(self, action: Action, undo: Callable[[], None] | None) -> bool:

@@ -546,6 +546,7 @@ def _steady_state(
 
     default_progress(f"[bench] steady state: creating {count} GpuJobs that wait for good")
     cpu_before = _operator_cpu(cluster)
+    created_at = time.monotonic()
     apply_seconds = _create_all(create, count, workers)
     default_progress("[bench] steady state: waiting until every one of them waits")
 
@@ -556,7 +557,8 @@ def _steady_state(
         reasons = [(i.get("status") or {}).get("reason") for i in listed["items"]]
         return len(reasons) >= count and all(r == "QuotaExceeded" for r in reasons)
 
-    _wait(all_waiting, 1200, step=5)
+    reported = _wait(all_waiting, 3600, step=5)
+    reported_seconds = time.monotonic() - created_at if reported else None
     time.sleep(10)  # writes of the last cycles land
     cpu_queued = _operator_cpu(cluster) - cpu_before
     window = 60.0
@@ -580,6 +582,9 @@ def _steady_state(
         **explained,
         "queued_jobs": count,
         "apply_seconds": round(apply_seconds, 1),
+        "first_create_to_all_reported_seconds": (
+            None if reported_seconds is None else round(reported_seconds, 1)
+        ),
         "window_seconds": window,
         "cycles": cycles,
         "operator_lists": sum(n for (verb, *_), n in operator_requests.items() if verb == "LIST"),
@@ -709,6 +714,10 @@ def admission_e2e(
             f"{steady['cycle_mean_ms']} ms (p99 <= {steady['cycle_p99_bucket_ms']} ms); "
             f"operator CPU {steady['operator_cpu_ms_per_queued_job']} ms per queued job, "
             f"RSS {steady['operator_rss_mib']} MiB"
+        )
+        click.echo(
+            f"first create to every one of them reporting its reason: "
+            f"{steady['first_create_to_all_reported_seconds']} s"
         )
         click.echo(
             f"gpusched explain at {steady['queued_jobs']} queued jobs: answered by the operator "
