@@ -22,10 +22,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from gpusched.core.admission import Job
+from gpusched.core.admission.explain import Explanation
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.decide import Decision
 from gpusched.operator.explainer import JobNotFoundError, answer, sooner_start
@@ -33,6 +36,16 @@ from gpusched.operator.leader import LeaderElector
 from gpusched.operator.loop import AdmissionLoop
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What one request read from the last cycle (the job as the cycle saw it, if queued)."""
+
+    decision: Decision
+    explanation: Explanation
+    status: dict[str, Any]
+    job: Job | None
 
 
 class AnswerServer:
@@ -86,8 +99,8 @@ class AnswerServer:
             {"reason": "NoCycleYet", "message": "the operator has not finished a cycle yet"},
         )
 
-    async def _explain(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
+    async def _from_last_cycle(self, request: web.Request) -> web.Response | _Read:
+        """The job's explanation from the last cycle (or the answer that there is none)."""
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         async with self.loop.last_decision() as decision:
             if decision is None:
@@ -96,14 +109,21 @@ class AnswerServer:
                 explanation, status = await asyncio.to_thread(answer, decision, key)
             except JobNotFoundError:
                 return _not_found(key, decision)
+            return _Read(decision, explanation, status, decision.cycle.jobs.get(key))
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        read = await self._from_last_cycle(request)
+        if isinstance(read, web.Response):
+            return read
         seconds = time.perf_counter() - started
         self.metrics.explain_seconds.labels("explain").observe(seconds)
         return _json(
             200,
             {
-                "explanation": explanation.to_dict(),
-                "status": status,
-                "decidedAt": decision.world.now.isoformat(),
+                "explanation": read.explanation.to_dict(),
+                "status": read.status,
+                "decidedAt": read.decision.world.now.isoformat(),
                 "answeredBy": self._identity(),
                 "seconds": round(seconds, 4),
             },
@@ -111,27 +131,23 @@ class AnswerServer:
 
     async def _sooner(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
-        async with self.loop.last_decision() as decision:
-            if decision is None:
-                return self._unavailable()
-            try:
-                explanation, _ = await asyncio.to_thread(answer, decision, key)
-            except JobNotFoundError:
-                return _not_found(key, decision)
-            job = decision.cycle.jobs.get(key)
+        read = await self._from_last_cycle(request)
+        if isinstance(read, web.Response):
+            return read
         text = None
-        if job is not None:
+        if read.job is not None:
             async with self.sooner_slot:
-                text = await asyncio.to_thread(sooner_start, decision.snapshot, job, explanation)
+                text = await asyncio.to_thread(
+                    sooner_start, read.decision.snapshot, read.job, read.explanation
+                )
         seconds = time.perf_counter() - started
         self.metrics.explain_seconds.labels("sooner").observe(seconds)
         return _json(
             200,
             {
                 "counterfactual": text,
-                "expectedStart": explanation.expected_start,
-                "decidedAt": decision.world.now.isoformat(),
+                "expectedStart": read.explanation.expected_start,
+                "decidedAt": read.decision.world.now.isoformat(),
                 "seconds": round(seconds, 4),
             },
         )
