@@ -56,8 +56,9 @@ REPORTS_IN_FLIGHT = 8
 REPORTS_IN_FLIGHT_IDLE = 32
 #: Seconds without an admission or preemption sent before reports get every request slot.
 #: While jobs keep being admitted, reports stay few: a report not yet sent is often never needed
-#: (the job is admitted first), and under steady churn (Kueue's benchmark) more of them only
-#: slowed the API server down for everyone (creation took 550 s instead of 340 s).
+#: (the job is admitted first), and under steady churn (Kueue's benchmark) sending more of them
+#: only loaded the API server: with 32 whenever nothing was in flight, 8,892 of the 15,000 jobs
+#: were still pending after 857 s, against about 7,400 with this rule.
 QUIET_SECONDS = 10.0
 
 #: Crash point reached after each stage of a group, when the group did that stage.
