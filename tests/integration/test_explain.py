@@ -183,6 +183,22 @@ def test_the_leading_operator_answers_from_its_last_cycle_as_a_fresh_decision_wo
     assert "decidedAt" in proxied
     assert proxied["explanation"]["expected_start"] == mine["expected_start"]
 
+    # Printed: who decided, the expected start, then the change worked out after it.
+    printed = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            key,
+            f"--kubeconfig={local_cluster.kubeconfig}",
+            f"--operator=http://127.0.0.1:{operator.explain_port}",
+        ],
+    )
+    assert printed.exit_code == 0, printed.output
+    lines = printed.output.splitlines()
+    assert lines[1].startswith("  answered by the operator from its cycle at "), lines
+    assert any(line.startswith("  expected start: ") for line in lines), lines
+    assert "  sooner: 2 GPUs per replica instead of 4: now" in "\n".join(lines)
+
     # No operator behind the name: the CLI decides itself and says why.
     fallback = _cli(local_cluster, key, "--operator-service=none")
     assert "did not answer" in fallback["decidedHere"]
