@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from gpusched.cli import main
 from gpusched.dev.localcluster import LocalCluster, identities
+from gpusched.kube import body
 from tests.integration.operator_harness import (
     POOL,
     POOL_LABEL,
@@ -93,41 +94,47 @@ def operator_service(kube: Any, operator: OperatorProcess) -> Iterator[str]:
     namespace, name, port = identities.NAMESPACE, "gpusched-operator", operator.explain_port
     core.create_namespaced_pod(
         namespace,
-        {  # type: ignore[arg-type]
-            "metadata": {"name": name},
-            "spec": {
-                "schedulerName": "nobody",
-                "containers": [{"name": "operator", "image": "gpusched:test"}],
+        body(
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "schedulerName": "nobody",
+                    "containers": [{"name": "operator", "image": "gpusched:test"}],
+                },
             },
-        },
+        ),
     )
     core.patch_namespaced_pod_status(
         name, namespace, {"status": {"podIP": address, "podIPs": [{"ip": address}]}}
     )
     core.create_namespaced_service(
         namespace,
-        {  # type: ignore[arg-type]
-            "metadata": {"name": name},
-            "spec": {"ports": [{"name": "explain", "port": 8082, "targetPort": port}]},
-        },
+        body(
+            {
+                "metadata": {"name": name},
+                "spec": {"ports": [{"name": "explain", "port": 8082, "targetPort": port}]},
+            },
+        ),
     )
     discovery.create_namespaced_endpoint_slice(
         namespace,
-        {  # type: ignore[arg-type]
-            "metadata": {
-                "name": f"{name}-explain",
-                "labels": {"kubernetes.io/service-name": name},
+        body(
+            {
+                "metadata": {
+                    "name": f"{name}-explain",
+                    "labels": {"kubernetes.io/service-name": name},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {
+                        "addresses": [address],
+                        "conditions": {"ready": True},
+                        "targetRef": {"kind": "Pod", "namespace": namespace, "name": name},
+                    }
+                ],
+                "ports": [{"name": "explain", "port": port, "protocol": "TCP"}],
             },
-            "addressType": "IPv4",
-            "endpoints": [
-                {
-                    "addresses": [address],
-                    "conditions": {"ready": True},
-                    "targetRef": {"kind": "Pod", "namespace": namespace, "name": name},
-                }
-            ],
-            "ports": [{"name": "explain", "port": port, "protocol": "TCP"}],
-        },
+        ),
     )
     yield name
     with suppress(ApiException):

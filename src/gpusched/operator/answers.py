@@ -20,18 +20,20 @@ server's proxy and the ``explain`` Role) may read every job's explanation.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from aiohttp import web
 
 from gpusched.core.admission import Job
-from gpusched.core.admission.explain import Explanation
+from gpusched.core.admission.explain import Explanation, sooner
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.decide import Decision
-from gpusched.operator.explainer import JobNotFoundError, answer, sooner_start
+from gpusched.operator.explainer import JobNotFoundError, answer
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.loop import AdmissionLoop
 
@@ -138,7 +140,7 @@ class AnswerServer:
         if read.job is not None:
             async with self.sooner_slot:
                 text = await asyncio.to_thread(
-                    sooner_start, read.decision.snapshot, read.job, read.explanation
+                    sooner, read.decision.snapshot, read.job, read.explanation
                 )
         seconds = time.perf_counter() - started
         self.metrics.explain_seconds.labels("sooner").observe(seconds)
@@ -168,10 +170,4 @@ def _not_found(key: str, decision: Decision) -> web.Response:
 
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
-    return web.json_response(body, status=status, dumps=_dumps)
-
-
-def _dumps(body: Any) -> str:
-    import json
-
-    return json.dumps(body, default=str)
+    return web.json_response(body, status=status, dumps=partial(json.dumps, default=str))

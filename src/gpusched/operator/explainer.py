@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.core.admission.explain import GPU_BOUND, Explanation, counterfactual, describe
-from gpusched.core.admission.model import Job, Snapshot
+from gpusched.core.admission.explain import Explanation, describe
+from gpusched.core.admission.explain import sooner as sooner_change
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.core.lifecycle.status import admitted_by_pods
 from gpusched.kubeasync import AsyncApi
@@ -81,10 +81,9 @@ def explain_job(
     config = OperatorConfig(node_selector=dict(node_selector or {}))
     decision = decide(world, verdicts, config, NodeReader(config.node_selector), forecast=False)
     explanation, status = answer(decision, key, play=True)
-    if sooner:
-        job = decision.cycle.jobs.get(key)
-        if job is not None:
-            explanation.counterfactual = sooner_start(decision.snapshot, job, explanation)
+    job = decision.cycle.jobs.get(key)
+    if sooner and job is not None:
+        explanation.counterfactual = sooner_change(decision.snapshot, job, explanation)
     return explanation, status
 
 
@@ -99,13 +98,10 @@ def answer(
     if facts is None:
         raise JobNotFoundError(f"GpuJob {key} not found")
     forecast_at = decision.forecast_at.timestamp() if decision.forecast_at else None
-    explanation = describe(decision.cycle, decision.result, key, forecast_at)
-    if explanation.decision == "waiting":
-        if play:
-            explanation.expected_start = decision.cycle.forecast(until=key).get(key)
-            explanation.forecast_at = decision.snapshot.now
-        elif explanation.reservation is None and key not in decision.forecast:
-            explanation.forecast_at = None  # queued since the last forecast, or beyond its limit
+    explanation = describe(decision.cycle, decision.result, key, forecast_at, play=play)
+    waiting = explanation.decision == "waiting" and explanation.reservation is None
+    if waiting and not play and key not in decision.forecast:
+        explanation.forecast_at = None  # queued since the last forecast, or beyond its limit
     if facts.unwritten is not None:
         explanation.reason = "AdmissionNotYetWritten"
         explanation.message = (
@@ -113,16 +109,6 @@ def answer(
             "writes the status with them running, at the latest --record-delay after admission"
         )
     return explanation, facts.written.to_k8s()
-
-
-def sooner_start(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None:
-    """The one change to a waiting job that starts it markedly sooner than its expected start
-    (None: none does, or the job waits for something other than GPUs). Each variant is decided
-    by a cycle of its own over ``snapshot``, which it only reads: it may run beside the next
-    cycle."""
-    if explanation.decision != "waiting" or explanation.reason not in {r.value for r in GPU_BOUND}:
-        return None
-    return counterfactual(snapshot, job, explanation.expected_start)
 
 
 def render(e: Explanation, status: Mapping[str, Any], origin: str | None = None) -> list[str]:

@@ -93,25 +93,28 @@ def explain(snapshot: Snapshot, key: str) -> Explanation:
     """Run the cycle over ``snapshot`` and explain job ``key``; a waiting job gets its expected
     start (played forward until it is decided) and the change that would start it sooner."""
     cycle = Cycle(snapshot)
-    result = cycle.run()
-    out = describe(cycle, result, key)
-    if out.decision == "waiting":
-        out.expected_start = cycle.forecast(until=key).get(key)
-        out.forecast_at = snapshot.now
-        if WaitReason(out.reason) in GPU_BOUND:
-            out.counterfactual = counterfactual(snapshot, cycle.jobs[key], out.expected_start)
+    out = describe(cycle, cycle.run(), key, play=True)
+    job = cycle.jobs.get(key)
+    if job is not None:
+        out.counterfactual = sooner(snapshot, job, out)
     return out
 
 
 def describe(
-    cycle: Cycle, result: CycleResult, key: str, forecast_at: float | None = None
+    cycle: Cycle,
+    result: CycleResult,
+    key: str,
+    forecast_at: float | None = None,
+    *,
+    play: bool = False,
 ) -> Explanation:
     """Job ``key`` in the state ``cycle`` left after deciding ``result``, reading nothing the
     cycle did not work out: a waiting job's expected start is the one ``result`` carries (its
     reservation's, or that of the last forecast, made at ``forecast_at``). The operator
     answers ``explain`` this way from its last cycle, in milliseconds, where deciding again
-    takes a cycle and playing the queue forward seconds; :func:`counterfactual` is asked for
-    separately."""
+    takes a cycle and playing the queue forward seconds; :func:`sooner` is asked for
+    separately. With ``play`` the expected start is played forward now, until the job is
+    decided (which uses the cycle's one forecast up: only for a cycle run for this answer)."""
     snapshot = cycle.snapshot
     job = cycle.jobs.get(key)
     if job is None:
@@ -165,8 +168,12 @@ def describe(
         if tenant is not None:
             out.preemption = _may_preempt(cycle, key)
         out.nodes, out.node_summary = _nodes(cycle, request)
-        out.expected_start = waiting.expected_start
-        out.forecast_at = forecast_at
+        if play:
+            out.expected_start = cycle.forecast(until=key).get(key)
+            out.forecast_at = snapshot.now
+        else:
+            out.expected_start = waiting.expected_start
+            out.forecast_at = forecast_at
         reservation = next((r for r in result.reservations if r.job == key), None)
         if reservation is not None:
             out.forecast_at = snapshot.now
@@ -354,16 +361,26 @@ def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str,
 
 
 #: Waits that an earlier start of the same job could end (not quota, not a missing tenant).
-GPU_BOUND = frozenset(
+_GPU_BOUND = frozenset(
     {
-        WaitReason.WAITING_FOR_CAPACITY,
-        WaitReason.TOPOLOGY_UNSATISFIABLE,
-        WaitReason.DOMAIN_DEGRADED,
+        WaitReason.WAITING_FOR_CAPACITY.value,
+        WaitReason.TOPOLOGY_UNSATISFIABLE.value,
+        WaitReason.DOMAIN_DEGRADED.value,
     }
 )
 #: A variant counts when it starts at least this much sooner (seconds, or share of the wait).
 SOONER_SECONDS = 600.0
 SOONER_SHARE = 0.25
+
+
+def sooner(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None:
+    """The one change to a waiting job that starts it markedly sooner than its expected start
+    (None: none does, or the job waits for something other than GPUs). Each variant is decided
+    by a cycle of its own over ``snapshot``, which it only reads: it may run beside the next
+    cycle."""
+    if explanation.decision != "waiting" or explanation.reason not in _GPU_BOUND:
+        return None
+    return counterfactual(snapshot, job, explanation.expected_start)
 
 
 def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str | None:
