@@ -22,6 +22,12 @@ from typing import Any
 import click
 
 
+def _operator_url(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{value!r}: expected an http:// or https:// URL")
+    return value
+
+
 @click.command()
 @click.argument("job")
 @click.option("-n", "--namespace", default="default", show_default=True)
@@ -30,6 +36,7 @@ import click
     "--operator",
     "operator_url",
     default=None,
+    callback=_operator_url,
     help="URL of the operator's explain port (e.g. http://localhost:8082 through `kubectl "
     "port-forward`). Default: its Service, through the API server's proxy.",
 )

@@ -66,3 +66,14 @@ def test_a_job_the_leader_does_not_know_is_said_so() -> None:
     replicas = Replicas(Reply(404, {"reason": "JobNotFound", "message": "GpuJob ns/j not found"}))
     with pytest.raises(asking.JobUnknownError, match="GpuJob ns/j not found"):
         asking.ask(replicas, "ns/j")
+
+
+def test_an_operator_url_without_a_scheme_is_refused_naming_the_option() -> None:
+    from click.testing import CliRunner
+
+    from gpusched.cli import main
+
+    result = CliRunner().invoke(main, ["explain", "ns/j", "--operator", "localhost:8082"])
+    assert result.exit_code == 2
+    assert "--operator" in result.output
+    assert "expected an http:// or https:// URL" in result.output
