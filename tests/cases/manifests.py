@@ -283,6 +283,23 @@ INVALID: tuple[Invalid, ...] = (
         "spec.topology.acrossReplicas.segment.nodeLabel",
     ),
     Invalid(
+        "gpujob-segment-mode-unknown",
+        gpujob(
+            replicas=4,
+            topology={
+                "acrossReplicas": {
+                    "nodeLabel": "example.com/block",
+                    "segment": {
+                        "replicas": 2,
+                        "nodeLabel": "topology.kubernetes.io/rack",
+                        "mode": "sometimes",
+                    },
+                }
+            },
+        ),
+        "spec.topology.acrossReplicas.segment.mode",
+    ),
+    Invalid(
         "networktopology-not-named-default",
         networktopology("racks"),
         "metadata.name",

@@ -111,6 +111,31 @@ def test_each_segment_of_a_gang_runs_inside_one_rack(sc: Scenario, levels: None)
     assert "r3" not in racks
 
 
+def test_preferred_segments_no_rack_holds_give_way_to_the_gang(sc: Scenario, levels: None) -> None:
+    """Segments of two replicas per rack, preferred, over racks of one free node each: no rack
+    holds a segment, so the gang runs across racks instead of waiting; the same gang with
+    segments required waits with the reason."""
+    nodes = [sc.nodes(1, **{RACK: f"{sc.id}-r{i}"})[0] for i in range(4)]
+    _, ns = sc.tenant("team", guaranteed=64)
+
+    def segmented(mode: str) -> dict[str, object]:
+        return {
+            "acrossReplicas": {
+                "nodeLabel": RACK,
+                "mode": "preferred",
+                "segment": {"replicas": 2, "nodeLabel": RACK, "mode": mode},
+            }
+        }
+
+    sc.submit(ns, "strict", 8, replicas=2, topology=segmented("required"))
+    waiting = sc.wait_reason(ns, "strict", "NoFeasibleNodes", timeout=60)
+    assert "segments of 2" in waiting["message"]
+    sc.submit(ns, "loose", 8, replicas=2, topology=segmented("preferred"))
+    running = sc.wait_phase(ns, "loose", "Running", timeout=90)
+    assert {p["node"] for p in running["placement"]} <= set(nodes)
+    assert len({p["node"] for p in running["placement"]}) == 2
+
+
 def test_two_nvl72_racks_one_with_trays_down(
     sc: Scenario, levels: None, operator: OperatorProcess
 ) -> None:

@@ -49,7 +49,11 @@ class ReplicaSegment(ApiModel):
     on. ``spec.replicas`` must be a multiple of it."""
     node_label: str = Field(min_length=1, max_length=316)
     """Node label of the segment's domain (e.g. ``nvidia.com/gpu.clique``): every segment is
-    placed inside one domain of it (always required)."""
+    placed inside one domain of it."""
+    mode: TopologyMode = TopologyMode.REQUIRED
+    """``required`` (the default): the gang waits until every segment fits inside one domain;
+    ``preferred``: segments are kept whenever some placement keeps them, otherwise the gang is
+    placed as if it had none (its ``nodeLabel`` and ``mode`` still apply)."""
 
 
 class ReplicaTopology(ApiModel):

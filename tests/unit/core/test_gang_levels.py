@@ -167,6 +167,50 @@ def test_segments_that_fit_no_rack_wait_although_the_gpus_are_free() -> None:
     assert "segments of 3" in placed.message
 
 
+def test_preferred_segments_are_kept_where_racks_hold_them() -> None:
+    # The racks of test_each_segment_stays_inside_one_rack: preferred segments are kept too.
+    nodes = _rack_nodes({"r1": 3, "r2": 2, "r3": 1}, clique_of_rack=False)
+    across = AcrossReplicas(
+        BLOCK, required=True, segment_replicas=2, segment_label=RACK, segment_required=False
+    )
+    placed = _place(nodes, _gang(4, 8, across))
+    assert not isinstance(placed, GangFailure)
+    racks = [n.split("-")[0] for n, _ in placed]
+    assert racks[0] == racks[1] and racks[2] == racks[3]
+    assert "r3" not in racks
+
+
+def test_preferred_segments_no_rack_holds_give_way_to_the_gang_without_them() -> None:
+    # Segments of 3 replicas fit no rack of two nodes: required, the gang waits although 48 GPUs
+    # are free (test_segments_that_fit_no_rack_wait_although_the_gpus_are_free); preferred, it
+    # runs inside the block on the fewest racks.
+    nodes = _rack_nodes({"r1": 2, "r2": 2, "r3": 2}, clique_of_rack=False)
+    across = AcrossReplicas(
+        BLOCK, required=True, segment_replicas=3, segment_label=RACK, segment_required=False
+    )
+    placed = _place(nodes, _gang(3, 8, across))
+    assert not isinstance(placed, GangFailure)
+    assert len({n.split("-")[0] for n, _ in placed}) == 2
+
+
+def test_a_segment_scoped_to_cliques_never_uses_a_clique_with_a_tray_down() -> None:
+    # Two cliques of two trays in one rack, one tray of clique c0 unhealthy on one GPU: two
+    # segments of 2 replicas per clique fit only once c0 is whole; the free healthy GPUs of c0
+    # are not a clique for them.
+    nodes = [
+        _node("a0", {CLIQUE: "c0", RACK: "r0", BLOCK: "b0"}, unhealthy=(7,)),
+        _node("a1", {CLIQUE: "c0", RACK: "r0", BLOCK: "b0"}),
+        _node("b0", {CLIQUE: "c1", RACK: "r0", BLOCK: "b0"}),
+        _node("b1", {CLIQUE: "c1", RACK: "r0", BLOCK: "b0"}),
+    ]
+    segmented = AcrossReplicas(RACK, required=True, segment_replicas=2, segment_label=CLIQUE)
+    placed = _place(nodes, _gang(4, 4, segmented))
+    assert not isinstance(placed, GangFailure)
+    assert {n for n, _ in placed} == {"b0", "b1"}
+    placed = _place(nodes, _gang(6, 4, segmented))
+    assert isinstance(placed, GangFailure)
+
+
 def test_a_clique_with_a_tray_down_is_no_clique_for_a_clique_gang() -> None:
     # Two cliques of 3 trays; c-r1 has one tray out of service. A 2 x 8 clique gang takes the
     # whole clique c-r2 although c-r1's two healthy trays are the best fit.
@@ -276,8 +320,55 @@ def instances(draw: st.DrawFn) -> Instance:
             rng.random() < 0.7,
             segment if seg_label else None,
             seg_label,
+            segment_required=rng.random() < 0.6,
         )
     return Instance(nodes, down, _gang(replicas, gpus, across, scope))
+
+
+def _with_across(inst: Instance, across: AcrossReplicas) -> Instance:
+    return replace(inst, job=replace(inst.job, across=across))
+
+
+def _segments_fit(inst: Instance, names: set[str] | None = None) -> bool:
+    """Whether the segment domains (of the nodes ``names``, all when None) take every segment,
+    from the exhaustive capacities."""
+    job, across = inst.job, inst.job.across
+    assert across is not None and across.segment_label is not None
+    size = across.segment_replicas or 1
+    parts: dict[str, int] = {}
+    for n in inst.nodes:
+        if names is None or n.name in names:
+            seg = n.labels[across.segment_label]
+            parts[seg] = parts.get(seg, 0) + _capacity(n, job)
+    return (
+        sum(c // size for v, c in parts.items() if v not in _broken(inst, across.segment_label))
+        >= job.replicas // size
+    )
+
+
+def _broken(inst: Instance, label: str) -> set[str]:
+    """Domains of ``label`` a gang or segment scoped to it may not use: at a whole-domain level,
+    those with a node down or a GPU that cannot be placed on."""
+    if not next((lv.whole_domains for lv in LEVELS if lv.node_label == label), False):
+        return set()
+    return {d[label] for d in inst.down if label in d} | {
+        n.labels[label]
+        for n in inst.nodes
+        if not all(g.placeable for g in n.topology.topology.gpus)
+    }
+
+
+def _effective(inst: Instance) -> Instance:
+    """The instance as the gang is placed: preferred segments become required when some
+    placement keeps them (a domain of the level chain, or the cluster's segment domains when
+    the gang's level is only preferred), else the gang has none."""
+    across = inst.job.across
+    if across is None or across.segment_label is None or across.segment_required:
+        return inst
+    kept = _with_across(inst, across.with_segments_required())
+    if _expected(kept) is not None or (not across.required and _segments_fit(kept)):
+        return kept
+    return _with_across(inst, across.without_segments())
 
 
 def _capacity(node: Node, job: Job) -> int:
@@ -339,12 +430,7 @@ def _expected(inst: Instance) -> tuple[str, str] | None:
             if sum(caps[n.name] for n in members) < job.replicas:
                 continue
             if across is not None and across.segment_label is not None:
-                size = across.segment_replicas or 1
-                parts: dict[str, int] = {}
-                for n in members:
-                    seg = n.labels[across.segment_label]
-                    parts[seg] = parts.get(seg, 0) + caps[n.name]
-                if sum(c // size for c in parts.values()) < job.replicas // size:
+                if not _segments_fit(inst, {n.name for n in members}):
                     continue
             return label, value
     return None
@@ -358,6 +444,7 @@ def _expected(inst: Instance) -> tuple[str, str] | None:
 @given(instances())
 def test_gang_placement_is_the_exhaustive_optimum(inst: Instance) -> None:
     placed = _place(inst.nodes, inst.job, inst.down)
+    inst = _effective(inst)
     expected = _expected(inst)
     job, across = inst.job, inst.job.across
     by_name = {n.name: n for n in inst.nodes}
@@ -368,12 +455,7 @@ def test_gang_placement_is_the_exhaustive_optimum(inst: Instance) -> None:
         # Preferred or no level: the gang waits only when the whole cluster cannot take it.
         caps = {n.name: _capacity(n, job) for n in inst.nodes}
         if across is not None and across.segment_label is not None:
-            size = across.segment_replicas or 1
-            parts: dict[str, int] = {}
-            for n in inst.nodes:
-                seg = n.labels[across.segment_label]
-                parts[seg] = parts.get(seg, 0) + caps[n.name]
-            assert sum(c // size for c in parts.values()) < job.replicas // size
+            assert not _segments_fit(inst)
         else:
             assert sum(caps.values()) < job.replicas
         return
@@ -398,15 +480,18 @@ def test_gang_placement_is_the_exhaustive_optimum(inst: Instance) -> None:
         assert across is None or not across.required
     if across is not None and across.segment_label is not None:
         size = across.segment_replicas or 1
+        broken = _broken(inst, across.segment_label)
         for start in range(0, job.replicas, size):
             segment = placed[start : start + size]
-            assert len({by_name[n].labels[across.segment_label] for n, _ in segment}) == 1
+            values = {by_name[n].labels[across.segment_label] for n, _ in segment}
+            assert len(values) == 1
+            assert not values & broken, "a segment in a domain with nodes or GPUs down"
         if expected is not None:
             # As few segment domains as the domain's capacities allow.
             label, value = expected
             caps: dict[str, int] = {}
             for n in inst.nodes:
-                if n.labels[label] == value:
+                if n.labels[label] == value and n.labels[across.segment_label] not in broken:
                     seg = n.labels[across.segment_label]
                     caps[seg] = caps.get(seg, 0) + _capacity(n, job)
             need, fewest = job.replicas // size, 0
@@ -523,6 +608,51 @@ def test_the_expected_start_of_a_segmented_gang_waits_for_a_whole_segment_in_one
     assert {p.node for p in plan.plans} == {"n0", "n1"}
 
 
+def test_the_expected_start_of_a_gang_with_preferred_segments_takes_the_earlier_placement() -> None:
+    # The cluster of the test above. Required segments start at +1000 in rack r1; preferred, the
+    # gang starts at +100 on n0 and n2 (two racks); with n3 also free by +100 it keeps a rack.
+    now = 10_000.0
+
+    def forecast(n3_until: float) -> tuple[float, set[str]]:
+        nodes = [
+            _node(name, {RACK: rack, BLOCK: "b1"})
+            for name, rack in (("n0", "r1"), ("n1", "r1"), ("n2", "r2"), ("n3", "r2"))
+        ]
+        busy = [
+            Job(
+                key=f"other/{name}",
+                tenant="other",
+                replicas=1,
+                gpus_per_replica=8,
+                state=JobState.ADMITTED,
+                placement=(Assignment(name, tuple(range(8))),),
+                started_at=now - 10,
+                expected_end=now + until,
+            )
+            for name, until in (("n1", 1000), ("n2", 100), ("n3", n3_until))
+        ]
+        across = AcrossReplicas(
+            BLOCK, required=True, segment_replicas=2, segment_label=RACK, segment_required=False
+        )
+        gang = replace(_gang(2, 8, across), submitted_at=now - 1)
+        snapshot = Snapshot(
+            now=now,
+            tenants=(Tenant("t", guaranteed=0), Tenant("other", guaranteed=64)),
+            jobs=(*busy, gang),
+            nodes=tuple(nodes),
+            levels=LEVELS,
+        )
+        cycle = Cycle(snapshot)
+        cycle.run()
+        plan = cycle.profile().earliest(Request.of(gang))
+        assert plan is not None
+        assert cycle.forecast()[gang.key] == plan.start
+        return plan.start - now, {p.node for p in plan.plans}
+
+    assert forecast(2000) == (100, {"n0", "n2"})
+    assert forecast(100) == (100, {"n2", "n3"})
+
+
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_a_forecast_plan_keeps_segments_and_the_required_domain(inst: Instance) -> None:
@@ -536,6 +666,7 @@ def test_a_forecast_plan_keeps_segments_and_the_required_domain(inst: Instance) 
     found = Profile(pool, 0.0, {}).earliest(request)
     if found is None:
         return
+    inst = _effective(inst)
     assert found.start == 0.0  # nothing held ends: what is free now is all there is
     by_name = {n.name: n for n in inst.nodes}
     used: set[tuple[str, int]] = set()

@@ -9,7 +9,7 @@ never reads a clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final
 
@@ -163,12 +163,26 @@ class Assignment:
 class AcrossReplicas:
     """Placement of a gang's replicas relative to each other (a node-label domain), and of its
     segments: consecutive runs of ``segment_replicas`` replicas, each inside one domain of
-    ``segment_label`` (required)."""
+    ``segment_label``, always (``segment_required``) or when some placement allows it."""
 
     node_label: str
     required: bool
     segment_replicas: int | None = None
     segment_label: str | None = None
+    segment_required: bool = True
+
+    @property
+    def segments_preferred(self) -> bool:
+        """Segments to keep when possible: the gang may also go unsegmented."""
+        return self.segment_label is not None and not self.segment_required
+
+    def with_segments_required(self) -> AcrossReplicas:
+        """The same gang with its segments a constraint."""
+        return replace(self, segment_required=True)
+
+    def without_segments(self) -> AcrossReplicas:
+        """The same gang with no segments."""
+        return replace(self, segment_replicas=None, segment_label=None, segment_required=True)
 
 
 @dataclass(frozen=True, slots=True)

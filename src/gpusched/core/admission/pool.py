@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gpusched.api.gpujob import TopologyScope
-from gpusched.core.admission.domains import Domain, fewest_domains, level_chain, segments_in
+from gpusched.core.admission.domains import (
+    Domain,
+    fewest_domains,
+    level_chain,
+    level_of,
+    segments_in,
+)
 from gpusched.core.admission.model import (
     AcrossReplicas,
     Assignment,
@@ -138,6 +144,30 @@ class Request:
             job.across,
             job.node_selector,
             job.tolerations,
+        )
+
+    def with_across(self, across: AcrossReplicas) -> Request:
+        """The same request with other rules across replicas (interned like :meth:`of`)."""
+        request = Request(
+            self.gpus_per_replica,
+            self.replicas,
+            self.policy,
+            self.gpu_model,
+            across,
+            self.node_selector,
+            self.tolerations,
+        )
+        return _INTERNED.setdefault(request, request)
+
+    def segment_alternatives(self) -> tuple[Request, Request] | None:
+        """For a gang whose segments are only preferred: the request with its segments kept,
+        then without them (tried in that order); None for any other request."""
+        across = self.across
+        if across is None or not across.segments_preferred:
+            return None
+        return (
+            self.with_across(across.with_segments_required()),
+            self.with_across(across.without_segments()),
         )
 
     @property
@@ -570,6 +600,12 @@ class Pool:
         The gang goes to the narrowest level one of whose domains holds it (best fit among
         those), segments each inside one domain of their level; a preferred level no domain
         holds is spread over the fewest domains (:mod:`gpusched.core.admission.domains`)."""
+        alternatives = request.segment_alternatives()
+        if alternatives is not None:
+            # Preferred segments: kept when some placement keeps them, else the gang unsegmented.
+            segmented, whole = alternatives
+            placed = self.place_gang(job, segmented)
+            return placed if not isinstance(placed, GangFailure) else self.place_gang(job, whole)
         static = self.static_failure(request)
         if static is not None:
             return static
@@ -600,7 +636,7 @@ class Pool:
                 + (f"; not whole (nodes or GPUs down): {_listed(broken)}" if broken else ""),
             )
         if across is not None and across.segment_label is not None:
-            parts = self.domains(across.segment_label, request, _segment(request))
+            parts = self._segment_domains(across.segment_label, request)
             plans, refused = self._place_segments(job, request, parts) or [], False
         elif across is not None:
             plans, refused = self._place_spread(job, request, across.node_label)
@@ -659,13 +695,21 @@ class Pool:
         self._domains[key] = (self._changes, out)
         return out
 
+    def _segment_domains(self, label: str, request: Request) -> list[Domain]:
+        """The domains a segment of the request may go to: at a whole-domain level (NVLink
+        cliques) only those with nothing down, as for a gang scoped to the level."""
+        domains = self.domains(label, request, _segment(request))
+        if not level_of(self.levels, label).whole_domains:
+            return domains
+        return [d for d in domains if not self.degraded(label, d.value)]
+
     def _parts(self, label: str, outer: str, request: Request) -> dict[str, list[Domain]]:
         """The ``label`` domains inside each ``outer`` domain (by its value); a domain that
         straddles two outer domains counts as one part in each."""
         out: dict[str, list[Domain]] = {}
         slots = self.slots
         floor = _segment(request)
-        for domain in self.domains(label, request, floor):
+        for domain in self._segment_domains(label, request):
             groups: dict[str, list[str]] = {}
             for n in domain.names:
                 value = slots[n].node.labels.get(outer)
@@ -829,6 +873,11 @@ class Pool:
         """Why the request could not be placed even on an empty cluster (None: it could)."""
         if request in self._feasible:
             return self._feasible[request]
+        alternatives = request.segment_alternatives()
+        if alternatives is not None:
+            # Preferred segments never make a gang impossible: the unsegmented gang decides.
+            found = self._feasible[request] = self.static_failure(alternatives[1])
+            return found
         k = request.gpus_per_replica
         eligible = self.eligible_nodes(request)
         fits_one = False

@@ -398,6 +398,15 @@ class Profile:
     # --- gangs ---------------------------------------------------------------------------
 
     def _earliest_gang(self, request: Request, floor: float) -> Slotting | None:
+        alternatives = request.segment_alternatives()
+        if alternatives is not None:
+            # Preferred segments: the pool keeps them whenever it can at the start, so the gang
+            # starts unsegmented only where the segmented start is later.
+            kept = self._earliest_gang(alternatives[0], floor)
+            whole = self._earliest_gang(alternatives[1], floor)
+            if kept is None or (whole is not None and whole.start < kept.start):
+                return whole
+            return kept
         r = request.replicas
         if request.across is not None and request.across.segment_label is not None:
             return self._earliest_segmented(request, floor)

@@ -60,6 +60,7 @@ def job_shape(job: GpuJob, protection: Protection | None = None) -> dict[str, An
                 across.mode.value == "required",
                 across.segment.replicas if across.segment else None,
                 across.segment.node_label if across.segment else None,
+                across.segment.mode.value == "required" if across.segment else True,
             )
             if across is not None
             else None
