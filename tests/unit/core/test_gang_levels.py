@@ -176,7 +176,8 @@ def test_preferred_segments_are_kept_where_racks_hold_them() -> None:
     placed = _place(nodes, _gang(4, 8, across))
     assert not isinstance(placed, GangFailure)
     racks = [n.split("-")[0] for n, _ in placed]
-    assert racks[0] == racks[1] and racks[2] == racks[3]
+    assert racks[0] == racks[1]
+    assert racks[2] == racks[3]
     assert "r3" not in racks
 
 
@@ -333,7 +334,8 @@ def _segments_fit(inst: Instance, names: set[str] | None = None) -> bool:
     """Whether the segment domains (of the nodes ``names``, all when None) take every segment,
     from the exhaustive capacities."""
     job, across = inst.job, inst.job.across
-    assert across is not None and across.segment_label is not None
+    assert across is not None
+    assert across.segment_label is not None
     size = across.segment_replicas or 1
     parts: dict[str, int] = {}
     for n in inst.nodes:
@@ -429,9 +431,12 @@ def _expected(inst: Instance) -> tuple[str, str] | None:
                 continue
             if sum(caps[n.name] for n in members) < job.replicas:
                 continue
-            if across is not None and across.segment_label is not None:
-                if not _segments_fit(inst, {n.name for n in members}):
-                    continue
+            if (
+                across is not None
+                and across.segment_label is not None
+                and not _segments_fit(inst, {n.name for n in members})
+            ):
+                continue
             return label, value
     return None
 
