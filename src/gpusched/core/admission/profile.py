@@ -403,9 +403,9 @@ class Profile:
             # Preferred segments: the pool keeps them whenever it can at the start, so the gang
             # starts unsegmented only where the segmented start is later.
             kept = self._earliest_gang(alternatives[0], floor)
-            whole = self._earliest_gang(alternatives[1], floor)
-            if kept is None or (whole is not None and whole.start < kept.start):
-                return whole
+            loose = self._earliest_gang(alternatives[1], floor)
+            if kept is None or (loose is not None and loose.start < kept.start):
+                return loose
             return kept
         r = request.replicas
         if request.across is not None and request.across.segment_label is not None:
