@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import suppress
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,8 @@ from gpusched.api import keys
 from gpusched.cli import main
 from gpusched.dev.localcluster import LocalCluster
 from gpusched.dev.localcluster.topologies import nvl72_tray_objects
-from tests.integration.operator_harness import OperatorProcess, Scenario, wait_for
+from gpusched.dev.localprobes import start_tray_probes
+from tests.integration.operator_harness import POOL, POOL_LABEL, OperatorProcess, Scenario, wait_for
 
 CLIQUE = keys.GFD_CLIQUE
 RACK = "topology.kubernetes.io/rack"
@@ -190,3 +192,52 @@ def test_two_nvl72_racks_one_with_trays_down(
     for start in range(0, 6, 2):
         assert rack_of[by_replica[start]["node"]] == rack_of[by_replica[start + 1]["node"]]
     assert not sc.pods(ns, "g72")
+
+
+def test_tray_probes_publish_the_clique_and_a_failing_gpu_takes_it_from_clique_gangs(
+    sc: Scenario, levels: None, local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Four GB200 trays of one rack, each with its own device probe whose NVML reports the
+    rack's NVLink clique: the probes publish each tray's NodeGpuTopology and clique label (the
+    test writes neither). An Xid 79 on one tray's GPU, reported by its probe, takes the clique
+    out of clique-scoped gangs: a three-tray gang that its healthy trays would hold waits with
+    `DomainDegraded` naming the clique, and no pod is created."""
+    clique = "1f6b0f0e-3a3c-4c43-9a8e-2b7e1c9d5a01.3"
+    trays = [f"{sc.id}-tray{i}" for i in range(4)]
+    sc.make_nodes(4, 4, names=trays, labels={POOL_LABEL: POOL, RACK: f"{sc.id}-rack"})
+    probes = start_tray_probes(local_cluster, trays, clique, tmp_path / "trays")
+    try:
+
+        def published() -> bool:
+            for tray in trays:
+                if sc.core.read_node(tray).metadata.labels.get(CLIQUE) != clique:
+                    return False
+                with suppress(ApiException):
+                    obj = sc.custom.get_cluster_custom_object(
+                        "gpusched.io", "v1alpha1", "nodegputopologies", tray
+                    )
+                    if obj["spec"].get("clique") == clique and obj.get("status"):
+                        continue
+                return False
+            return True
+
+        wait_for(published, 90, "each tray's probe to publish the clique")
+        _, ns = sc.tenant("team", guaranteed=16)
+        clique_scoped = {"acrossReplicas": {"nodeLabel": CLIQUE, "mode": "required"}}
+
+        probes[0].inject(gpu=1, xid=79)
+
+        def unhealthy() -> bool:
+            obj = sc.custom.get_cluster_custom_object(
+                "gpusched.io", "v1alpha1", "nodegputopologies", trays[0]
+            )
+            return any(g.get("reason") == "Xid79" for g in obj["status"]["gpus"])
+
+        wait_for(unhealthy, 60, "tray 0's probe to report GPU 1 unhealthy")
+        sc.submit(ns, "three", 4, replicas=3, topology=clique_scoped)
+        waiting = sc.wait_reason(ns, "three", "DomainDegraded", timeout=60)
+        assert f"clique {clique}" in waiting["message"]
+        assert not sc.pods(ns, "three")
+    finally:
+        for probe in probes:
+            local_cluster.stop_process(probe.record)

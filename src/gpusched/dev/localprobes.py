@@ -10,6 +10,7 @@ by appending to the probe's fault file.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -18,6 +19,7 @@ from gpusched.dev.localcluster import identities
 from gpusched.dev.localcluster.cluster import LocalCluster
 from gpusched.dev.localcluster.components import gpusched_command
 from gpusched.dev.localcluster.processes import ProcessRecord, free_port
+from gpusched.dev.localcluster.topologies import nvl72_tray_objects
 
 ACCOUNT: Final = identities.PROBE
 
@@ -82,3 +84,25 @@ def start_fake_probe(
     ]
     record = cluster.spawn(f"probe-{node}-{port}", argv)
     return FakeProbe(record, node, port, faults)
+
+
+def start_tray_probes(
+    cluster: LocalCluster,
+    trays: Sequence[str],
+    clique: str,
+    directory: Path,
+    *,
+    args: tuple[str, ...] = (),
+) -> list[FakeProbe]:
+    """One probe per tray of an NVL72 rack, as the chart's DaemonSet runs one per node: each
+    simulates a GB200 tray whose NVML reports the rack's NVLink ``clique``
+    (``<clusterUUID>.<cliqueId>``) in its fabric information, so the probe, not the test,
+    publishes the tray's NodeGpuTopology and its ``nvidia.com/gpu.clique`` label."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probes = []
+    for tray in trays:
+        spec, _ = nvl72_tray_objects(tray, clique)
+        source = directory / f"{tray}.yaml"
+        source.write_text(json.dumps(spec.to_k8s()))
+        probes.append(start_fake_probe(cluster, tray, source, args=args))
+    return probes
