@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
-from gpusched.core.admission import CycleConfig, Snapshot, Tenant
+from gpusched.core.admission import AcrossReplicas, CycleConfig, Snapshot, Tenant
 from gpusched.core.admission.explain import describe, explain
 from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
@@ -116,6 +116,33 @@ def test_no_change_is_offered_when_none_starts_the_job_markedly_sooner() -> None
     e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), tuple(nodes)), "a/j")
     assert e.expected_start == NOW + 7200
     assert e.counterfactual is None
+
+
+def test_a_gang_whose_segments_no_rack_holds_is_told_preferred_segments_start_it_now() -> None:
+    # Four idle nodes, one per rack: segments of 2 replicas per rack can never be placed.
+    rack = "topology.kubernetes.io/rack"
+    tenants = [Tenant("a", guaranteed=32)]
+    nodes = [node(f"n{i}", labels={rack: f"r{i}"}) for i in range(4)]
+    gang = job(
+        "a/g",
+        "a",
+        8,
+        2,
+        across=AcrossReplicas(rack, False, segment_replicas=2, segment_label=rack),
+    )
+    e = explain(Snapshot(NOW, tuple(tenants), (gang,), tuple(nodes)), "a/g")
+    assert e.reason == "NoFeasibleNodes"
+    assert e.counterfactual == "`segment.mode: preferred` instead of `required`: now"
+
+
+def test_a_gang_no_domain_holds_is_told_a_preferred_domain_starts_it_now() -> None:
+    rack = "topology.kubernetes.io/rack"
+    tenants = [Tenant("a", guaranteed=32)]
+    nodes = [node(f"n{i}", labels={rack: f"r{i}"}) for i in range(4)]
+    gang = job("a/g", "a", 8, 2, across=AcrossReplicas(rack, True))
+    e = explain(Snapshot(NOW, tuple(tenants), (gang,), tuple(nodes)), "a/g")
+    assert e.reason == "NoFeasibleNodes"
+    assert e.counterfactual == "`acrossReplicas.mode: preferred` instead of `required`: now"
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))

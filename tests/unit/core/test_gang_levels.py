@@ -212,6 +212,29 @@ def test_a_segment_scoped_to_cliques_never_uses_a_clique_with_a_tray_down() -> N
     assert isinstance(placed, GangFailure)
 
 
+def test_a_one_gpu_job_among_equal_nodes_takes_the_fullest_rack() -> None:
+    # Rack r1 (names first) is idle; rack r2 has one node half busy. Equal idle nodes everywhere:
+    # the job goes to r2's idle node, keeping r1 whole for a gang of its two nodes.
+    nodes = [
+        _node("a0", {RACK: "r1", BLOCK: "b1"}),
+        _node("a1", {RACK: "r1", BLOCK: "b1"}),
+        _node("b0", {RACK: "r2", BLOCK: "b1"}),
+        _node("b1", {RACK: "r2", BLOCK: "b1"}, busy=(0, 1, 2, 3, 4, 5, 6, 7)),
+    ]
+    assert _place(nodes, _gang(1, 1, None)) == [("b0", (0,))]
+    # The same in a gang's domain: two replicas of one GPU, no level asked, stay in r2.
+    pool = Pool(nodes, [], LEVELS)
+    placed = pool.place_gang("ns/g", Request.of(_gang(2, 1, AcrossReplicas(BLOCK, required=True))))
+    assert not isinstance(placed, GangFailure)
+    assert {p.node for p in placed} == {"b0"}
+    # Equal nodes in different states (other GPUs busy) compare the same way.
+    nodes[0] = _node("a0", {RACK: "r1", BLOCK: "b1"}, busy=(0,))
+    nodes[2] = _node("b0", {RACK: "r2", BLOCK: "b1"}, busy=(7,))
+    placed = _place(nodes, _gang(1, 1, None))
+    assert not isinstance(placed, GangFailure)
+    assert [n for n, _ in placed] == ["b0"]
+
+
 def test_a_clique_with_a_tray_down_is_no_clique_for_a_clique_gang() -> None:
     # Two cliques of 3 trays; c-r1 has one tray out of service. A 2 x 8 clique gang takes the
     # whole clique c-r2 although c-r1's two healthy trays are the best fit.
@@ -699,3 +722,38 @@ def test_a_forecast_plan_keeps_segments_and_the_required_domain(inst: Instance) 
             if whole:
                 (value,) = values
                 assert not pool.degraded(across.segment_label, value)
+
+
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.lists(instances(), min_size=1, max_size=4), st.integers(0, 3))
+def test_domain_free_gpus_are_counted_from_the_nodes_after_holds_releases_and_rollback(
+    inst: Instance, others: list[Instance], undo: int
+) -> None:
+    """The pool keeps each domain's free GPUs as nodes change; after gangs are placed, some
+    released and a journalled stretch rolled back, every node's domain counts equal a count
+    made from the slots' free GPUs."""
+    pool = Pool(inst.nodes, [], LEVELS, inst.down)
+    jobs = [replace(o.job, key=f"ns/o{i}") for i, o in enumerate(others)]
+    for job in jobs[:undo]:
+        pool.place_gang(job.key, Request.of(job))
+    pool.begin()
+    for job in jobs[undo:]:
+        pool.place_gang(job.key, Request.of(job))
+    if jobs:
+        pool.release(jobs[0].key)
+    if undo % 2:
+        pool.rollback()
+    for name, slot in pool.slots.items():
+        want = []
+        for level in LEVELS:
+            value = slot.node.labels.get(level.node_label)
+            want.append(
+                -1
+                if value is None
+                else sum(
+                    s.free.bit_count()
+                    for s in pool.slots.values()
+                    if s.node.labels.get(level.node_label) == value
+                )
+            )
+        assert pool.fullness(name) == tuple(want)

@@ -366,6 +366,8 @@ _GPU_BOUND = frozenset(
         WaitReason.WAITING_FOR_CAPACITY.value,
         WaitReason.TOPOLOGY_UNSATISFIABLE.value,
         WaitReason.DOMAIN_DEGRADED.value,
+        # Never placeable as asked: the change that makes it placeable is the answer.
+        WaitReason.NO_FEASIBLE_NODES.value,
     }
 )
 #: A variant counts when it starts at least this much sooner (seconds, or share of the wait).
@@ -385,9 +387,25 @@ def sooner(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None
 
 def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str | None:
     """The one change to ``job`` that starts it soonest, when markedly sooner than
-    ``baseline``: a looser topology scope (the next one) or half the GPUs per replica. Each
-    variant is decided by a cycle of its own over the same snapshot, then forecast."""
+    ``baseline``: a looser topology scope (the next one), half the GPUs per replica, and for a
+    gang its segments or its domain only preferred. Each variant is decided by a cycle of its
+    own over the same snapshot, then forecast."""
     variants: list[tuple[str, Job]] = []
+    across = job.across
+    if across is not None and across.segment_label is not None and across.segment_required:
+        variants.append(
+            (
+                "`segment.mode: preferred` instead of `required`",
+                replace(job, across=replace(across, segment_required=False)),
+            )
+        )
+    if across is not None and across.required:
+        variants.append(
+            (
+                "`acrossReplicas.mode: preferred` instead of `required`",
+                replace(job, across=replace(across, required=False)),
+            )
+        )
     policy = job.policy
     rank = SCOPES.index(policy.scope)
     if rank + 1 < len(SCOPES):

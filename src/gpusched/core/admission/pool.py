@@ -68,6 +68,8 @@ class Slot:
     foreign: int = 0
     """Positions held by pods outside any GpuJob."""
     group: GroupKey | None = None
+    counted: int = 0
+    """Free GPUs as last counted into its network domains' free GPUs."""
 
     @property
     def name(self) -> str:
@@ -230,6 +232,8 @@ class Pool:
         self._domains: dict[tuple[str, Request, int], tuple[int, list[Domain]]] = {}
         self._changes = 0
         """Counts holds and releases: memos of free capacity are good while it stays."""
+        self._domain_free: dict[tuple[str, str], int] = {}
+        """Free GPUs per network domain, (level label, value) -> count, kept as nodes change."""
         self.slots: dict[str, Slot] = {}
         self._index: dict[str | None, dict[int, dict[GroupKey, list[str]]]] = {}
         self._jobs: dict[str, dict[str, int]] = {}
@@ -357,6 +361,18 @@ class Pool:
 
     def _reindex(self, slot: Slot) -> None:
         self._changes += 1
+        if self.levels:
+            count = slot.free.bit_count()
+            if count != slot.counted:
+                labels = slot.node.labels
+                for level in self.levels:
+                    value = labels.get(level.node_label)
+                    if value is not None:
+                        domain = (level.node_label, value)
+                        self._domain_free[domain] = (
+                            self._domain_free.get(domain, 0) + count - slot.counted
+                        )
+                slot.counted = count
         model = slot.node.model
         buckets = self._index.setdefault(model, {})
         if slot.group is not None:
@@ -500,7 +516,12 @@ class Pool:
         if names is not None:
             seen: set[GroupKey] = set()
             slots = [self.slots[n] for n in names]
-            for slot in sorted(slots, key=lambda s: s.free_count):
+            order = (
+                (lambda s: (s.free_count, self.fullness(s.name), s.name))
+                if self.levels
+                else (lambda s: (s.free_count, (), s.name))
+            )
+            for slot in sorted(slots, key=order):
                 if slot.free_count < k or slot.group in seen or not self.eligible(slot, request):
                     continue
                 assert slot.group is not None
@@ -512,11 +533,37 @@ class Pool:
         for count in counts:
             for buckets in per_model:
                 for members in list(buckets.get(count, {}).values()):
+                    if self.levels:
+                        found = self._fullest(members, request)
+                        if found is not None:
+                            yield count, found
+                        continue
                     for name in members:
                         slot = self.slots[name]
                         if self.eligible(slot, request):
                             yield count, slot
                             break
+
+    def fullness(self, name: str) -> tuple[int, ...]:
+        """Free GPUs of the node's domains, narrowest level first (-1 where it has none):
+        among nodes equal for a job, the one in the fullest domains is taken, so the roomiest
+        cliques, racks and leaves stay whole for the gangs that need them."""
+        labels = self.slots[name].node.labels
+        free = self._domain_free
+        out = []
+        for level in self.levels:
+            value = labels.get(level.node_label)
+            out.append(-1 if value is None else free.get((level.node_label, value), 0))
+        return tuple(out)
+
+    def _fullest(self, members: Sequence[str], request: Request) -> Slot | None:
+        """The eligible member of a group in the fullest domains (then the lowest name)."""
+        best: tuple[tuple[int, ...], str] | None = None
+        for name in members:
+            key = (self.fullness(name), name)
+            if (best is None or key < best) and self.eligible(self.slots[name], request):
+                best = key
+        return None if best is None else self.slots[best[1]]
 
     def ceiling(self, request: Request) -> WiringRank | None:
         """The best wiring any eligible node could give one replica on an idle cluster: once a
@@ -563,9 +610,16 @@ class Pool:
                     scope_refused = True
                 continue
             rank = node_rank(result)
-            if best is None or outranks(rank, slot.name, best.rank, best.slot.name):
+            if best is None or self.ranks_before(rank, slot.name, best.rank, best.slot.name):
                 best = _Choice(slot, result, rank)
         return best, scope_refused
+
+    def ranks_before(self, rank: NodeRank, name: str, other: NodeRank, other_name: str) -> bool:
+        """The node ranking (:func:`gpusched.core.ranking.outranks`), nodes of equal rank
+        taken in the fullest network domains first (:meth:`fullness`)."""
+        if rank != other or not self.levels:
+            return outranks(rank, name, other, other_name)
+        return (self.fullness(name), name) < (self.fullness(other_name), other_name)
 
     # --- gangs ---------------------------------------------------------------------------
 

@@ -356,7 +356,7 @@ class Profile:
             if found is None:
                 continue
             rank = node_rank(found)
-            if chosen is None or rank > chosen[0] or (rank == chosen[0] and name < chosen[1]):
+            if chosen is None or self.pool.ranks_before(rank, name, chosen[0], chosen[1]):
                 chosen = (rank, name, found)
         if chosen is None:
             return None
