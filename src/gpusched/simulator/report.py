@@ -188,7 +188,8 @@ def _panels(
 
 
 def _queueing_by_size(figs: Sequence[Figures], path: Path) -> Path | None:
-    if not any(s.queueing.count for f in figs for s in f.by_size):
+    # A log scale needs a positive bar: none when every job that started did so at once.
+    if not any(s.queueing.count and s.queueing.mean for f in figs for s in f.by_size):
         return None
     labels = [b[0] for b in SIZE_BUCKETS]
 

@@ -14,7 +14,7 @@ from gpusched.simulator.model import RunResult, Sample
 from gpusched.simulator.report import PLOTS, write_report
 from gpusched.simulator.whatif import diff
 from tests.unit.simulator.estimate_testdata import ESTIMATED
-from tests.unit.simulator.sim_testdata import JOBS, SAMPLES, run
+from tests.unit.simulator.sim_testdata import JOBS, SAMPLES, attempt, job, run
 
 H = 3600.0
 COMMAND = "gpusched simulate --trace tiny.csv --cluster one-node --out out"
@@ -147,6 +147,16 @@ def test_plots_with_no_data_are_left_out_of_the_markdown(tmp_path: Path) -> None
     assert "![" not in md
     assert not list(tmp_path.glob("*.png"))
     assert "| idle | n/a |" in md
+
+
+def test_a_replay_where_no_job_queued_writes_its_report_without_the_queueing_plot(
+    tmp_path: Path,
+) -> None:
+    # Every job started on arrival: no positive bar for the log-scaled queueing plot.
+    jobs = (job("j1", "A", 1, 0.0, attempt(0, 100), finished=True),)
+    md = write_report([run("idle", jobs=jobs)], tmp_path, command=COMMAND, title="t").read_text()
+    assert not (tmp_path / "queueing_by_size.png").exists()
+    assert "queueing_by_size.png" not in md
 
 
 def test_long_series_still_plot(tmp_path: Path) -> None:
