@@ -593,11 +593,9 @@ def test_the_capacity_oracle_counts_disjoint_sets() -> None:
     assert _capacity(_node("y", _labels_of(0, (1, 1, 1)), "bridged"), job) == 4
 
 
-def test_the_expected_start_of_a_segmented_gang_waits_for_a_whole_segment_in_one_rack() -> None:
-    # Rack r1: n0 free, n1 busy until +1000; rack r2: n2 busy until +100, n3 until +2000. Two
-    # replicas of 8 GPUs in one segment per rack: both must be in one rack, so the gang starts
-    # at +1000 on r1 (unsegmented, n0 and n2 would have said +100).
-    now = 10_000.0
+def _two_racks(across: AcrossReplicas, n3_until: float, now: float) -> tuple[Snapshot, Job]:
+    """Rack r1: n0 free, n1 busy until +1000; rack r2: n2 busy until +100, n3 until
+    ``n3_until``; a gang of two 8-GPU replicas with ``across``."""
     nodes = [
         _node(name, {RACK: rack, BLOCK: "b1"})
         for name, rack in (("n0", "r1"), ("n1", "r1"), ("n2", "r2"), ("n3", "r2"))
@@ -613,12 +611,9 @@ def test_the_expected_start_of_a_segmented_gang_waits_for_a_whole_segment_in_one
             started_at=now - 10,
             expected_end=now + until,
         )
-        for name, until in (("n1", 1000), ("n2", 100), ("n3", 2000))
+        for name, until in (("n1", 1000), ("n2", 100), ("n3", n3_until))
     ]
-    gang = replace(
-        _gang(2, 8, AcrossReplicas(BLOCK, required=True, segment_replicas=2, segment_label=RACK)),
-        submitted_at=now - 1,
-    )
+    gang = replace(_gang(2, 8, across), submitted_at=now - 1)
     snapshot = Snapshot(
         now=now,
         tenants=(Tenant("t", guaranteed=0), Tenant("other", guaranteed=64)),
@@ -626,6 +621,15 @@ def test_the_expected_start_of_a_segmented_gang_waits_for_a_whole_segment_in_one
         nodes=tuple(nodes),
         levels=LEVELS,
     )
+    return snapshot, gang
+
+
+def test_the_expected_start_of_a_segmented_gang_waits_for_a_whole_segment_in_one_rack() -> None:
+    # Two replicas in one segment per rack: both must be in one rack, so the gang starts at
+    # +1000 on r1 (unsegmented, n0 and n2 would have said +100).
+    now = 10_000.0
+    across = AcrossReplicas(BLOCK, required=True, segment_replicas=2, segment_label=RACK)
+    snapshot, gang = _two_racks(across, 2000, now)
     cycle = Cycle(snapshot)
     cycle.run()
     assert cycle.forecast()[gang.key] == now + 1000
@@ -637,39 +641,15 @@ def test_the_expected_start_of_a_segmented_gang_waits_for_a_whole_segment_in_one
 
 
 def test_the_expected_start_of_a_gang_with_preferred_segments_takes_the_earlier_placement() -> None:
-    # The cluster of the test above. Required segments start at +1000 in rack r1; preferred, the
-    # gang starts at +100 on n0 and n2 (two racks); with n3 also free by +100 it keeps a rack.
+    # Required segments start at +1000 in rack r1; preferred, the gang starts at +100 on n0 and
+    # n2 (two racks); with n3 also free by +100 it keeps a rack.
     now = 10_000.0
+    across = AcrossReplicas(
+        BLOCK, required=True, segment_replicas=2, segment_label=RACK, segment_required=False
+    )
 
     def forecast(n3_until: float) -> tuple[float, set[str]]:
-        nodes = [
-            _node(name, {RACK: rack, BLOCK: "b1"})
-            for name, rack in (("n0", "r1"), ("n1", "r1"), ("n2", "r2"), ("n3", "r2"))
-        ]
-        busy = [
-            Job(
-                key=f"other/{name}",
-                tenant="other",
-                replicas=1,
-                gpus_per_replica=8,
-                state=JobState.ADMITTED,
-                placement=(Assignment(name, tuple(range(8))),),
-                started_at=now - 10,
-                expected_end=now + until,
-            )
-            for name, until in (("n1", 1000), ("n2", 100), ("n3", n3_until))
-        ]
-        across = AcrossReplicas(
-            BLOCK, required=True, segment_replicas=2, segment_label=RACK, segment_required=False
-        )
-        gang = replace(_gang(2, 8, across), submitted_at=now - 1)
-        snapshot = Snapshot(
-            now=now,
-            tenants=(Tenant("t", guaranteed=0), Tenant("other", guaranteed=64)),
-            jobs=(*busy, gang),
-            nodes=tuple(nodes),
-            levels=LEVELS,
-        )
+        snapshot, gang = _two_racks(across, n3_until, now)
         cycle = Cycle(snapshot)
         cycle.run()
         plan = cycle.profile().earliest(Request.of(gang))
