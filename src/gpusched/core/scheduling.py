@@ -7,7 +7,7 @@ this code.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -161,6 +161,9 @@ class NodeView:
     unaccounted: int = 0
     """GPUs held by pods that carry no GPU assignment (bound by another scheduler): we cannot
     know which, so they only reduce how many of the free GPUs may be used."""
+    domains: tuple[str | None, ...] = ()
+    """The node's domain at each of the cluster's network levels, narrowest first (None where
+    it has none); empty when the cluster lists no levels."""
     state: tuple[object, ...] | None = field(init=False, default=None, compare=False)
     """What every decision about the node depends on (wiring, health, held GPUs): nodes in
     the same state get the same verdict. None without a topology."""
@@ -379,7 +382,7 @@ def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcom
     first = first_ranked(views, request)
     if first:
         names = sorted(first)
-        fits = tuple(names) if request.soft_preferences else (names[0],)
+        fits = tuple(names) if request.soft_preferences else (fullest_first(names, views),)
         return FilterOutcome(fits, {}, {}, {name: first[name] for name in fits})
     verdicts = evaluate_all(views, request)
     failed = {
@@ -389,6 +392,35 @@ def filter_nodes(views: Iterable[NodeView], request: GpuRequest) -> FilterOutcom
         n: v.reason or "" for n, v in verdicts.items() if v.placement is None and not v.resolvable
     }
     return FilterOutcome((), failed, unresolvable, verdicts)
+
+
+def fullest_first(names: Sequence[str], views: Sequence[NodeView]) -> str:
+    """Of nodes ranked equal (``names``, sorted), the one whose network domains have the fewest
+    free GPUs among ``views``, narrowest level first, then the lowest name: the admission
+    cycle's own tie-break (:meth:`gpusched.core.admission.pool.Pool.fullness`), so GPU pods fill
+    partly used cliques, racks and leaves and the roomiest stay whole for gangs. A node outside
+    a level's domains goes first there."""
+    # Every view has domains when the cluster lists levels, none otherwise: one tells.
+    if len(names) == 1 or not views or not views[0].domains:
+        return names[0]
+    free: dict[tuple[int, str], int] = {}
+    by_name: dict[str, NodeView] = {}
+    for view in views:
+        by_name[view.name] = view
+        for level, value in enumerate(view.domains):
+            if value is not None:
+                free[(level, value)] = free.get((level, value), 0) + max(view.free, 0)
+
+    def fullness(name: str) -> tuple[tuple[int, ...], str]:
+        domains = by_name[name].domains
+        return (
+            tuple(
+                -1 if value is None else free[(level, value)] for level, value in enumerate(domains)
+            ),
+            name,
+        )
+
+    return min(names, key=fullness)
 
 
 def prioritize(views: Iterable[NodeView], request: GpuRequest) -> dict[str, int]:

@@ -20,8 +20,10 @@ from pydantic import ValidationError
 
 from gpusched.api import keys
 from gpusched.api.annotations import format_indices
+from gpusched.api.networktopology import DEFAULT_NAME, NetworkTopology
 from gpusched.api.nodegputopology import NodeGpuTopology
 from gpusched.core import NodeTopology, PreparedNode, prepare
+from gpusched.core.lifecycle.snapshot import core_levels
 from gpusched.core.podgpus import GpuClaim, gpu_claim
 from gpusched.core.scheduling import NodeView, RequestError, gpu_count
 
@@ -114,6 +116,11 @@ class ClusterCache:
     assumptions: dict[str, Assumption] = field(default_factory=dict)
     synced: set[str] = field(default_factory=set)
     topology_errors: dict[str, str] = field(default_factory=dict)
+    levels: tuple[str, ...] = ()
+    """Node labels of the cluster's network levels, narrowest first (the NetworkTopology
+    ``default``; empty without one)."""
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Each node's labels (from the node watch)."""
     _views: dict[str, NodeView] = field(default_factory=dict)
     """Views computed since the node last changed: filter asks for hundreds of nodes per pod
     while only the few nodes touched by the last binds differ."""
@@ -145,6 +152,55 @@ class ClusterCache:
             return
         self.topology_errors.pop(name, None)
         self.models[name] = model.spec.gpus[0].model if model.spec.gpus else "unknown"
+
+    def apply_levels(self, obj: Mapping[str, Any]) -> None:
+        """The NetworkTopology ``default`` was added or changed (others are not read)."""
+        if (obj.get("metadata") or {}).get("name") != DEFAULT_NAME:
+            return
+        try:
+            levels = core_levels(NetworkTopology.model_validate(obj))
+        except ValidationError:
+            levels = ()  # the API server refuses such objects; nothing to rank by
+        self._set_levels(tuple(level.node_label for level in levels))
+
+    def delete_levels(self, obj: Mapping[str, Any]) -> None:
+        if (obj.get("metadata") or {}).get("name") == DEFAULT_NAME:
+            self._set_levels(())
+
+    def replace_levels(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Initial list or re-list of NetworkTopology objects."""
+        self._set_levels(())
+        for obj in objects:
+            self.apply_levels(obj)
+
+    def _set_levels(self, levels: tuple[str, ...]) -> None:
+        if levels != self.levels:
+            self.levels = levels
+            self._views.clear()
+
+    def apply_node(self, obj: Mapping[str, Any]) -> None:
+        """A node was added or its labels changed: only its network-level labels are kept."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return
+        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        if self.node_labels.get(name) != labels:
+            # Kept whole, so that levels naming other labels later need no re-list.
+            self.node_labels[name] = labels
+            self._touch(name)
+
+    def delete_node(self, obj: Mapping[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if name and self.node_labels.pop(name, None) is not None:
+            self._touch(name)
+
+    def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Initial list or re-list of nodes."""
+        self.node_labels.clear()
+        self._views.clear()
+        for obj in objects:
+            self.apply_node(obj)
 
     def delete_topology(self, name: str) -> None:
         """Forget a node's topology."""
@@ -349,7 +405,11 @@ class ClusterCache:
             if held and prepared is not None:
                 # Indices the node does not have (a stale or hand-edited annotation) hold nothing.
                 held.intersection_update(prepared.wiring.indices)
-            out.append(NodeView(name, prepared, frozenset(held), unaccounted))
+            domains: tuple[str | None, ...] = ()
+            if self.levels:
+                labels = self.node_labels.get(name, {})
+                domains = tuple(labels.get(label) for label in self.levels)
+            out.append(NodeView(name, prepared, frozenset(held), unaccounted, domains))
         return out
 
     def inventory(self) -> list[NodeInventory]:

@@ -103,8 +103,8 @@ class Extender:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start_watches(self) -> None:
-        """List and watch NodeGpuTopology objects and bound pods (tasks of the running loop,
-        which is where the cache lives)."""
+        """List and watch NodeGpuTopology objects, bound pods, nodes and the network levels
+        (tasks of the running loop, which is where the cache lives)."""
         cache = self.cache
         topologies = Reflector(
             "nodegputopologies",
@@ -130,7 +130,26 @@ class Extender:
             self.pending,
             params={"fieldSelector": FIELD_SELECTOR},
         )
-        self._tasks.extend([topologies.start(), pods.start(), pending.start()])
+        # The network levels and the nodes' labels only order nodes ranked equal (the fullest
+        # clique, rack or leaf first); scheduling does not wait for them, and a cluster without
+        # the NetworkTopology CRD (an upgrade that did not add CRDs) has no levels while the
+        # watch retries.
+        nodes = Reflector(
+            "nodes",
+            self.api,
+            "/api/v1/nodes",
+            _Consumer(cache.replace_nodes, cache.apply_node, cache.delete_node),
+        )
+        levels = Reflector(
+            "networktopologies",
+            self.api,
+            f"/apis/{keys.GROUP}/{keys.VERSION}/networktopologies",
+            _Consumer(cache.replace_levels, cache.apply_levels, cache.delete_levels),
+            max_backoff_seconds=300.0,
+        )
+        self._tasks.extend(
+            [topologies.start(), pods.start(), pending.start(), nodes.start(), levels.start()]
+        )
 
     async def _housekeeping(self) -> None:
         while not self.cache.ready:

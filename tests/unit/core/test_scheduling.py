@@ -139,6 +139,23 @@ def test_planned_node_wins_when_it_fits_and_is_ignored_when_it_does_not() -> Non
     assert gone.fits == ("a",), "the plan is gone: the shared ranking decides"
 
 
+def test_among_equal_nodes_the_one_in_the_fullest_rack_passes_the_filter() -> None:
+    # Idle a0, a1 in rack r1 (names first); idle b0 and full b1 in rack r2: the pod goes to
+    # b0, keeping r1 whole for a gang; with soft preferences every tied node passes.
+    def in_rack(name: str, rack: str, busy: tuple[int, ...] = ()) -> NodeView:
+        bare = view(H100, name, busy)
+        return NodeView(name, bare.prepared, bare.busy, domains=(rack,))
+
+    views = [in_rack("a0", "r1"), in_rack("a1", "r1"), in_rack("b0", "r2")]
+    views.append(in_rack("b1", "r2", tuple(range(8))))
+    assert filter_nodes(views, GpuRequest(1, Policy())).fits == ("b0",)
+    soft = filter_nodes(views, GpuRequest(1, Policy(), soft_preferences=True))
+    assert soft.fits == ("a0", "a1", "b0")
+    # Without levels, the lowest name.
+    flat = [NodeView(v.name, v.prepared, v.busy) for v in views]
+    assert filter_nodes(flat, GpuRequest(1, Policy())).fits == ("a0",)
+
+
 def test_nvlinked_node_outranks_an_all_pcie_node() -> None:
     scores = prioritize([view(H100, "h"), view(ALLSYS, "p")], GpuRequest(4, Policy()))
     assert scores["h"] > scores["p"]

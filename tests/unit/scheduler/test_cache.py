@@ -255,3 +255,33 @@ def test_the_kubelets_allocation_is_held_beside_the_assignment(cache: ClusterCac
     body["metadata"]["annotations"][keys.ANNOTATION_ALLOCATED_GPU_INDICES] = "0,6"
     cache.apply_pod(body)
     assert cache.view("n1").busy == {0, 1, 6}
+
+
+def _network(*labels: str, name: str = "default") -> dict[str, Any]:
+    """A NetworkTopology listing ``labels`` widest first, as the API takes them."""
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "NetworkTopology",
+        "metadata": {"name": name},
+        "spec": {
+            "levels": [{"name": f"l{i}", "nodeLabel": label} for i, label in enumerate(labels)]
+        },
+    }
+
+
+def _node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_views_carry_each_nodes_domains_narrowest_level_first(cache: ClusterCache) -> None:
+    rack, clique = "topology.kubernetes.io/rack", keys.GFD_CLIQUE
+    cache.replace_nodes([_node("n1", **{rack: "r1", clique: "c1"}), _node("n2", **{rack: "r1"})])
+    assert cache.view("n1").domains == ()  # no levels yet
+    cache.replace_levels([_network(rack, clique), _network(clique, name="other")])
+    assert cache.view("n1").domains == ("c1", "r1")
+    assert cache.view("n2").domains == (None, "r1")
+    # A relabelled node is seen at once (its cached view is dropped).
+    cache.apply_node(_node("n2", **{rack: "r2", clique: "c2"}))
+    assert cache.view("n2").domains == ("c2", "r2")
+    cache.delete_levels(_network(name="default"))
+    assert cache.view("n1").domains == ()
