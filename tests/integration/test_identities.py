@@ -320,12 +320,16 @@ def test_the_extender_identity_holds_only_what_the_extender_uses(
     extender = start_extender_only(local_cluster)
     try:
         api = as_identity(extender.kubeconfig)
-        # What it uses: watch bound pods and topologies, read a pod, bind it.
+        # What it uses: watch bound pods, topologies, nodes (their labels) and the network
+        # levels, read a pod, bind it.
         assert allowed(api, "list", "pods")
         assert allowed(api, "watch", "pods")
         assert allowed(api, "get", "pods", namespace="team")
         assert allowed(api, "create", "pods", subresource="binding", namespace="team")
         assert allowed(api, "watch", NGT, group=G)
+        assert allowed(api, "list", "nodes")
+        assert allowed(api, "watch", "nodes")
+        assert allowed(api, "watch", "networktopologies", group=G)
         # Nothing of kube-scheduler's role that the extender never calls.
         for verb, resource, group, subresource in (
             ("delete", "pods", "", ""),
@@ -339,7 +343,8 @@ def test_the_extender_identity_holds_only_what_the_extender_uses(
             ("update", "resourceclaims", "resource.k8s.io", "status"),
             ("create", "events", "", ""),
             ("update", "leases", "coordination.k8s.io", ""),
-            ("list", "nodes", "", ""),
+            ("patch", "nodes", "", ""),
+            ("update", "nodes", "", "status"),
             ("get", "secrets", "", ""),
         ):
             assert not allowed(
