@@ -26,6 +26,7 @@ from gpusched.core.admission import (
     Cycles,
     Job,
     JobState,
+    Level,
     Snapshot,
     Tenant,
     incremental,
@@ -47,8 +48,16 @@ def histories(draw: Any) -> tuple[Snapshot, int]:
     tenants: list[Tenant] = draw(tenant_sets())
     jobs = [_arrival(draw, tenants, i) for i in range(draw(st.integers(2, 20)))]
     config = CycleConfig(reservations_per_tenant=draw(st.integers(0, 2)))
+    # With a rack level, nodes ranked equal are ordered by their racks' free GPUs, which the
+    # kept pool keeps as nodes change.
+    levels = (Level("rack", "rack"),) if draw(st.booleans()) else ()
     snapshot = Snapshot(
-        now=1000.0, tenants=tuple(tenants), jobs=tuple(jobs), nodes=nodes, config=config
+        now=1000.0,
+        tenants=tuple(tenants),
+        jobs=tuple(jobs),
+        nodes=nodes,
+        config=config,
+        levels=levels,
     )
     return snapshot, draw(st.integers(0, 2**32))
 
@@ -128,8 +137,11 @@ def _keep_reservations(snapshot: Snapshot, result: CycleResult) -> Snapshot:
     return replace(snapshot, jobs=tuple(jobs))
 
 
-def _pool_state(pool: Pool) -> dict[str, tuple[int, int, dict[str, int]]]:
-    return {name: (s.free, s.foreign, dict(s.held)) for name, s in pool.slots.items()}
+def _pool_state(pool: Pool) -> dict[str, tuple[int, int, dict[str, int], tuple[int, ...]]]:
+    return {
+        name: (s.free, s.foreign, dict(s.held), pool.fullness(name))
+        for name, s in pool.slots.items()
+    }
 
 
 def _held_lists(pool: Pool, keys: list[str]) -> dict[str, list[tuple[str, int]]]:
