@@ -28,6 +28,10 @@ from kubernetes import client
 
 #: Content type of JSON merge patches (RFC 7386), the only patch gpusched sends.
 MERGE_PATCH: Final = "application/merge-patch+json"
+#: Accept headers asking the API server for objects' metadata alone (as client-go's metadata
+#: informers do): a list, and the objects of watch events.
+METADATA_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 #: Bodies above this size are decoded in a worker thread so the event loop keeps serving.
 LARGE_BODY_BYTES: Final = 1 << 20
 #: Seconds a watch request stays open before it is renewed (the server may end it sooner).
@@ -109,7 +113,9 @@ class AsyncApi:
             context.load_cert_chain(configuration.cert_file, configuration.key_file)
         return context
 
-    def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+    def _headers(
+        self, content_type: str = "application/json", accept: str = "application/json"
+    ) -> dict[str, str]:
         now = time.monotonic()
         if self._auth is None or now - self._auth_at > CREDENTIALS_REFRESH_SECONDS:
             configuration = self._configuration
@@ -127,7 +133,7 @@ class AsyncApi:
                 if setting.get("in") == "header" and setting.get("value")
             }
             self._auth_at = now
-        return {"Content-Type": content_type, "Accept": "application/json", **self._auth}
+        return {"Content-Type": content_type, "Accept": accept, **self._auth}
 
     async def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -152,6 +158,7 @@ class AsyncApi:
         *,
         params: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """Send one request; the decoded JSON answer, or :class:`ApiError`."""
@@ -163,7 +170,7 @@ class AsyncApi:
                 method,
                 self._url(path, params),
                 data=data,
-                headers=self._headers(content_type),
+                headers=self._headers(content_type, accept),
                 timeout=None if timeout is None else aiohttp.ClientTimeout(total=timeout),
             ) as response:
                 status = response.status
@@ -175,9 +182,16 @@ class AsyncApi:
             self._count(method, path, status)
 
     async def list(
-        self, path: str, params: Mapping[str, Any] | None = None, *, page_size: int = 2000
+        self,
+        path: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        page_size: int = 2000,
+        metadata_only: bool = False,
     ) -> tuple[list[dict[str, Any]], str]:
-        """Every item of a collection (paged), and the list's resourceVersion to watch from."""
+        """Every item of a collection (paged), and the list's resourceVersion to watch from.
+        ``metadata_only``: each item's ``metadata`` alone (the API server's
+        PartialObjectMetadata), for a reader that needs names and labels, not specs."""
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
@@ -185,6 +199,7 @@ class AsyncApi:
                 "GET",
                 path,
                 params={**(params or {}), "limit": page_size, "continue": token},
+                accept=METADATA_LIST if metadata_only else "application/json",
                 timeout=120,
             )
             items.extend(page.get("items") or [])
@@ -200,9 +215,11 @@ class AsyncApi:
         params: Mapping[str, Any] | None = None,
         *,
         seconds: int = WATCH_SECONDS,
+        metadata_only: bool = False,
     ) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch request from ``resource_version`` (with bookmarks), until the
-        server ends it; an ERROR event is yielded like any other."""
+        server ends it; an ERROR event is yielded like any other. ``metadata_only``: as in
+        :meth:`list`."""
         session = await self._client()
         query = {
             **(params or {}),
@@ -217,7 +234,9 @@ class AsyncApi:
         status = 0
         try:
             async with session.get(
-                self._url(path, query), headers=self._headers(), timeout=timeout
+                self._url(path, query),
+                headers=self._headers(accept=METADATA if metadata_only else "application/json"),
+                timeout=timeout,
             ) as response:
                 status = response.status
                 if status >= 300:

@@ -44,6 +44,8 @@ class Reflector:
     consumer: Consumer
     params: Mapping[str, str] = field(default_factory=dict)
     """``labelSelector`` / ``fieldSelector``."""
+    metadata_only: bool = False
+    """Objects' ``metadata`` alone (names, labels, versions): far smaller than nodes or pods."""
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 30.0
     on_error: Callable[[str, BaseException], None] | None = None
@@ -80,7 +82,9 @@ class Reflector:
         return asyncio.create_task(self.run(), name=f"watch-{self.name}")
 
     async def _list(self) -> str:
-        items, version = await self.api.list(self.path, self.params)
+        items, version = await self.api.list(
+            self.path, self.params, metadata_only=self.metadata_only
+        )
         self.lists += 1
         self.consumer.replace(items)
         self.synced.set()
@@ -90,7 +94,9 @@ class Reflector:
     async def _watch(self, version: str) -> str:
         """One watch request; returns the version to resume from."""
         try:
-            async for event in self.api.watch(self.path, version, self.params):
+            async for event in self.api.watch(
+                self.path, version, self.params, metadata_only=self.metadata_only
+            ):
                 version = self._take(event, version)
         except ApiError as err:
             if err.status == 410:

@@ -139,6 +139,7 @@ class Extender:
             self.api,
             "/api/v1/nodes",
             _Consumer(cache.replace_nodes, cache.apply_node, cache.delete_node),
+            metadata_only=True,  # labels are all it reads; a node's status is most of it
         )
         levels = Reflector(
             "networktopologies",
