@@ -178,6 +178,7 @@ def run_scenario(
     queues: int | None = None,
     run: tuple[str, ...] = ("kueue", "gpusched"),
     record_delay: float | None = None,
+    operator_args: tuple[str, ...] = (),
     timeout: float = 3600.0,
     progress: Progress = default_progress,
 ) -> dict[str, Any]:
@@ -201,6 +202,7 @@ def run_scenario(
         if config is None and not (cohorts or queues)
         else None,
         "differences": list(DIFFERENCES),
+        "operator_args": list(operator_args),
     }
     progress(
         f"[bench] scenario {result['scenario']}: {len(scenario.cohorts)} cohorts, "
@@ -231,6 +233,7 @@ def run_scenario(
                     cluster,
                     scenario,
                     record_delay=record_delay,
+                    operator_args=operator_args,
                     timeout=timeout,
                     progress=progress,
                 )
@@ -564,6 +567,7 @@ def run_gpusched(
     record_delay: float | None,
     timeout: float,
     progress: Progress,
+    operator_args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The scenario through gpusched's operator, extender and kube-scheduler."""
     from kubernetes import client
@@ -590,6 +594,7 @@ def run_gpusched(
             f"--explain-port={free_port()}",
             "--resync=5",
             *([f"--record-delay={record_delay}"] if record_delay is not None else []),
+            *operator_args,
         ],
     )
     outcome = asyncio.run(_play(api.configuration, scenario, started, timeout, progress))
@@ -852,6 +857,14 @@ def _print_table(result: dict[str, Any]) -> None:
     help="The operator's --record-delay (default: its own).",
 )
 @click.option(
+    "--operator-arg",
+    "operator_args",
+    multiple=True,
+    metavar="ARG",
+    help="One more argument for the operator, e.g. --operator-arg=--reservations-per-tenant=1 "
+    "(repeatable).",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=60),
     default=3600,
@@ -867,6 +880,7 @@ def kueue_scenario(
     queues: int | None,
     runs: str,
     record_delay: float | None,
+    operator_args: tuple[str, ...],
     timeout: float,
 ) -> None:
     """Kueue's own scheduler benchmark through Kueue (minimalkueue and its runner) and through
@@ -880,6 +894,7 @@ def kueue_scenario(
         queues=queues,
         run=run,
         record_delay=record_delay,
+        operator_args=operator_args,
         timeout=timeout,
     )
     if as_json:
