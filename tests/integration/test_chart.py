@@ -375,3 +375,32 @@ def test_the_submitter_is_recorded_by_a_mutating_policy_only_where_the_api_serve
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ]
+
+
+def test_the_operators_default_run_time_history_is_the_configmap_the_chart_grants() -> None:
+    """An operator started without ``--runtime-history`` under the chart's identity (the local
+    harness, the benchmarks, a user running it by hand) reads and writes the ConfigMap the
+    chart's Role names for the default release, and the chart passes that same name."""
+    from gpusched.commands.operator import operator as operator_command
+    from gpusched.operator.runtimes import DEFAULT_NAME
+
+    cli_default = next(p.default for p in operator_command.params if p.name == "runtime_history")
+    assert cli_default == DEFAULT_NAME
+    objects = render.render()
+    granted = {
+        name
+        for o in objects
+        if o["kind"] == "Role"
+        for rule in o.get("rules") or []
+        if "configmaps" in rule.get("resources", []) and "get" in rule.get("verbs", [])
+        for name in rule.get("resourceNames") or []
+    }
+    assert DEFAULT_NAME in granted
+    args = [
+        arg
+        for o in objects
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+        for arg in c.get("args") or []
+    ]
+    assert f"--runtime-history={DEFAULT_NAME}" in args

@@ -110,7 +110,7 @@ def _labels(value: str) -> dict[str, str]:
 )
 @click.option(
     "--runtime-history",
-    default="gpusched-runtime-history",
+    default="gpusched-operator-runtime-history",  # runtimes.DEFAULT_NAME (a test keeps them equal)
     show_default=True,
     help="ConfigMap (in --lease-namespace) keeping finished jobs' run times for prediction "
     "across restarts; empty: kept in memory only.",

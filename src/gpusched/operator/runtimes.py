@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 
 #: The ConfigMap key holding the history's JSON.
 DATA_KEY: Final = "history.json"
-#: Default ConfigMap name (the chart sets ``<release>-runtime-history``).
-DEFAULT_NAME: Final = "gpusched-runtime-history"
+#: Default ConfigMap name: the one the chart names and grants (``<release>-operator-runtime-
+#: history``) for its default release ``gpusched``, so an operator run outside the chart under
+#: the chart's identity can read and write its history.
+DEFAULT_NAME: Final = "gpusched-operator-runtime-history"
 
 
 def run_seconds(before: GpuJobStatus, after: GpuJobStatus) -> float | None:
@@ -166,7 +168,17 @@ class RuntimeBook:
     async def _refresh_version(self) -> None:
         try:
             found = await self.api.request("GET", self.path)
-        except ApiError:
+        except ApiError as err:
+            if err.status != 404:
+                # The ConfigMap exists but cannot be read (a Role naming another ConfigMap):
+                # every later write would fail the same way, so say why once per attempt.
+                log.warning(
+                    "run-time history ConfigMap %s/%s not readable (%s): the operator needs "
+                    "get and update on it (--runtime-history names it)",
+                    self.namespace,
+                    self.name,
+                    err,
+                )
             self._version = None
             return
         self._version = (found.get("metadata") or {}).get("resourceVersion")
