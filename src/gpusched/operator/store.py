@@ -428,9 +428,14 @@ class Store:
 
     def settle_pod(self, assumed: PodFacts, answer: Mapping[str, Any] | None) -> None:
         """A pod create or delete returned: the pod as it is now (None: not there, or the
-        request failed and the assumption goes)."""
+        request failed and the assumption goes).
+
+        Only the assumption (never read back, version 0) is replaced: when the watch already
+        delivered the pod, what it said is as new as the answer or newer (a pod that ran for a
+        second can be reported succeeded before its create's answer is handled), and the
+        answer counts only if its version is newer."""
         by_name = self.job_pods.get(_pod_key(assumed), {})
-        if by_name.get(assumed.name) is assumed:
+        if assumed.version == 0 and by_name.get(assumed.name) is assumed:
             del by_name[assumed.name]
             self._touch_pods_of(assumed.namespace, assumed.job or "")
         if answer is not None and (answer.get("metadata") or {}).get("name"):

@@ -170,6 +170,27 @@ def test_a_pod_being_created_counts_and_survives_a_relist_until_its_create_retur
     assert store.world(NOW).jobs[0].pods == ()
 
 
+def test_a_create_answered_after_the_watch_saw_the_pod_finish_does_not_turn_it_back() -> None:
+    # A one-second pod: the watch delivers it created, running and succeeded before the
+    # operator handles its own create's answer (the pod as created, Pending). The store keeps
+    # the newest: the job is seen succeeded, not waiting for its pod until a timeout requeues it.
+    store = Store()
+    store.upsert_job(job(5))
+    store.assume_pod(pod(0), NOW)
+    store.upsert_job_pod(pod(10))
+    running = pod(11)
+    running["status"] = {"phase": "Running"}
+    store.upsert_job_pod(running)
+    done = pod(12)
+    done["status"] = {"phase": "Succeeded"}
+    store.upsert_job_pod(done)
+    current = store.pod("ns", "a", "a-1-0")  # what the create's handler finds then
+    assert current is not None
+    store.settle_pod(current, pod(10))
+    (seen,) = store.world(NOW).jobs[0].pods
+    assert (seen.phase, seen.version) == ("Succeeded", 12)
+
+
 def test_a_pod_being_deleted_is_terminating_at_once_and_a_deleted_pod_stays_gone() -> None:
     store = Store()
     store.upsert_job(job(5))
