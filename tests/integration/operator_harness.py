@@ -89,6 +89,9 @@ class OperatorProcess:
                 f"--health-port={self.health_port}",
                 f"--explain-port={self.explain_port}",
                 "--resync=1",
+                # Each test's operator predicts from what it saw itself, not from the run times
+                # of earlier tests' jobs on the same cluster (tests of the history pass a name).
+                "--runtime-history=",
                 *extra,
                 f"--pods-ready-timeout={pods_ready_timeout}",
                 "--reservations-per-tenant=1",
