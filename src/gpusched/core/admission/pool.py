@@ -516,12 +516,9 @@ class Pool:
         if names is not None:
             seen: set[GroupKey] = set()
             slots = [self.slots[n] for n in names]
-            order = (
-                (lambda s: (s.free_count, self.fullness(s.name), s.name))
-                if self.levels
-                else (lambda s: (s.free_count, (), s.name))
-            )
-            for slot in sorted(slots, key=order):
+            # Fewest free GPUs, then the fullest domains (none without levels); the sort is
+            # stable, so ties keep the names' order.
+            for slot in sorted(slots, key=lambda s: (s.free_count, self.fullness(s.name))):
                 if slot.free_count < k or slot.group in seen or not self.eligible(slot, request):
                     continue
                 assert slot.group is not None
