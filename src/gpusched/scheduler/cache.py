@@ -179,7 +179,7 @@ class ClusterCache:
             self._views.clear()
 
     def apply_node(self, obj: Mapping[str, Any]) -> None:
-        """A node was added or its labels changed: only its network-level labels are kept."""
+        """A node was added or its labels changed (its views are recomputed)."""
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         if not name:
