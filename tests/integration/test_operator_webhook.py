@@ -157,6 +157,58 @@ def test_a_gpujob_naming_a_missing_priority_class_is_refused_naming_the_field(
     assert "spec.priorityClassName" in message
 
 
+def test_a_gpujob_changed_to_name_a_missing_priority_class_is_refused_naming_the_field(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    _, namespace = sc.tenant("renamed")
+    _wait_served(sc, operator)
+    sc.custom.create_namespaced_custom_object(G, V, namespace, "gpujobs", _job("renamed"))
+    change = {"spec": {"priorityClassName": f"{sc.id}-no-such-class"}}
+    message = _refusal(
+        lambda: sc.custom.patch_namespaced_custom_object(
+            G, V, namespace, "gpujobs", "renamed", change
+        )
+    )
+    assert "spec.priorityClassName" in message
+
+
+def _reviews(operator: WebhookOperator, resource: str) -> float:
+    """Reviews the operator answered for one resource, from its /metrics."""
+    return sum(
+        value
+        for labels, value in operator.samples("gpusched_operator_webhook_reviews_total")
+        if labels.get("resource") == resource
+    )
+
+
+def test_an_edit_no_rule_reads_is_never_sent_to_the_operator(
+    sc: Scenario, operator: WebhookOperator
+) -> None:
+    """The chart's match conditions: labels and annotations (a workload writes its checkpoint
+    annotation as often as it checkpoints) cost no review; a create and a change of what a rule
+    reads do. A review is counted before the API server answers, so the counts are exact."""
+    owner, namespace = sc.tenant("quiet")
+    _wait_served(sc, operator)
+    jobs, quotas = _reviews(operator, "gpujobs"), _reviews(operator, "tenantquotas")
+    sc.custom.create_namespaced_custom_object(G, V, namespace, "gpujobs", _job("quiet"))
+    assert _reviews(operator, "gpujobs") == jobs + 1
+    for i in range(3):
+        checkpoint = {
+            "metadata": {
+                "annotations": {keys.ANNOTATION_LAST_CHECKPOINT: f"2026-01-01T00:0{i}:00Z"}
+            }
+        }
+        sc.custom.patch_namespaced_custom_object(G, V, namespace, "gpujobs", "quiet", checkpoint)
+        label = {"metadata": {"labels": {"edited": str(i)}}}
+        sc.custom.patch_cluster_custom_object(G, V, "tenantquotas", owner, label)
+    assert _reviews(operator, "gpujobs") == jobs + 1
+    assert _reviews(operator, "tenantquotas") == quotas
+    sc.custom.patch_cluster_custom_object(
+        G, V, "tenantquotas", owner, {"spec": {"guaranteedGpus": 1}}
+    )
+    assert _reviews(operator, "tenantquotas") == quotas + 1
+
+
 def test_gpujobs_applied_right_after_their_tenant_quotas_are_accepted(
     sc: Scenario, operator: WebhookOperator
 ) -> None:
