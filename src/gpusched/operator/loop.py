@@ -39,7 +39,7 @@ from gpusched.core.lifecycle import (
     tenant_map,
 )
 from gpusched.core.lifecycle import status as st
-from gpusched.core.lifecycle.tenants import QuotaEvent, QuotaUpdate, tree_problems
+from gpusched.core.lifecycle.tenants import QuotaEvent, QuotaUpdate, meterable, tree_problems
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
@@ -323,19 +323,29 @@ class AdmissionLoop:
         now = decision.world.now
         usage = {u.name: u for u in decision.result.tenants}
         models = {n.name: n.model or "" for n in decision.snapshot.nodes}
-        # Only jobs that ran count towards GPU-seconds.
-        metered = [
-            MeteredJob(
-                tenant=decision.contexts[job.key].tenant,
-                gpus=job.gpus,
-                before=job.status,
-                after=decision.final_status(job.key),
-                submitter=job.submitter,
-                models=_gpus_by_model(job.status, models),
+        # Only jobs that ran count towards GPU-seconds: those running, and those that finished
+        # after the earliest time a tenant was last metered (the others were counted then).
+        # Kept per tenant, so a tenant's status costs its own jobs, not the cluster's.
+        last = [q.status.last_metered_at for q in decision.world.quotas]
+        oldest = min((t for t in last if t is not None), default=None)
+        metered: dict[str | None, list[tuple[int, MeteredJob]]] = {}
+        for index, job in enumerate(decision.world.jobs):
+            if not meterable(job.status, oldest):
+                continue
+            owner = decision.contexts[job.key].tenant
+            metered.setdefault(owner, []).append(
+                (
+                    index,
+                    MeteredJob(
+                        tenant=owner,
+                        gpus=job.gpus,
+                        before=job.status,
+                        after=decision.final_status(job.key),
+                        submitter=job.submitter,
+                        models=_gpus_by_model(job.status, models),
+                    ),
+                )
             )
-            for job in decision.world.jobs
-            if job.status.started_at is not None
-        ]
         tree = TenantTree.of(decision.snapshot.tenants)
         members: dict[str, set[str]] = {}
         for tenant in decision.snapshot.tenants:
@@ -347,11 +357,14 @@ class AdmissionLoop:
             found = usage.get(name)
             if found is None or name in self._quota_busy:
                 continue
+            mine = members.get(name, set()) | {name}
+            # In the order of the store, as if read from one list (sums stay the same).
+            jobs = sorted((j for t in mine for j in metered.get(t, ())), key=lambda j: j[0])
             update = quota_status(
                 quota,
                 found,
                 decision.tenants.conflicts.get(name, []),
-                metered,
+                [job for _, job in jobs],
                 now,
                 pricing=self.config.pricing,
                 half_life=self.config.usage_half_life,

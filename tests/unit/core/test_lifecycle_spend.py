@@ -8,13 +8,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.api.meta import ConditionStatus
 from gpusched.api.tenantquota import BudgetPeriod, TenantQuota
 from gpusched.core.admission import TenantUsage
 from gpusched.core.lifecycle.spend import Pricing, decayed, period_end, period_start
-from gpusched.core.lifecycle.tenants import MeteredJob, core_tenant, quota_status, tree_problems
+from gpusched.core.lifecycle.tenants import (
+    MeteredJob,
+    core_tenant,
+    meterable,
+    quota_status,
+    tree_problems,
+)
 
 PRICES = Pricing("USD", 2.0, {"H100": 4.0})
 
@@ -238,3 +246,62 @@ def test_a_parents_spending_is_its_teams_and_a_broken_tree_is_reported() -> None
     assert "more than its own 4" in problems["org"]
     assert "namespaces it lists wait" in problems["org"]
     assert "does not exist" in problems["lost"]
+
+
+BASE = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+_hours = st.integers(min_value=-48, max_value=48).map(lambda h: BASE + timedelta(hours=h / 2))
+
+
+@st.composite
+def metered_job(draw: st.DrawFn) -> MeteredJob:
+    started = draw(st.none() | _hours)
+    finished = draw(st.none() | _hours)
+    phase = draw(st.sampled_from(list(JobPhase)))
+    before = GpuJobStatus(phase=phase, started_at=started, finished_at=finished)
+    after = draw(
+        st.sampled_from(
+            [
+                before,
+                GpuJobStatus(phase=JobPhase.QUEUED),
+                GpuJobStatus(
+                    phase=JobPhase.SUCCEEDED, started_at=started, finished_at=BASE + timedelta(1)
+                ),
+            ]
+        )
+    )
+    tenant = draw(st.sampled_from(["team", "other", None]))
+    gpus = draw(st.integers(min_value=1, max_value=8))
+    submitter = draw(st.sampled_from(["alice", "bob", ""]))
+    return MeteredJob(tenant, gpus, before, after, submitter, {"H100": gpus})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    jobs=st.lists(metered_job(), max_size=12),
+    last=st.none() | _hours,
+    earlier=st.integers(min_value=0, max_value=20),
+    unmetered_elsewhere=st.booleans(),
+    after=st.integers(min_value=0, max_value=10),
+)
+def test_a_tenants_status_from_its_meterable_jobs_alone_is_its_status_from_every_job(
+    jobs: list[MeteredJob],
+    last: datetime | None,
+    earlier: int,
+    unmetered_elsewhere: bool,
+    after: int,
+) -> None:
+    """The operator hands each TenantQuota only its own jobs that are running or finished
+    after the earliest time any tenant was last metered: the status must be the one worked
+    out from every job of the store."""
+    status = {"lastMeteredAt": last.isoformat()} if last is not None else {}
+    q = quota({**status, "periodStart": "2026-11-01T00:00:00Z"})
+    now = (last or BASE) + timedelta(hours=after)
+    # The earliest last metering of all tenants: this one's or another's before it.
+    oldest = (
+        None if last is None and unmetered_elsewhere else (last or BASE) - timedelta(hours=earlier)
+    )
+    mine = [j for j in jobs if j.tenant == "team" and meterable(j.before, oldest)]
+    truth = quota_status(q, usage(), [], jobs, now, pricing=PRICES)
+    kept = quota_status(q, usage(), [], mine, now, pricing=PRICES)
+    assert kept.status == truth.status
+    assert kept.events == truth.events

@@ -199,6 +199,24 @@ def runs_between(
     return out
 
 
+def meterable(status: GpuJobStatus, since: datetime | None) -> bool:
+    """Whether :func:`runs_between` and :func:`quota_status` can count anything of a job whose
+    status (when the cycle began) is ``status``, for tenants last metered at ``since`` or
+    later (None: no tenant was metered yet). Only a job running or finished after ``since``
+    can: one finished before was counted when its tenant was last metered. Lets the operator
+    hand each tenant only the jobs that matter, as the store fills with finished jobs."""
+    if status.started_at is None:
+        return False
+    if status.phase is JobPhase.RUNNING:
+        return True
+    return (
+        status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+        and status.finished_at is not None
+        and since is not None
+        and status.finished_at > since
+    )
+
+
 def set_condition(
     conditions: Sequence[Condition],
     type_: str,
