@@ -124,6 +124,14 @@ class OperatorProcess:
             if sample.name == name
         ]
 
+    def total(self, name: str, **labels: str) -> float:
+        """The sum of one metric's samples whose labels include ``labels``."""
+        return sum(
+            value
+            for found, value in self.samples(name)
+            if all(found.get(k) == v for k, v in labels.items())
+        )
+
     def gauge(self, name: str, label: str) -> dict[str, float]:
         """One gauge of the operator's /metrics, by the value of its one label."""
         return {labels[label]: value for labels, value in self.samples(name)}

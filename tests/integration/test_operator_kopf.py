@@ -127,11 +127,7 @@ def test_liveness_fails_when_the_admission_cycle_hangs(
 
 def _queued(operator: OperatorProcess, tenant: str) -> float:
     """GpuJobs of ``tenant`` the operator's store holds, by its jobs gauge."""
-    return sum(
-        value
-        for labels, value in operator.samples("gpusched_jobs")
-        if labels.get("tenant") == tenant
-    )
+    return operator.total("gpusched_jobs", tenant=tenant)
 
 
 def test_jobs_deleted_while_the_operator_was_frozen_are_gone_after_kopf_lists_again(

@@ -174,11 +174,7 @@ def test_a_gpujob_changed_to_name_a_missing_priority_class_is_refused_naming_the
 
 def _reviews(operator: WebhookOperator, resource: str) -> float:
     """Reviews the operator answered for one resource, from its /metrics."""
-    return sum(
-        value
-        for labels, value in operator.samples("gpusched_operator_webhook_reviews_total")
-        if labels.get("resource") == resource
-    )
+    return operator.total("gpusched_operator_webhook_reviews_total", resource=resource)
 
 
 def test_an_edit_no_rule_reads_is_never_sent_to_the_operator(
