@@ -79,7 +79,7 @@ def _labels(value: str) -> dict[str, str]:
 @click.option(
     "--record-delay",
     type=DURATION,
-    default="5s",
+    default="15s",
     show_default=True,
     help="Longest time an admission whose pods are created waits to be written, so that "
     "its status is written once, with its pods running (0: before the pods are created).",

@@ -59,7 +59,7 @@ class OperatorConfig:
     """Least interval between TenantQuota status writes when only GPU-seconds changed."""
     status_refresh: float = 60.0
     """Least interval between writes that only reword a waiting job's status."""
-    record_delay: float = 5.0
+    record_delay: float = 15.0
     """Longest an admission whose pods are created goes unwritten, so that its status is
     written once, with its pods running (0: written before its pods are created)."""
     max_node_rejections: int = 5

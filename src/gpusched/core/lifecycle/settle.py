@@ -34,7 +34,7 @@ class LifecycleConfig:
     backoff_base: float = 10.0
     """First requeue delay after a release; doubles each time."""
     backoff_max: float = 600.0
-    record_delay: float = 5.0
+    record_delay: float = 15.0
     """Longest an admission carried out (its pods created) goes unwritten, waiting to be
     written together with its pods running (see :class:`~gpusched.core.lifecycle.Unwritten`)."""
     max_node_rejections: int = 5

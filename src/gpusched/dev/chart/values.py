@@ -375,7 +375,7 @@ class Operator(Placement):
     """Only place GpuJobs on nodes with these labels; empty: every node with a NodeGpuTopology."""
     maxPreemptionSearches: int = Field(32, ge=0, le=10000)
     """Victim searches per admission cycle."""
-    recordDelay: float = Field(5.0, ge=0, le=300)
+    recordDelay: float = Field(15.0, ge=0, le=300)
     """Longest seconds an admission whose pods are created goes unwritten, so that the job's
     status is written once, with its pods running (0: written before the pods are created)."""
     maxNodeRejections: int = Field(5, ge=0, le=1000)
