@@ -244,6 +244,11 @@ class Pool:
             tuple[str, FilterKey], tuple[tuple[str, tuple[str, ...], int], ...]
         ] = {}
         self.models: list[str | None] = []
+        self.free_times: dict[tuple[str, int, int, int, tuple[float, ...]], tuple[float, ...]] = {}
+        """The profile's answers kept across cycles (:meth:`Profile._node_times`): per node,
+        request and the node's GPU free times, with the cycle's time written as ``-inf``."""
+        self.policy_index: dict[Policy, int] = {}
+        """A small number per distinct placement policy, for the keys of :attr:`free_times`."""
         self._journal: dict[str, tuple[int, dict[str, int]]] | None = None
         """While a cycle runs on a kept pool: each changed node's free GPUs and holders before
         its first change (:meth:`begin`, :meth:`rollback`)."""
@@ -295,6 +300,7 @@ class Pool:
             + len(self._ceilings)
             + len(self._eligible)
             + len(self._eligible_domains)
+            + len(self.free_times)
         )
 
     def begin(self) -> None:

@@ -46,6 +46,8 @@ from gpusched.core.placement import Placement, Policy, evaluate_set, place
 from gpusched.core.ranking import NodeRank, node_rank
 
 NEVER: Final = math.inf
+_FREE: Final = -math.inf
+"""The cycle's own time in the keys of answers kept across cycles."""
 
 _HeapEntry = tuple[float, str, int]
 _Gap = tuple[float, float]
@@ -658,7 +660,8 @@ class Profile:
     def _policy_id(self, policy: Policy) -> int:
         found = self._policy_ids.get(id(policy))
         if found is None:
-            found = self._policies.setdefault(policy, len(self._policies))
+            index = self.pool.policy_index
+            found = index.setdefault(policy, len(index))
             self._policy_ids[id(policy)] = found
             self._keep.append(policy)
         return found
@@ -671,6 +674,25 @@ class Profile:
         found = self._times.get(key)
         if found is not None and found[0] == version:
             return found[1]
+        at = self.free_at[name]
+        now = self.now
+        # The answer depends on the order of the times only, so it is kept across cycles with
+        # the cycle's own time (free GPUs) written as -inf: a node whose holders did not change
+        # gives the same answer next cycle without a placement.
+        content = (name, k, pid, most, tuple(_FREE if t == now else t for t in at))
+        kept = self.pool.free_times.get(content)
+        if kept is None:
+            kept = tuple(_FREE if t == now else t for t in self._count_times(name, k, policy, most))
+            self.pool.free_times[content] = kept
+        times = tuple(now if t == _FREE else t for t in kept)
+        self._times[key] = (version, times)
+        if len(self._times) > _MAX_TIMES:
+            self._times.clear()
+            self._times[key] = (version, times)
+        return times
+
+    def _count_times(self, name: str, k: int, policy: Policy, most: int) -> list[float]:
+        """:meth:`_node_times` worked out on the placement engine."""
         at = self.free_at[name]
         topo = self.pool.slots[name].node.topology
         out: list[float] = []
@@ -692,12 +714,7 @@ class Profile:
                 out.append(when)
             if len(out) >= most:
                 break
-        times = tuple(out)
-        self._times[key] = (version, times)
-        if len(self._times) > _MAX_TIMES:
-            self._times.clear()
-            self._times[key] = (version, times)
-        return times
+        return out
 
 
 #: Cached per-node answers kept (the cache starts over past it).
