@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -109,6 +110,15 @@ def _labels(value: str) -> dict[str, str]:
     "backfill of jobs that end before (0: none; docs/quotas.md).",
 )
 @click.option(
+    "--guarantee-rounding",
+    type=click.Choice(["down", "up"]),
+    default="down",
+    show_default=True,
+    help="Honour each tenant's guarantee in whole jobs rounded down (the jobs that fit inside "
+    "it) or up (a job larger than what is left of it may take that back from borrowers, and a "
+    "tenant keeps the fewest of its jobs that cover it; docs/quotas.md).",
+)
+@click.option(
     "--runtime-history",
     default="gpusched-operator-runtime-history",  # runtimes.DEFAULT_NAME (a test keeps them equal)
     show_default=True,
@@ -185,6 +195,7 @@ def operator(
     max_node_rejections: int,
     forecast_interval: float,
     reservations_per_tenant: int,
+    guarantee_rounding: Literal["down", "up"],
     runtime_history: str,
     health_port: int,
     explain_port: int,
@@ -228,6 +239,7 @@ def operator(
                 max_node_rejections=max_node_rejections,
                 forecast_interval=forecast_interval,
                 reservations_per_tenant=reservations_per_tenant,
+                guarantee_rounding=guarantee_rounding,
                 pricing=prices,
                 usage_half_life=usage_half_life or None,
             ),

@@ -9,6 +9,7 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Literal
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
@@ -69,6 +70,8 @@ class OperatorConfig:
     replay of the queue; reservations' starts are worked out every cycle)."""
     reservations_per_tenant: int = 0
     """Blocked jobs per tenant holding a reservation (0: none; see CycleConfig)."""
+    guarantee_rounding: Literal["down", "up"] = "down"
+    """How guarantees are honoured in whole jobs (see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""
     pricing: Pricing = field(default_factory=Pricing)
@@ -296,6 +299,7 @@ def decide(
         CycleConfig(
             max_preemption_searches=config.max_preemption_searches,
             reservations_per_tenant=config.reservations_per_tenant,
+            guarantee_rounding=config.guarantee_rounding,
         ),
         levels=core_levels(world.network),
         down_labels=nodes.down_labels(world.nodes, world.topologies),

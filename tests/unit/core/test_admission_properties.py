@@ -26,8 +26,9 @@ Each check was seen to fail on a bug planted in the core (see docs/development.m
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -189,8 +190,14 @@ def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
         for name in tenants
     }
     for admission in result.admissions:
-        _check_lenders_keep_their_guarantee(tenants, running, admission, jobs)
         subject = jobs[admission.job]
+        # Whether it may reclaim is judged on its tenant's jobs before it (the next call adds it).
+        for v in admission.victims:
+            if v.reason is not PreemptReason.HIGHER_PRIORITY:
+                assert _may_reclaim(snapshot, tenants, running, subject, admission.reason)
+        _check_lenders_keep_their_guarantee(
+            tenants, running, admission, jobs, snapshot.config.guarantee_rounding
+        )
         assert subject.state is JobState.QUEUED
         for plan in admission.placement:
             assert len(plan.gpus) == subject.gpus_per_replica
@@ -213,7 +220,6 @@ def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
                 assert victim.tenant != subject.tenant
                 # Never for a borrower, never from a tenant inside its guarantee (as the cycle
                 # stood when it decided: decisions are listed in the order they were made).
-                assert admission.reason is AdmitReason.WITHIN_GUARANTEE
                 assert ledgers[victim.tenant].borrowed() > 0
             ledgers[victim.tenant].remove(victim)
         assert subject.tenant is not None
@@ -232,6 +238,41 @@ def _check_cycle(snapshot: Snapshot, result: CycleResult) -> None:
     _check_minimal_victims(snapshot, result)
 
 
+def _may_reclaim(
+    snapshot: Snapshot,
+    tenants: dict[str, Tenant],
+    running: dict[str, list[Job]],
+    subject: Job,
+    reason: AdmitReason,
+) -> bool:
+    """Whether a job admitted for ``reason`` could take GPUs back from another tenant: when it
+    runs inside its tenant's guarantee, or, with guarantees rounded up to whole jobs, when its
+    tenant (without guarantees by model) held less than its guarantee before it (``running``:
+    the tenant's jobs as the cycle stood at the decision)."""
+    if reason is AdmitReason.WITHIN_GUARANTEE:
+        return True
+    assert subject.tenant is not None
+    tenant = tenants[subject.tenant]
+    return (
+        snapshot.config.guarantee_rounding == "up"
+        and subject.preemptible
+        and not tenant.guaranteed_by_model
+        and sum(j.total_gpus for j in running[subject.tenant]) < tenant.guaranteed
+    )
+
+
+def _least_covering(guarantee: int, jobs: list[Job]) -> int:
+    """The fewest GPUs some subset of ``jobs`` holds that is at least ``guarantee`` (all of
+    them when they hold less)."""
+    total = sum(j.total_gpus for j in jobs)
+    if total <= guarantee:
+        return total
+    sums = {0}
+    for j in jobs:
+        sums |= {t + j.total_gpus for t in sums}
+    return min(t for t in sums if t >= guarantee)
+
+
 def _most_inside(guarantee: int, jobs: list[Job]) -> int:
     """The most GPUs some subset of ``jobs`` holds within ``guarantee`` (the sums every subset
     can reach, built one job at a time)."""
@@ -246,6 +287,7 @@ def _check_lenders_keep_their_guarantee(
     running: dict[str, list[Job]],
     admission: Any,
     jobs: dict[str, Job],
+    rounding: str,
 ) -> None:
     """However many of a tenant's jobs one reclaim takes, what it keeps fills its guarantee as
     much as what it held did, in the shape of its jobs (tenants with per-model guarantees are
@@ -261,7 +303,8 @@ def _check_lenders_keep_their_guarantee(
             continue
         before = running[name]
         kept = [j for j in before if j.key not in keys]
-        assert _most_inside(tenant.guaranteed, kept) >= _most_inside(tenant.guaranteed, before), (
+        keeps = _least_covering if rounding == "up" else _most_inside
+        assert keeps(tenant.guaranteed, kept) >= keeps(tenant.guaranteed, before), (
             f"{admission.job} took {sorted(keys)} from {name}, below its guarantee"
         )
     for v in admission.victims:
@@ -279,7 +322,8 @@ def _check_minimal_victims(snapshot: Snapshot, result: CycleResult) -> None:
     in the queue and no preemption allowed."""
     held = {j.key: j for j in snapshot.jobs if j.state in (JobState.ADMITTED, JobState.TERMINATING)}
     jobs = {j.key: j for j in snapshot.jobs}
-    no_preemption = CycleConfig(max_preemption_searches=0)
+    no_preemption = replace(snapshot.config, max_preemption_searches=0)
+    tenants = {t.name: t for t in snapshot.tenants}
     for admission in result.admissions:
         preemptor = jobs[admission.job]
         names = [v.victim for v in admission.victims]
@@ -294,10 +338,19 @@ def _check_minimal_victims(snapshot: Snapshot, result: CycleResult) -> None:
                 config=no_preemption,
             )
             alternative = run_cycle(trial).admission_of(admission.job)
-            # Reclaiming another tenant's GPUs is only for a job inside its guarantee: without
-            # the spared victim the others would not all be allowed.
+            # Reclaiming another tenant's GPUs is only for a job inside its guarantee (or, with
+            # guarantees rounded up, taking what is left of it): without the spared victim the
+            # others would not all be allowed.
+            before = {
+                preemptor.tenant: [
+                    j
+                    for j in held.values()
+                    if j.tenant == preemptor.tenant and j.state is JobState.ADMITTED
+                ]
+            }
             allowed = alternative is not None and (
-                not (others & reclaimed) or alternative.reason is AdmitReason.WITHIN_GUARANTEE
+                not (others & reclaimed)
+                or _may_reclaim(snapshot, tenants, before, preemptor, alternative.reason)
             )
             assert not allowed, f"{admission.job} evicted {spared} for nothing: {names}"
         for name in names:
@@ -346,13 +399,21 @@ def _settle(snapshot: Snapshot, cycles: int, edges: dict[str, set[str]]) -> Snap
     raise AssertionError(f"preemptions still happening after {cycles} cycles")
 
 
+@pytest.mark.parametrize("rounding", ["down", "up"])
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_replays_never_preempt_back_and_keep_every_invariant(
+    rounding: Literal["down", "up"],
     workload: tuple[list[Any], list[Tenant], list[Job], list[Job]],
 ) -> None:
     nodes, tenants, early, late = workload
-    snapshot = Snapshot(now=1000.0, tenants=tuple(tenants), jobs=tuple(early), nodes=tuple(nodes))
+    snapshot = Snapshot(
+        now=1000.0,
+        tenants=tuple(tenants),
+        jobs=tuple(early),
+        nodes=tuple(nodes),
+        config=CycleConfig(guarantee_rounding=rounding),
+    )
     edges: dict[str, set[str]] = {}
     snapshot = _settle(snapshot, 40, edges)
     snapshot = replace(snapshot, jobs=(*snapshot.jobs, *late))

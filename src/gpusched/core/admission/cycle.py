@@ -60,8 +60,10 @@ from gpusched.core.admission.quota import (
     Ledger,
     claims,
     classify_ordered,
+    covering_of_sizes,
     fair_shares,
     job_sizes,
+    rounds_up,
     running_borrowed,
     usable_guarantee,
     usable_of_sizes,
@@ -235,6 +237,8 @@ class Cycle:
         self._claiming: str | None = None
         """During a victim search: the level the preemptor claims at."""
         self.report = not snapshot.config.decisions_only
+        self._round_up = snapshot.config.guarantee_rounding == "up"
+        """Guarantees rounded up to whole jobs (:func:`~gpusched.core.admission.quota.claims`)."""
         self.demand: dict[str, int] = {}
         if self.report:
             for name in self.tenants:
@@ -365,7 +369,12 @@ class Cycle:
     def _claims_of(self, tenant: str) -> set[str]:
         """The tenant's jobs inside its own guarantee, or inside an ancestor's (in the queue
         order of all the jobs below that ancestor)."""
-        own = claims(self.tenants[tenant], self._admitted_at_start[tenant], self._feasible(tenant))
+        own = claims(
+            self.tenants[tenant],
+            self._admitted_at_start[tenant],
+            self._feasible(tenant),
+            round_up=self._round_up and not self.tree.is_parent(tenant),
+        )
         self._leaf_claims[tenant] = frozenset(own)
         for level in self._levels[tenant][1:]:
             own |= {k for k in self._claims_at(level) if self.jobs[k].tenant == tenant}
@@ -482,7 +491,7 @@ class Cycle:
         if job is None:
             return None
         ledger = self.ledgers[tenant]
-        if ledger.fits_within(job):
+        if ledger.fits_within(job) or self._takes_the_rest(job, ledger):
             return (0, 0.0, job.order, tenant, self._versions[tenant])
         borrowed_after = ledger.used + job.total_gpus - ledger.covered(job)
         standing = self.tenants[tenant]
@@ -490,6 +499,20 @@ class Cycle:
         # Inside an ancestor's guarantee (a sibling's idle share) before beyond every level.
         rank = 1 if self._within_an_ancestor(job) else 2
         return (rank, share, job.order, tenant, self._versions[tenant])
+
+    def _takes_the_rest(self, job: Job, ledger: Ledger, without: Sequence[Job] = ()) -> bool:
+        """With guarantees rounded up: whether the job claims the rest of its tenant's own
+        guarantee, rounded up to it (it is larger than what is left, and the tenant holds less
+        than its guarantee once ``without`` are gone): it goes ahead of borrowers and may
+        reclaim from them as a job inside the guarantee does."""
+        if not self._round_up:
+            return False
+        assert job.tenant is not None
+        tenant = self.tenants[job.tenant]
+        if not job.preemptible or not rounds_up(tenant) or self.tree.is_parent(tenant.name):
+            return False
+        used = ledger.used - sum(j.total_gpus for j in without)
+        return used < tenant.guaranteed and self.claim_level(job) == tenant.name
 
     def _park_unstartable(self, tenant: str) -> None:
         """Park the jobs at the head of the tenant's queue that cannot start in this cycle
@@ -1152,7 +1175,11 @@ class Cycle:
         """Admitted jobs of the tenant on borrowed capacity (cached until its jobs change)."""
         found = self._borrowed.get(tenant)
         if found is None:
-            found = running_borrowed(self.tenants[tenant], self.admitted[tenant].values())
+            found = running_borrowed(
+                self.tenants[tenant],
+                self.admitted[tenant].values(),
+                round_up=self._round_up and not self.tree.is_parent(tenant),
+            )
             self._borrowed[tenant] = found
         return found
 
@@ -1272,9 +1299,19 @@ class Cycle:
             if self.tree.is_parent(tenant):
                 found = usable_of_sizes(self.tenants[tenant].guaranteed, self._level_sizes(tenant))
             else:
-                found = usable_guarantee(self.tenants[tenant], self.admitted[tenant].values())
+                found = usable_guarantee(
+                    self.tenants[tenant], self.admitted[tenant].values(), round_up=self._round_up
+                )
             self._usable_gpus[tenant] = found
         return found
+
+    def _usable_of(self, level: str, sizes: Mapping[int, int]) -> int:
+        """:meth:`_usable` of a level holding jobs of ``sizes`` (rounded up at a tenant without
+        children when the cycle rounds guarantees up)."""
+        tenant = self.tenants[level]
+        if self._round_up and rounds_up(tenant) and not self.tree.is_parent(level):
+            return covering_of_sizes(tenant.guaranteed, sizes)
+        return usable_of_sizes(tenant.guaranteed, sizes)
 
     def _level_sizes(self, level: str) -> Counter[int]:
         """How many admitted jobs of each size are held at a level (its own and below it)."""
@@ -1333,7 +1370,7 @@ class Cycle:
                     sizes = left[level] = self._level_sizes(level).copy()
                 sizes[size] -= 1
                 checked.append(sizes)
-                if usable_of_sizes(tenant.guaranteed, sizes) < self._usable(level):
+                if self._usable_of(level, sizes) < self._usable(level):
                     for undo in checked:
                         undo[size] += 1
                     return False
@@ -1433,7 +1470,7 @@ class Cycle:
                 room = self.tenants[claiming].guaranteed - self.used_at(claiming)
                 return job.total_gpus <= room + freed.get(claiming, 0)
             if cross or not job.preemptible:
-                return ledger.fits_within(job, own)
+                return ledger.fits_within(job, own) or self._takes_the_rest(job, ledger, own)
             return True
 
         self._claiming = claiming

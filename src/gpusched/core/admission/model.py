@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Final
+from typing import Final, Literal
 
 from gpusched.api.gpujob import TopologyScope
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
@@ -348,6 +348,16 @@ class CycleConfig:
     """Also reserve for jobs that would take their tenant past its entitlement (guarantee plus
     weighted share of what others leave idle). Off: a tenant borrowing beyond its fair share
     gets idle GPUs, never GPUs held idle for it."""
+    guarantee_rounding: Literal["down", "up"] = "down"
+    """How a tenant's guarantee is honoured in whole jobs (tenants without guarantees by GPU
+    model; a parent's is always rounded down). "down": the jobs that fit inside it, in queue
+    order; a job larger than what is left of it borrows and waits its turn (a tenant
+    guaranteed 26 GPUs whose jobs ask 8 each claims 24). "up": the guarantee is rounded up to
+    the next whole job: while the tenant holds less than its guarantee, the first preemptible
+    job that does not fit what is left claims it too (goes ahead of borrowers and may reclaim
+    its GPUs from them), and a lender keeps the fewest of its jobs that cover its guarantee
+    (four jobs of 8 against 26). A tenant then holds less than one job beyond its guarantee
+    through a claim; a lender still never drops below its guarantee."""
 
 
 @dataclass(frozen=True)

@@ -73,12 +73,17 @@ def classify(tenant: Tenant, jobs: Iterable[Job]) -> set[str]:
     return classify_ordered(tenant, sorted(jobs, key=lambda j: j.order))
 
 
-def classify_ordered(tenant: Tenant, ordered: Iterable[Job]) -> set[str]:
+def classify_ordered(tenant: Tenant, ordered: Iterable[Job], *, round_up: bool = False) -> set[str]:
     """:func:`classify` over jobs already in queue order. Stops once the guarantee is used up
     (every job asks for at least one GPU), so a long queue behind a full guarantee costs
-    nothing: only the lazily merged front of it is ever looked at."""
+    nothing: only the lazily merged front of it is ever looked at.
+
+    ``round_up`` (:func:`rounds_up`): the first preemptible job that does not fit what is left
+    of the guarantee takes the rest of it too: a tenant guaranteed 26 GPUs whose jobs ask 8
+    each claims four of them, not three."""
     buckets = Buckets.of(tenant)
     inside: set[str] = set()
+    round_up = round_up and rounds_up(tenant)
     for job in ordered:
         if not buckets.any and not any(buckets.by_model.values()):
             break
@@ -86,20 +91,35 @@ def classify_ordered(tenant: Tenant, ordered: Iterable[Job]) -> set[str]:
         if buckets.fits(model, job.total_gpus):
             buckets.take(model, job.total_gpus)
             inside.add(job.key)
+        elif round_up and job.preemptible:
+            buckets.any = 0
+            inside.add(job.key)
     return inside
 
 
-def claims(tenant: Tenant, admitted: Iterable[Job], queued: Iterable[Job]) -> set[str]:
+def rounds_up(tenant: Tenant) -> bool:
+    """Whether the tenant's guarantee can be rounded up to whole jobs (the cycle's
+    ``guarantee_rounding`` "up"): guarantees by GPU model are kept as they are."""
+    return not tenant.guaranteed_by_model and tenant.guaranteed > 0
+
+
+def claims(
+    tenant: Tenant, admitted: Iterable[Job], queued: Iterable[Job], *, round_up: bool = False
+) -> set[str]:
     """Jobs of the tenant's whole demand (admitted, and feasible queued ones already in queue
     order) inside its guarantee; the admitted ones are sorted and merged in lazily."""
     order = sorted(admitted, key=lambda j: j.order)
-    return classify_ordered(tenant, heapq.merge(order, queued, key=lambda j: j.order))
+    return classify_ordered(
+        tenant, heapq.merge(order, queued, key=lambda j: j.order), round_up=round_up
+    )
 
 
-def running_borrowed(tenant: Tenant, admitted: Iterable[Job]) -> set[str]:
+def running_borrowed(
+    tenant: Tenant, admitted: Iterable[Job], *, round_up: bool = False
+) -> set[str]:
     """Admitted jobs of the tenant that run on borrowed capacity."""
     admitted = list(admitted)
-    inside = classify(tenant, admitted)
+    inside = classify_ordered(tenant, sorted(admitted, key=lambda j: j.order), round_up=round_up)
     return {job.key for job in admitted if job.key not in inside}
 
 
@@ -187,14 +207,20 @@ class Ledger:
         return None if limit is None else max(0, limit - self.used)
 
 
-def usable_guarantee(tenant: Tenant, jobs: Iterable[Job]) -> int:
+def usable_guarantee(tenant: Tenant, jobs: Iterable[Job], *, round_up: bool = False) -> int:
     """The most GPUs of the running ``jobs`` that fit the tenant's guarantee together: what of
     its guarantee the tenant uses, in the shape of its jobs. A tenant guaranteed 2 GPUs whose
     jobs ask 4 each uses none of it; one guaranteed 16 holding jobs of 8, 4, 2, 1, 1 and 1 uses
     all 16 whatever their queue order. Reclaim never lowers it: a lender loses only GPUs its
-    guarantee could not cover. With per-model guarantees, the count the ledger covers."""
+    guarantee could not cover. With per-model guarantees, the count the ledger covers.
+
+    ``round_up``: the fewest GPUs of some of the jobs that cover the guarantee (all of them
+    when they do not): one guaranteed 26 holding four jobs of 8 keeps all 32, so a job that
+    took the rest of its guarantee (:func:`classify_ordered`) is not taken back from it."""
     if tenant.guaranteed_by_model:
         return Ledger(tenant, jobs).covered()
+    if round_up and rounds_up(tenant):
+        return covering_of_sizes(tenant.guaranteed, job_sizes(jobs))
     return usable_of_sizes(tenant.guaranteed, job_sizes(jobs))
 
 
@@ -221,6 +247,31 @@ def _usable(limit: int, sizes: tuple[tuple[int, int], ...]) -> int:
                 break
             reachable = grown
     return reachable.bit_length() - 1
+
+
+def covering_of_sizes(limit: int, sizes: Mapping[int, int]) -> int:
+    """The rounded-up :func:`usable_guarantee` of jobs given by size: the smallest sum of some
+    of them that is at least ``limit``, or the sum of all of them when it is below."""
+    total = sum(size * count for size, count in sizes.items() if size > 0)
+    if total <= limit:
+        return total
+    key = tuple(sorted((size, count) for size, count in sizes.items() if size > 0 and count > 0))
+    return _covering(limit, key)
+
+
+@lru_cache(maxsize=65_536)
+def _covering(limit: int, sizes: tuple[tuple[int, int], ...]) -> int:
+    top = limit + max(size for size, _ in sizes) - 1
+    reachable = 1
+    mask = (1 << (top + 1)) - 1
+    for size, count in sizes:
+        for _ in range(min(count, top // size)):
+            grown = (reachable | (reachable << size)) & mask
+            if grown == reachable:
+                break
+            reachable = grown
+    at_least = reachable >> limit
+    return limit + (at_least & -at_least).bit_length() - 1
 
 
 def fair_shares(

@@ -386,6 +386,11 @@ class Operator(Placement):
     """Blocked jobs per tenant that hold GPUs reserved where they fit soonest, with backfill of
     jobs expected to end before (0: none). Off by default: see docs/quotas.md and the Philly
     figures in docs/benchmarks.md before turning it on."""
+    guaranteeRounding: Literal["down", "up"] = "down"
+    """How each tenant's guarantee is honoured in whole jobs: "down", the jobs that fit inside
+    it; "up", a job larger than what is left of it may take that back from borrowers, and a
+    tenant keeps the fewest of its jobs that cover it (docs/quotas.md, "Guarantees in whole
+    jobs")."""
     forecastInterval: float = Field(60.0, gt=0, le=3600)
     """Least seconds between two forecasts of every waiting job's expected start (a forward
     replay of the queue); reservations' starts are worked out every cycle."""

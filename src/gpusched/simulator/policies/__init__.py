@@ -29,6 +29,10 @@ POLICIES: Final[dict[str, Build]] = {
     "gpusched-usage-decay": lambda nodes, tenants, seed: GpuschedPolicy(
         nodes, tenants, usage_half_life=7 * 86400.0
     ),
+    # Guarantees rounded up to whole jobs (--guarantee-rounding=up).
+    "gpusched-guarantee-up": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, CycleConfig(guarantee_rounding="up")
+    ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),
