@@ -10,6 +10,7 @@ brute force, not by the core's own arithmetic.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 from hypothesis import given
@@ -23,6 +24,7 @@ from gpusched.core.admission import (
     WaitReason,
     run_cycle,
 )
+from gpusched.core.admission.explain import explain
 from gpusched.core.admission.quota import claims, covering_of_sizes, job_sizes
 from tests.unit.core.admission_testdata import job, node
 
@@ -125,3 +127,23 @@ def test_a_lender_keeps_the_fewest_whole_jobs_covering_its_guarantee_when_roundi
     up = run_cycle(_lumpy_lender("up"))
     assert up.admissions == ()
     assert up.wait_reasons["c/want"] is WaitReason.WAITING_FOR_CAPACITY
+
+
+def test_explain_says_a_job_claims_the_rest_of_the_guarantee_rounded_up() -> None:
+    # Tenant b holds n1 inside its own guarantee: nothing to take back, a/next waits.
+    snapshot = replace(
+        _one_short("up"),
+        tenants=(Tenant("a", 10), Tenant("b", 8)),
+        jobs=(
+            job("a/held", "a", 8, running_on=[("n0", tuple(range(8)))]),
+            *(job(f"b/{i}", "b", 1, running_on=[("n1", (i,))]) for i in range(8)),
+            job("a/next", "a", 8, submitted=100.0),
+        ),
+    )
+    up = explain(snapshot, "a/next")
+    assert up.decision == "waiting"
+    assert up.claims_guarantee
+    assert any("rounded up to this job" in line for line in up.preemption)
+    down = explain(replace(snapshot, config=CycleConfig()), "a/next")
+    assert not down.claims_guarantee
+    assert any("may not reclaim" in line for line in down.preemption)

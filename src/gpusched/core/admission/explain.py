@@ -214,8 +214,17 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
     if tenant.within_tenant.value == "Never":
         lines.append(f"tenant {tenant.name} does not preempt its own jobs (withinTenant: Never)")
     if key in cycle.claims[tenant.name]:
+        rounded = cycle.snapshot.config.guarantee_rounding == "up" and not cycle.ledgers[
+            tenant.name
+        ].fits_within(job)
         lines.append(
-            "inside the tenant's guarantee: may reclaim GPUs lent to other tenants"
+            (
+                "claims the rest of the tenant's guarantee, rounded up to this job "
+                "(guarantee rounding: up)"
+                if rounded
+                else "inside the tenant's guarantee"
+            )
+            + ": may reclaim GPUs lent to other tenants"
             + (" (reclaimBorrowed: Never)" if tenant.reclaim.value == "Never" else "")
         )
     else:
