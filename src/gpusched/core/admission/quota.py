@@ -238,15 +238,21 @@ def usable_of_sizes(limit: int, sizes: Mapping[int, int]) -> int:
 
 @lru_cache(maxsize=65_536)
 def _usable(limit: int, sizes: tuple[tuple[int, int], ...]) -> int:
-    reachable = 1  # bit n set: some subset of the jobs holds exactly n GPUs
-    mask = (1 << (limit + 1)) - 1
+    return _subset_sums(limit, sizes).bit_length() - 1
+
+
+def _subset_sums(top: int, sizes: tuple[tuple[int, int], ...]) -> int:
+    """Bit n set: some of the jobs (``sizes``: (GPUs, how many)) hold exactly n GPUs, n up to
+    ``top``."""
+    reachable = 1
+    mask = (1 << (top + 1)) - 1
     for size, count in sizes:
-        for _ in range(min(count, limit // size)):
+        for _ in range(min(count, top // size)):
             grown = (reachable | (reachable << size)) & mask
             if grown == reachable:
                 break
             reachable = grown
-    return reachable.bit_length() - 1
+    return reachable
 
 
 def covering_of_sizes(limit: int, sizes: Mapping[int, int]) -> int:
@@ -261,16 +267,9 @@ def covering_of_sizes(limit: int, sizes: Mapping[int, int]) -> int:
 
 @lru_cache(maxsize=65_536)
 def _covering(limit: int, sizes: tuple[tuple[int, int], ...]) -> int:
-    top = limit + max(size for size, _ in sizes) - 1
-    reachable = 1
-    mask = (1 << (top + 1)) - 1
-    for size, count in sizes:
-        for _ in range(min(count, top // size)):
-            grown = (reachable | (reachable << size)) & mask
-            if grown == reachable:
-                break
-            reachable = grown
-    at_least = reachable >> limit
+    # A smallest covering set loses its cover without any one job, so it holds less than
+    # ``limit`` plus its largest job.
+    at_least = _subset_sums(limit + max(size for size, _ in sizes) - 1, sizes) >> limit
     return limit + (at_least & -at_least).bit_length() - 1
 
 
