@@ -62,6 +62,11 @@ def test_claims_rounded_up_take_the_first_preemptible_job_past_the_guarantee() -
     # Exactly filled: nothing is left to round up.
     exact = [*queued[:3], job("t/two", "t", 2, submitted=2.5), *queued[3:]]
     assert claims(tenant, [], exact, round_up=True) == {"t/j0", "t/j1", "t/j2", "t/two"}
+    # A job that fits is never displaced by one rounded up, even behind it in the queue.
+    behind = [*queued, job("t/late", "t", 2, submitted=9.0)]
+    assert claims(tenant, [], behind, round_up=True) == {"t/j0", "t/j1", "t/j2", "t/late"}
+    one = [*queued, job("t/one", "t", 1, submitted=9.0)]
+    assert claims(tenant, [], one, round_up=True) == {"t/j0", "t/j1", "t/j2", "t/one", "t/j3"}
 
 
 def _one_short(rounding: str, *, preemptible: bool = True) -> Snapshot:

@@ -353,10 +353,10 @@ class CycleConfig:
     model; a parent's is always rounded down). "down": the jobs that fit inside it, in queue
     order; a job larger than what is left of it borrows and waits its turn (a tenant
     guaranteed 26 GPUs whose jobs ask 8 each claims 24). "up": the guarantee is rounded up to
-    the next whole job: while the tenant holds less than its guarantee, the first preemptible
-    job that does not fit what is left claims it too (goes ahead of borrowers and may reclaim
-    its GPUs from them), and a lender keeps the fewest of its jobs that cover its guarantee
-    (four jobs of 8 against 26). A tenant then holds less than one job beyond its guarantee
+    the next whole job: when the jobs that fit leave some of it unclaimed, the first preemptible
+    job that did not fit claims the rest too (goes ahead of borrowers and may reclaim its GPUs
+    from them; a job that fits is never displaced by it), and a lender keeps the fewest of its
+    jobs that cover its guarantee (four jobs of 8 against 26). A tenant then holds less than one job beyond its guarantee
     through a claim; a lender still never drops below its guarantee."""
 
 

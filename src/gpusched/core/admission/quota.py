@@ -78,22 +78,24 @@ def classify_ordered(tenant: Tenant, ordered: Iterable[Job], *, round_up: bool =
     (every job asks for at least one GPU), so a long queue behind a full guarantee costs
     nothing: only the lazily merged front of it is ever looked at.
 
-    ``round_up`` (:func:`rounds_up`): the first preemptible job that does not fit what is left
-    of the guarantee takes the rest of it too: a tenant guaranteed 26 GPUs whose jobs ask 8
-    each claims four of them, not three."""
+    ``round_up`` (:func:`rounds_up`): when the jobs that fit leave some of the guarantee
+    unclaimed, the first preemptible job that did not fit takes the rest of it too: a tenant
+    guaranteed 26 GPUs whose jobs ask 8 each claims four of them, not three. A job that fits
+    is never displaced by one rounded up."""
     buckets = Buckets.of(tenant)
     inside: set[str] = set()
-    round_up = round_up and rounds_up(tenant)
+    first_misfit: str | None = None
     for job in ordered:
         if not buckets.any and not any(buckets.by_model.values()):
-            break
+            return inside
         model = bucket_model(tenant, job)
         if buckets.fits(model, job.total_gpus):
             buckets.take(model, job.total_gpus)
             inside.add(job.key)
-        elif round_up and job.preemptible:
-            buckets.any = 0
-            inside.add(job.key)
+        elif first_misfit is None and job.preemptible:
+            first_misfit = job.key
+    if round_up and first_misfit is not None and buckets.any > 0 and rounds_up(tenant):
+        inside.add(first_misfit)
     return inside
 
 
