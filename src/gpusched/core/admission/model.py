@@ -356,8 +356,8 @@ class CycleConfig:
     the next whole job: when the jobs that fit leave some of it unclaimed, the first preemptible
     job that did not fit claims the rest too (goes ahead of borrowers and may reclaim its GPUs
     from them; a job that fits is never displaced by it), and a lender keeps the fewest of its
-    jobs that cover its guarantee (four jobs of 8 against 26). A tenant then holds less than one job beyond its guarantee
-    through a claim; a lender still never drops below its guarantee."""
+    jobs that cover its guarantee (four jobs of 8 against 26). A tenant then holds less than
+    one job beyond its guarantee through a claim; a lender still never drops below it."""
 
 
 @dataclass(frozen=True)
