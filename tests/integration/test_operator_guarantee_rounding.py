@@ -1,7 +1,7 @@
 """``--guarantee-rounding=up`` on the real control plane: a tenant two GPUs short of its
 guarantee gets its next 8-GPU job started by taking a node's borrowers back (docs/quotas.md,
 "Guarantees in whole jobs"); rounded down, the default, the same job would wait among
-borrowers (tests/unit/core/test_guarantee_rounding.py decides both from the same cluster)."""
+borrowers (`tests/unit/core/test_guarantee_rounding.py` decides both from the same cluster)."""
 
 from __future__ import annotations
 
