@@ -31,7 +31,9 @@ def test_a_job_larger_than_what_is_left_of_the_guarantee_reclaims_when_rounding_
         second = sc.wait_phase(owner_ns, "second", "Running", timeout=90)
         assert {p["node"] for p in second["placement"]} == set(nodes) - {full}
         # Beyond the guarantee of 10 it still borrows: only the claim was rounded up.
-        assert sc.condition(owner_ns, "second", "QuotaReserved")["reason"] == "Borrowing"  # type: ignore[index]
+        reserved = sc.condition(owner_ns, "second", "QuotaReserved")
+        assert reserved is not None
+        assert reserved["reason"] == "Borrowing"
         for name in small:
             record = sc.status(borrower_ns, name)["preemptions"][-1]
             assert (record["preemptor"], record["reason"]) == (

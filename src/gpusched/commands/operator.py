@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from gpusched.core.admission.model import GuaranteeRounding
 
 from gpusched.commands.logs import configure_logging
 from gpusched.commands.params import DURATION, POSITIVE_DURATION
@@ -195,7 +198,7 @@ def operator(
     max_node_rejections: int,
     forecast_interval: float,
     reservations_per_tenant: int,
-    guarantee_rounding: Literal["down", "up"],
+    guarantee_rounding: GuaranteeRounding,
     runtime_history: str,
     health_port: int,
     explain_port: int,

@@ -9,11 +9,11 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
 from gpusched.core.admission import Cycle, CycleConfig, CycleResult, Cycles, Job, Snapshot
+from gpusched.core.admission.model import GuaranteeRounding
 from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
@@ -70,7 +70,7 @@ class OperatorConfig:
     replay of the queue; reservations' starts are worked out every cycle)."""
     reservations_per_tenant: int = 0
     """Blocked jobs per tenant holding a reservation (0: none; see CycleConfig)."""
-    guarantee_rounding: Literal["down", "up"] = "down"
+    guarantee_rounding: GuaranteeRounding = "down"
     """How guarantees are honoured in whole jobs (see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""

@@ -26,7 +26,7 @@ Each check was seen to fail on a bug planted in the core (see docs/development.m
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -45,7 +45,7 @@ from gpusched.core.admission import (
     Tenant,
     run_cycle,
 )
-from gpusched.core.admission.model import AdmitReason
+from gpusched.core.admission.model import AdmitReason, GuaranteeRounding
 from gpusched.core.admission.quota import Ledger
 from tests.examples import examples
 from tests.unit.core.admission_testdata import across, job, node, replay
@@ -287,7 +287,7 @@ def _check_lenders_keep_their_guarantee(
     running: dict[str, list[Job]],
     admission: Any,
     jobs: dict[str, Job],
-    rounding: str,
+    rounding: GuaranteeRounding,
 ) -> None:
     """However many of a tenant's jobs one reclaim takes, what it keeps fills its guarantee as
     much as what it held did, in the shape of its jobs (tenants with per-model guarantees are
@@ -330,6 +330,14 @@ def _check_minimal_victims(snapshot: Snapshot, result: CycleResult) -> None:
         reclaimed = {
             v.victim for v in admission.victims if v.reason is not PreemptReason.HIGHER_PRIORITY
         }
+        # The preemptor's tenant's jobs as the cluster stood at this decision.
+        before = {
+            preemptor.tenant: [
+                j
+                for j in held.values()
+                if j.tenant == preemptor.tenant and j.state is JobState.ADMITTED
+            ]
+        }
         for spared in names:
             others = set(names) - {spared}
             trial = replace(
@@ -341,13 +349,6 @@ def _check_minimal_victims(snapshot: Snapshot, result: CycleResult) -> None:
             # Reclaiming another tenant's GPUs is only for a job inside its guarantee (or, with
             # guarantees rounded up, taking what is left of it): without the spared victim the
             # others would not all be allowed.
-            before = {
-                preemptor.tenant: [
-                    j
-                    for j in held.values()
-                    if j.tenant == preemptor.tenant and j.state is JobState.ADMITTED
-                ]
-            }
             allowed = alternative is not None and (
                 not (others & reclaimed)
                 or _may_reclaim(snapshot, tenants, before, preemptor, alternative.reason)
@@ -403,7 +404,7 @@ def _settle(snapshot: Snapshot, cycles: int, edges: dict[str, set[str]]) -> Snap
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_replays_never_preempt_back_and_keep_every_invariant(
-    rounding: Literal["down", "up"],
+    rounding: GuaranteeRounding,
     workload: tuple[list[Any], list[Tenant], list[Job], list[Job]],
 ) -> None:
     nodes, tenants, early, late = workload

@@ -25,6 +25,7 @@ from gpusched.core.admission import (
     run_cycle,
 )
 from gpusched.core.admission.explain import explain
+from gpusched.core.admission.model import GuaranteeRounding
 from gpusched.core.admission.quota import claims, covering_of_sizes, job_sizes
 from tests.unit.core.admission_testdata import job, node
 
@@ -69,7 +70,7 @@ def test_claims_rounded_up_take_the_first_preemptible_job_past_the_guarantee() -
     assert claims(tenant, [], one, round_up=True) == {"t/j0", "t/j1", "t/j2", "t/one", "t/j3"}
 
 
-def _one_short(rounding: str, *, preemptible: bool = True) -> Snapshot:
+def _one_short(rounding: GuaranteeRounding, *, preemptible: bool = True) -> Snapshot:
     """Tenant a (guaranteed 10) holds 8 on n0 and asks 8 more; n1 has 6 free GPUs and 2 held
     by one-GPU jobs of tenant b, which has no guarantee (all it holds is borrowed)."""
     return Snapshot(
@@ -82,7 +83,7 @@ def _one_short(rounding: str, *, preemptible: bool = True) -> Snapshot:
             job("a/next", "a", 8, submitted=100.0, preemptible=preemptible),
         ),
         nodes=(node("n0"), node("n1")),
-        config=CycleConfig(guarantee_rounding=rounding),  # type: ignore[arg-type]
+        config=CycleConfig(guarantee_rounding=rounding),
     )
 
 
@@ -105,7 +106,7 @@ def test_a_job_that_cannot_be_taken_back_is_never_rounded_up() -> None:
     assert result.wait_reasons["a/next"] is WaitReason.GUARANTEE_EXCEEDED
 
 
-def _lumpy_lender(rounding: str) -> Snapshot:
+def _lumpy_lender(rounding: GuaranteeRounding) -> Snapshot:
     """Tenant a (guaranteed 10) holds two 8-GPU jobs, the whole cluster; tenant c (guaranteed
     8) asks 8."""
     return Snapshot(
@@ -117,7 +118,7 @@ def _lumpy_lender(rounding: str) -> Snapshot:
             job("c/want", "c", 8, submitted=100.0),
         ),
         nodes=(node("n0"), node("n1")),
-        config=CycleConfig(guarantee_rounding=rounding),  # type: ignore[arg-type]
+        config=CycleConfig(guarantee_rounding=rounding),
     )
 
 

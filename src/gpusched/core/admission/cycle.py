@@ -373,7 +373,7 @@ class Cycle:
             self.tenants[tenant],
             self._admitted_at_start[tenant],
             self._feasible(tenant),
-            round_up=self._round_up and not self.tree.is_parent(tenant),
+            round_up=self._rounding_up(tenant),
         )
         self._leaf_claims[tenant] = frozenset(own)
         for level in self._levels[tenant][1:]:
@@ -505,14 +505,18 @@ class Cycle:
         guarantee, rounded up to it (it is larger than what is left, and the tenant holds less
         than its guarantee once ``without`` are gone): it goes ahead of borrowers and may
         reclaim from them as a job inside the guarantee does."""
-        if not self._round_up:
-            return False
         assert job.tenant is not None
-        tenant = self.tenants[job.tenant]
-        if not job.preemptible or not rounds_up(tenant) or self.tree.is_parent(tenant.name):
+        if not job.preemptible or not self._rounding_up(job.tenant):
             return False
         used = ledger.used - sum(j.total_gpus for j in without)
-        return used < tenant.guaranteed and self.claim_level(job) == tenant.name
+        return used < self.tenants[job.tenant].guaranteed and self.claim_level(job) == job.tenant
+
+    def _rounding_up(self, tenant: str) -> bool:
+        """Whether this tenant's own guarantee is rounded up to whole jobs (the cycle's
+        setting, for a tenant without children or guarantees by model)."""
+        return (
+            self._round_up and rounds_up(self.tenants[tenant]) and not self.tree.is_parent(tenant)
+        )
 
     def _park_unstartable(self, tenant: str) -> None:
         """Park the jobs at the head of the tenant's queue that cannot start in this cycle
@@ -1178,7 +1182,7 @@ class Cycle:
             found = running_borrowed(
                 self.tenants[tenant],
                 self.admitted[tenant].values(),
-                round_up=self._round_up and not self.tree.is_parent(tenant),
+                round_up=self._rounding_up(tenant),
             )
             self._borrowed[tenant] = found
         return found
@@ -1300,7 +1304,9 @@ class Cycle:
                 found = usable_of_sizes(self.tenants[tenant].guaranteed, self._level_sizes(tenant))
             else:
                 found = usable_guarantee(
-                    self.tenants[tenant], self.admitted[tenant].values(), round_up=self._round_up
+                    self.tenants[tenant],
+                    self.admitted[tenant].values(),
+                    round_up=self._rounding_up(tenant),
                 )
             self._usable_gpus[tenant] = found
         return found
@@ -1308,10 +1314,10 @@ class Cycle:
     def _usable_of(self, level: str, sizes: Mapping[int, int]) -> int:
         """:meth:`_usable` of a level holding jobs of ``sizes`` (rounded up at a tenant without
         children when the cycle rounds guarantees up)."""
-        tenant = self.tenants[level]
-        if self._round_up and rounds_up(tenant) and not self.tree.is_parent(level):
-            return covering_of_sizes(tenant.guaranteed, sizes)
-        return usable_of_sizes(tenant.guaranteed, sizes)
+        guaranteed = self.tenants[level].guaranteed
+        if self._rounding_up(level):
+            return covering_of_sizes(guaranteed, sizes)
+        return usable_of_sizes(guaranteed, sizes)
 
     def _level_sizes(self, level: str) -> Counter[int]:
         """How many admitted jobs of each size are held at a level (its own and below it)."""

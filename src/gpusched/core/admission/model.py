@@ -323,6 +323,10 @@ class Tenant:
         return until is not None and until > now
 
 
+GuaranteeRounding = Literal["down", "up"]
+"""How guarantees are honoured in whole jobs (:attr:`CycleConfig.guarantee_rounding`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CycleConfig:
     """Knobs of the cycle (bounds on work, not policy)."""
@@ -348,7 +352,7 @@ class CycleConfig:
     """Also reserve for jobs that would take their tenant past its entitlement (guarantee plus
     weighted share of what others leave idle). Off: a tenant borrowing beyond its fair share
     gets idle GPUs, never GPUs held idle for it."""
-    guarantee_rounding: Literal["down", "up"] = "down"
+    guarantee_rounding: GuaranteeRounding = "down"
     """How a tenant's guarantee is honoured in whole jobs (tenants without guarantees by GPU
     model; a parent's is always rounded down). "down": the jobs that fit inside it, in queue
     order; a job larger than what is left of it borrows and waits its turn (a tenant

@@ -98,10 +98,10 @@ class Profile:
         self._version: dict[str, int] = {}
         self._times: dict[tuple[str, int, int, int], tuple[int, tuple[float, ...]]] = {}
         """(node, GPUs, policy id, replicas) -> (node version, times)."""
-        self._policies: dict[Policy, int] = {}
-        """Each distinct policy's small id: jobs carry equal but distinct Policy objects, and
-        comparing those in cache keys costs more than the answer."""
         self._policy_ids: dict[int, int] = {}
+        """Policy object id -> its small number in :attr:`Pool.policy_index` (jobs carry equal
+        but distinct Policy objects, and comparing those in cache keys costs more than the
+        answer)."""
         self._keep: list[Policy] = []
         """The policies seen (their ids stay theirs while the profile lives)."""
         self._changes: list[str] = []
