@@ -122,6 +122,15 @@ def _labels(value: str) -> dict[str, str]:
     "tenant keeps the fewest of its jobs that cover it; docs/quotas.md).",
 )
 @click.option(
+    "--lending-hold-seconds",
+    type=click.FloatRange(min=0, max=3600),
+    default=300.0,
+    show_default=True,
+    help="A tenant that asked for GPUs within this many seconds keeps that many idle GPUs of "
+    "its unused guarantee from borrowers, so its next jobs start without evicting anyone "
+    "(0: lend idle GPUs at once; docs/quotas.md).",
+)
+@click.option(
     "--runtime-history",
     default="gpusched-operator-runtime-history",  # runtimes.DEFAULT_NAME (a test keeps them equal)
     show_default=True,
@@ -199,6 +208,7 @@ def operator(
     forecast_interval: float,
     reservations_per_tenant: int,
     guarantee_rounding: GuaranteeRounding,
+    lending_hold_seconds: float,
     runtime_history: str,
     health_port: int,
     explain_port: int,
@@ -243,6 +253,7 @@ def operator(
                 forecast_interval=forecast_interval,
                 reservations_per_tenant=reservations_per_tenant,
                 guarantee_rounding=guarantee_rounding,
+                lending_hold_seconds=lending_hold_seconds,
                 pricing=prices,
                 usage_half_life=usage_half_life or None,
             ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
@@ -72,6 +72,9 @@ class OperatorConfig:
     """Blocked jobs per tenant holding a reservation (0: none; see CycleConfig)."""
     guarantee_rounding: GuaranteeRounding = "down"
     """How guarantees are honoured in whole jobs (see CycleConfig)."""
+    lending_hold_seconds: float = 300.0
+    """Seconds a tenant that asked for GPUs keeps that many idle GPUs of its guarantee from
+    borrowers (0: lend at once; see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""
     pricing: Pricing = field(default_factory=Pricing)
@@ -300,6 +303,7 @@ def decide(
             max_preemption_searches=config.max_preemption_searches,
             reservations_per_tenant=config.reservations_per_tenant,
             guarantee_rounding=config.guarantee_rounding,
+            lending_hold_seconds=config.lending_hold_seconds,
         ),
         levels=core_levels(world.network),
         down_labels=nodes.down_labels(world.nodes, world.topologies),
@@ -343,6 +347,8 @@ def decide(
     )
     t4 = time.perf_counter()
     wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]
+    if result.wake_at is not None:
+        wakes.append(datetime.fromtimestamp(result.wake_at, UTC))
     return Decision(
         world=world,
         tenants=tenants,

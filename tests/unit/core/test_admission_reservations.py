@@ -314,7 +314,11 @@ def test_a_tenant_past_its_entitlement_gets_no_reservation() -> None:
                 nodes=(node("a"), node("b")),
                 config=ON,
             ),
-            config=CycleConfig(reservations_per_tenant=1, reserve_beyond_entitlement=True),
+            # b asked for GPUs a moment ago (now = 0): with the lending hold its idle GPUs
+            # would be kept from a/big, which borrows; this test is about the entitlement.
+            config=CycleConfig(
+                reservations_per_tenant=1, reserve_beyond_entitlement=True, lending_hold_seconds=0
+            ),
         )
     )
     assert [r.job for r in beyond.reservations] == ["a/big"]

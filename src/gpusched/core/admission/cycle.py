@@ -24,6 +24,7 @@ ordering ends in a unique key.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -302,7 +303,69 @@ class Cycle:
         """Keys of the jobs that waited, in the order the cycle decided them."""
         self.expected: dict[str, float | None] = {}
         """Expected starts worked out so far (reservations; :meth:`forecast` adds the rest)."""
+        self._recent_asks: dict[str, tuple[int, float]] = self._asks_within(
+            snapshot.config.lending_hold_seconds, jobs
+        )
+        """Tenant -> GPUs its jobs submitted within the lending hold ask, and when the first
+        of those leaves the window (tenants with a guarantee only)."""
+        self._hold_wake: float | None = None
+        """When the first hold a job waited for lapses (:attr:`CycleResult.wake_at`)."""
         self._carry()
+
+    def _asks_within(self, window: float, jobs: Sequence[Job]) -> dict[str, tuple[int, float]]:
+        if window <= 0:
+            return {}
+        since = self.now - window
+        asks: dict[str, tuple[int, float]] = {}
+        for job in jobs:
+            if (
+                job.submitted_at > since
+                and job.state is not JobState.TERMINATING
+                and job.tenant in self.tenants
+                and self.tenants[job.tenant].guaranteed > 0
+            ):
+                gpus, lapse = asks.get(job.tenant, (0, math.inf))
+                asks[job.tenant] = (gpus + job.total_gpus, min(lapse, job.submitted_at + window))
+        return asks
+
+    def _held_for_lenders(self, borrower: str) -> dict[str, int]:
+        """Idle GPUs kept for each other tenant that asked for GPUs within the lending hold:
+        as many as it asked then, at most what of its guarantee it does not use."""
+        held: dict[str, int] = {}
+        for name, (asked, _) in self._recent_asks.items():
+            if name == borrower:
+                continue
+            unused = self.tenants[name].guaranteed - self.ledgers[name].used
+            if unused > 0:
+                held[name] = min(unused, asked)
+        return held
+
+    def _lender_hold(self, job: Job, ledger: Ledger, within: bool) -> GangFailure | None:
+        """Why a job that would borrow waits for idle GPUs kept for lenders (None: it may
+        go ahead). A job inside its tenant's guarantee, or claiming the rest of it, never
+        waits for another tenant's hold."""
+        if within or not self._recent_asks:
+            return None
+        assert job.tenant is not None
+        if self._rounding_up(job.tenant) and self._takes_the_rest(job, ledger):
+            return None
+        held = self._held_for_lenders(job.tenant)
+        kept = sum(held.values())
+        free = self.pool.free_total
+        if not kept or free - job.total_gpus >= kept:
+            return None
+        lapse = min(self._recent_asks[name][1] for name in held)
+        if self._hold_wake is None or lapse < self._hold_wake:
+            self._hold_wake = lapse
+        window = self.snapshot.config.lending_hold_seconds
+        names = ", ".join(f"{name} {gpus}" for name, gpus in sorted(held.items()))
+        return GangFailure(
+            WaitReason.HELD_FOR_LENDERS,
+            f"it would borrow {job.total_gpus} GPU(s) and {free} are idle, but {kept} of them "
+            f"are kept for tenants that asked for GPUs inside their guarantee in the last "
+            f"{window:.0f}s ({names}); lent again when they take them or stay quiet "
+            f"(first in {max(0.0, lapse - self.now):.0f}s)",
+        )
 
     def _feasible(self, tenant: str) -> list[Job]:
         """The tenant's queued jobs that could be placed on an empty cluster, in queue order
@@ -591,6 +654,7 @@ class Cycle:
             wait_reasons=self.wait_reasons,
             reservations=tuple(r for k, r in self.reserved.items() if k in self._confirmed),
             largest_free=self.pool.largest_free() if self.report else (),
+            wake_at=self._hold_wake,
         )
 
     def _wait_alike(self, tenant: str, job: Job) -> bool:
@@ -709,6 +773,10 @@ class Cycle:
             failure = GangFailure(
                 WaitReason.GUARANTEE_EXCEEDED, _guarantee_text(tenant, ledger, job)
             )
+        elif (hold := self._lender_hold(job, ledger, within)) is not None:
+            # Nothing is evicted or reserved for it either: the idle GPUs are the lenders'.
+            self._wait(job, hold.reason, hold.message)
+            return set()
         else:
             outcome = self._try_place(job, request, within, carried is not None)
             if outcome.admitted:

@@ -57,6 +57,10 @@ class WaitReason(StrEnum):
     """No node could host it even if the cluster were empty (model, size, selector, taints)."""
     USER_CAP_EXCEEDED = "UserCapExceeded"
     """Admitting it would take its submitter above the GPUs or jobs its tenant allows one user."""
+    HELD_FOR_LENDERS = "HeldForLenders"
+    """It would borrow, and the idle GPUs are kept for tenants that asked for GPUs within
+    their guarantee moments ago (``CycleConfig.lending_hold_seconds``): lent again when they
+    use them or stay quiet."""
     BUDGET_EXHAUSTED = "BudgetExhausted"
     """The tenant has spent its budget's hard cap for the period: no new job starts before the
     next period (running jobs go on)."""
@@ -362,6 +366,14 @@ class CycleConfig:
     from them; a job that fits is never displaced by it), and a lender keeps the fewest of its
     jobs that cover its guarantee (four jobs of 8 against 26). A tenant then holds less than
     one job beyond its guarantee through a claim; a lender still never drops below it."""
+    lending_hold_seconds: float = 300.0
+    """A tenant that asked for GPUs within the last this many seconds keeps that many idle
+    GPUs of its unused guarantee from borrowers (at most its unused guarantee; jobs submitted
+    in the window and still queued or running count, requeued ones by their first
+    submission). Tenants submit in bursts: a GPU lent the moment it came free is reclaimed
+    seconds later by the lender's next job, a preemption of a job that had barely started.
+    Held back, the lender's next jobs take the idle GPUs without evicting anyone; once it has
+    been quiet this long, or uses its guarantee, its GPUs are lent again. 0: lend at once."""
 
 
 @dataclass(frozen=True)
@@ -509,6 +521,9 @@ class CycleResult:
     """(level, GPUs): after the cycle's admissions, the most free GPUs in one domain of each
     network level (whole domains only where the level asks), and on one node (``node``): the
     largest gang each level can still take. Empty in ``decisions_only`` cycles."""
+    wake_at: float | None = None
+    """When a job that waited for idle GPUs kept for a lender (``HeldForLenders``) may start:
+    the first of those holds lapses then, so the caller decides again by that time."""
 
     @property
     def preemptions(self) -> tuple[Preemption, ...]:

@@ -69,7 +69,7 @@ class Slot:
     """Positions held by pods outside any GpuJob."""
     group: GroupKey | None = None
     counted: int = 0
-    """Free GPUs as last counted into its network domains' free GPUs."""
+    """Free GPUs as last counted into the pool's total and its network domains' free GPUs."""
 
     @property
     def name(self) -> str:
@@ -232,6 +232,8 @@ class Pool:
         self._domains: dict[tuple[str, Request, int], tuple[int, list[Domain]]] = {}
         self._changes = 0
         """Counts holds and releases: memos of free capacity are good while it stays."""
+        self.free_total = 0
+        """Free GPUs of the whole cluster, kept as nodes change."""
         self._domain_free: dict[tuple[str, str], int] = {}
         """Free GPUs per network domain, (level label, value) -> count, kept as nodes change."""
         self.slots: dict[str, Slot] = {}
@@ -367,9 +369,10 @@ class Pool:
 
     def _reindex(self, slot: Slot) -> None:
         self._changes += 1
-        if self.levels:
-            count = slot.free.bit_count()
-            if count != slot.counted:
+        count = slot.free.bit_count()
+        if count != slot.counted:
+            self.free_total += count - slot.counted
+            if self.levels:
                 labels = slot.node.labels
                 for level in self.levels:
                     value = labels.get(level.node_label)
@@ -378,7 +381,7 @@ class Pool:
                         self._domain_free[domain] = (
                             self._domain_free.get(domain, 0) + count - slot.counted
                         )
-                slot.counted = count
+            slot.counted = count
         model = slot.node.model
         buckets = self._index.setdefault(model, {})
         if slot.group is not None:

@@ -33,6 +33,10 @@ POLICIES: Final[dict[str, Build]] = {
     "gpusched-guarantee-up": lambda nodes, tenants, seed: GpuschedPolicy(
         nodes, tenants, CycleConfig(guarantee_rounding="up")
     ),
+    # Idle GPUs lent at once, with no hold after a lender's burst (--lending-hold-seconds=0).
+    "gpusched-lend-at-once": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, CycleConfig(lending_hold_seconds=0)
+    ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),

@@ -245,6 +245,8 @@ class GpuschedPolicy:
             # operator's next cycle follows at once, and so does this one (same instant).
             self.dirty = True
         self.wake = self._next_wake(now, result.reservations)
+        if result.wake_at is not None:
+            self.wake = min(self.wake, result.wake_at)
         if self.usage_half_life:
             self._count_borrowed()
         return Decisions(

@@ -1,0 +1,141 @@
+"""Idle GPUs kept for a lender that asked for GPUs moments ago (``CycleConfig.
+lending_hold_seconds``).
+
+Tenants submit in bursts. A GPU lent the moment it comes free is reclaimed seconds later by the
+lender's next job: a preemption of a job that had barely started. For the hold's window a
+tenant that asked for GPUs keeps as many idle GPUs of its unused guarantee as it asked; jobs of
+other tenants that would borrow wait for the rest. The expected answers below are worked out by
+hand from the snapshot (free GPUs, the lender's guarantee, use and recent asks), not from the
+core's arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpusched.core.admission import (
+    CycleConfig,
+    PreemptReason,
+    Snapshot,
+    Tenant,
+    WaitReason,
+    run_cycle,
+)
+from tests.unit.core.admission_testdata import job, node, replay
+
+NOW = 100_000.0
+WINDOW = CycleConfig().lending_hold_seconds
+
+
+def _lender_and_borrower(
+    borrower_gpus: int, *, asked_ago: float = 60.0, borrower_guarantee: int = 0
+) -> Snapshot:
+    """One 8-GPU node. Lender ``l`` (guaranteed 8) runs a 2-GPU job it submitted
+    ``asked_ago`` seconds ago; borrower ``b`` queues one job of ``borrower_gpus``. Free: 6;
+    ``l`` leaves 6 of its guarantee unused and asked 2 GPUs recently, so it keeps 2."""
+    return Snapshot(
+        now=NOW,
+        tenants=(Tenant("l", 8), Tenant("b", borrower_guarantee)),
+        jobs=(
+            job(
+                "l/burst",
+                "l",
+                2,
+                submitted=NOW - asked_ago,
+                started=NOW - asked_ago,
+                running_on=[("n0", (0, 1))],
+            ),
+            job("b/next", "b", borrower_gpus, submitted=NOW - 3600),
+        ),
+        nodes=(node("n0"),),
+    )
+
+
+@pytest.mark.parametrize(("gpus", "admitted"), [(1, True), (4, True), (5, False), (6, False)])
+def test_a_borrower_gets_only_the_idle_gpus_a_lender_that_just_asked_does_not_keep(
+    gpus: int, admitted: bool
+) -> None:
+    # 6 free, 2 kept for l: a borrower may take up to 4.
+    result = run_cycle(_lender_and_borrower(gpus))
+    assert bool(result.admissions) is admitted
+    if not admitted:
+        assert result.wait_reasons["b/next"] is WaitReason.HELD_FOR_LENDERS
+        (waiting,) = result.waiting
+        assert "2 of them are kept" in waiting.message
+        assert "(l 2)" in waiting.message
+        assert result.wake_at == NOW - 60.0 + WINDOW
+
+
+def test_the_hold_lapses_once_the_lender_has_been_quiet_for_the_window() -> None:
+    result = run_cycle(_lender_and_borrower(6, asked_ago=WINDOW + 1))
+    assert [a.job for a in result.admissions] == ["b/next"]
+    assert result.wake_at is None
+
+
+def test_a_job_inside_its_own_guarantee_never_waits_for_another_tenants_hold() -> None:
+    result = run_cycle(_lender_and_borrower(6, borrower_guarantee=6))
+    assert [a.job for a in result.admissions] == ["b/next"]
+
+
+def test_no_hold_when_the_setting_is_zero() -> None:
+    snapshot = _lender_and_borrower(6)
+    snapshot = replace(snapshot, config=CycleConfig(lending_hold_seconds=0))
+    assert [a.job for a in run_cycle(snapshot).admissions] == ["b/next"]
+
+
+def test_a_lender_keeps_at_most_what_its_guarantee_leaves_unused() -> None:
+    # l asked 2 GPUs recently but its guarantee is 3 and it uses 2: it keeps 1, so a
+    # borrower may take 5 of the 6 free GPUs.
+    snapshot = _lender_and_borrower(5)
+    snapshot = replace(snapshot, tenants=(Tenant("l", 3), Tenant("b", 0)))
+    assert [a.job for a in run_cycle(snapshot).admissions] == ["b/next"]
+    blocked = replace(snapshot, jobs=(snapshot.jobs[0], job("b/next", "b", 6)))
+    assert run_cycle(blocked).wait_reasons["b/next"] is WaitReason.HELD_FOR_LENDERS
+
+
+def _burst(config: CycleConfig) -> tuple[int, list[str]]:
+    """Lender ``l`` (guaranteed 8) submits one 1-GPU job, then another 30 s later; borrower
+    ``b`` keeps a queue of 1-GPU jobs. Returns the preemptions and where l's second job
+    started (admissions by key)."""
+    tenants = (Tenant("l", 8), Tenant("b", 0))
+    nodes = (node("n0"),)
+    borrowers = tuple(job(f"b/q{i}", "b", 1, submitted=float(i)) for i in range(8))
+    first = job("l/first", "l", 1, submitted=NOW)
+    snapshot = Snapshot(
+        now=NOW, tenants=tenants, jobs=(first, *borrowers), nodes=nodes, config=config
+    )
+    result = run_cycle(snapshot)
+    snapshot = replay(snapshot, result, 30.0)
+    second = job("l/second", "l", 1, submitted=NOW + 30.0)
+    snapshot = replace(snapshot, jobs=(*snapshot.jobs, second))
+    result = run_cycle(snapshot)
+    preempted = [p for p in result.preemptions if p.reason is PreemptReason.RECLAIM_GUARANTEE]
+    return len(preempted), [a.job for a in result.admissions]
+
+
+def test_a_lenders_next_job_in_a_burst_starts_on_the_kept_gpu_without_evicting_anyone() -> None:
+    evictions, admitted = _burst(CycleConfig())
+    assert evictions == 0
+    assert "l/second" in admitted
+    # Lent at once, the borrower that took the last GPU is evicted for it.
+    evictions, admitted = _burst(CycleConfig(lending_hold_seconds=0))
+    assert evictions == 1
+    assert "l/second" in admitted
+
+
+def test_a_tenant_never_waits_for_its_own_hold() -> None:
+    # b (guaranteed 4) asked for 2 GPUs a minute ago and runs them; its next job asks 6, more
+    # than its guarantee leaves, so it borrows: the 2 unused GPUs of its guarantee are not
+    # kept from it, and nobody else asked.
+    snapshot = Snapshot(
+        now=NOW,
+        tenants=(Tenant("b", 4), Tenant("l", 0)),
+        jobs=(
+            job("b/run", "b", 2, submitted=NOW - 60, started=NOW - 60, running_on=[("n0", (0, 1))]),
+            job("b/next", "b", 6, submitted=NOW - 30),
+        ),
+        nodes=(node("n0"),),
+    )
+    assert [a.job for a in run_cycle(snapshot).admissions] == ["b/next"]
