@@ -436,6 +436,14 @@ class OperatorMetrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.lending_hold_gpus = Gauge(
+            "lending_hold_gpus",
+            "Idle GPUs of a tenant's unused guarantee kept from borrowers because it asked for "
+            "GPUs within --lending-hold-seconds (the price of the hold), by tenant.",
+            ["tenant"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
         self.expected_start_error = Histogram(
             "expected_start_error_seconds",
             "How far a job's start was from the first expected start it was given, by "
@@ -584,6 +592,7 @@ class OperatorMetrics:
             self.user_cost,
             self.reservations,
             self.reserved_idle_gpus,
+            self.lending_hold_gpus,
         ):
             gauge.clear()
 

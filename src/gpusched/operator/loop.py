@@ -533,6 +533,9 @@ class AdmissionLoop:
             idle[reservation.tenant] = idle.get(reservation.tenant, 0) + reservation.idle_gpus
         set_tenant_series(m.reservations, reservations)
         set_tenant_series(m.reserved_idle_gpus, idle)
+        set_tenant_series(
+            m.lending_hold_gpus, {u.name: float(u.lending_hold) for u in decision.result.tenants}
+        )
         set_tenant_series(m.gpus_pending, pending)
         set_tenant_series(m.below_guarantee, below_guarantee(decision.result.tenants))
         set_tenant_series(m.oldest_wait, oldest)

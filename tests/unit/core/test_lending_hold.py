@@ -139,3 +139,15 @@ def test_a_tenant_never_waits_for_its_own_hold() -> None:
         nodes=(node("n0"),),
     )
     assert [a.job for a in run_cycle(snapshot).admissions] == ["b/next"]
+
+
+def test_the_idle_gpus_kept_for_a_lender_are_reported_with_its_usage() -> None:
+    # l keeps 2 of the 6 idle GPUs while b's 6-GPU job waits; nobody keeps any for b.
+    usage = {u.name: u for u in run_cycle(_lender_and_borrower(6)).tenants}
+    assert usage["l"].lending_hold == 2
+    assert usage["b"].lending_hold == 0
+    # Kept GPUs are idle ones: once b's 5-GPU job starts inside b's own guarantee, 1 GPU is
+    # idle and l keeps that one.
+    busy = _lender_and_borrower(5, borrower_guarantee=6)
+    usage = {u.name: u for u in run_cycle(busy).tenants}
+    assert usage["l"].lending_hold == 1

@@ -298,6 +298,7 @@ def test_operator_metrics_have_the_documented_names() -> None:
         metrics.oldest_wait,
         metrics.reservations,
         metrics.reserved_idle_gpus,
+        metrics.lending_hold_gpus,
         metrics.below_guarantee,
     ):
         gauge.labels("t").set(1)

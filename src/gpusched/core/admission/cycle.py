@@ -340,6 +340,16 @@ class Cycle:
                 held[name] = min(unused, asked)
         return held
 
+    def _held_idle(self) -> dict[str, int]:
+        """Idle GPUs each tenant keeps from borrowers after the cycle (the GPUs kept for all
+        of them are at most the idle ones; shared out in name order)."""
+        idle = self.pool.free_total
+        held: dict[str, int] = {}
+        for name, gpus in sorted(self._held_for_lenders("").items()):
+            held[name] = min(gpus, idle)
+            idle -= held[name]
+        return held
+
     def _lender_hold(self, job: Job, ledger: Ledger, within: bool) -> GangFailure | None:
         """Why a job that would borrow waits for idle GPUs kept for lenders (None: it may
         go ahead). A job inside its tenant's guarantee, or claiming the rest of it, never
@@ -1695,6 +1705,7 @@ class Cycle:
         )
         shares = fair_shares(capacity, list(self.tenants.values()), self.demand)
         admitted_now = {a.job for a in self.admissions}
+        held = self._held_idle()
         own: dict[str, TenantUsage] = {}
         for name, tenant in self.tenants.items():
             ledger = self.ledgers[name]
@@ -1722,6 +1733,7 @@ class Cycle:
                 demand=self.demand[name],
                 admitted=len(self.admitted[name]),
                 users=dict(sorted(users.items())),
+                lending_hold=held.get(name, 0),
             )
         return tuple(
             self._level_usage(name, own) if self.tree.is_parent(name) else own[name]

@@ -502,6 +502,9 @@ class TenantUsage:
     """Jobs holding GPUs (ADMITTED): pods being created, starting or running."""
     users: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """Submitter -> (GPUs, jobs) of its ADMITTED jobs ("": no recorded submitter)."""
+    lending_hold: int = 0
+    """Idle GPUs of its unused guarantee kept from borrowers because it asked for GPUs
+    moments ago (``CycleConfig.lending_hold_seconds``): the price of the hold."""
 
 
 @dataclass(frozen=True)

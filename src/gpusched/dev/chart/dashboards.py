@@ -525,15 +525,21 @@ TENANTS: Final = Dashboard(
                     stacked=True,
                 ),
                 Panel(
-                    "GPUs idle because reserved",
-                    "Free GPUs kept for reservations: the price of starting large gangs on "
-                    "time (jobs expected to end before a reservation starts may still use them).",
+                    "GPUs idle because reserved or kept for a lender",
+                    "Free GPUs kept for reservations (the price of starting large gangs on "
+                    "time; jobs expected to end before a reservation starts may still use them) "
+                    "and kept from borrowers for tenants that just asked for GPUs inside their "
+                    "guarantee (the price of not evicting jobs that just started).",
                     "timeseries",
                     "short",
                     (
                         Query(
                             f"max by (tenant) (gpusched_reserved_idle_gpus{{{_TENANT}}})",
-                            "{{tenant}}",
+                            "{{tenant}} reserved",
+                        ),
+                        Query(
+                            f"max by (tenant) (gpusched_lending_hold_gpus{{{_TENANT}}})",
+                            "{{tenant}} kept for it",
                         ),
                     ),
                     width=8,
