@@ -310,6 +310,8 @@ class Cycle:
         of those leaves the window (tenants with a guarantee only)."""
         self._hold_wake: float | None = None
         """When the first hold a job waited for lapses (:attr:`CycleResult.wake_at`)."""
+        self._holds: tuple[int, dict[str, int], int] = (-1, {}, 0)
+        """(``_admitted_version``, GPUs each lender keeps, their sum) as last worked out."""
         self._carry()
 
     def _asks_within(self, window: float, jobs: Sequence[Job]) -> dict[str, tuple[int, float]]:
@@ -328,24 +330,28 @@ class Cycle:
                 asks[job.tenant] = (gpus + job.total_gpus, min(lapse, job.submitted_at + window))
         return asks
 
-    def _held_for_lenders(self, borrower: str) -> dict[str, int]:
-        """Idle GPUs kept for each other tenant that asked for GPUs within the lending hold:
-        as many as it asked then, at most what of its guarantee it does not use."""
-        held: dict[str, int] = {}
+    def _held_for_lenders(self) -> tuple[dict[str, int], int]:
+        """Idle GPUs kept for each tenant that asked for GPUs within the lending hold (as many
+        as it asked then, at most what of its guarantee it does not use), and their sum. Kept
+        until a job is admitted or evicted: every borrower's decision asks it."""
+        version, held, total = self._holds
+        if version == self._admitted_version:
+            return held, total
+        held = {}
         for name, (asked, _) in self._recent_asks.items():
-            if name == borrower:
-                continue
             unused = self.tenants[name].guaranteed - self.ledgers[name].used
             if unused > 0:
                 held[name] = min(unused, asked)
-        return held
+        total = sum(held.values())
+        self._holds = (self._admitted_version, held, total)
+        return held, total
 
     def _held_idle(self) -> dict[str, int]:
         """Idle GPUs each tenant keeps from borrowers after the cycle (the GPUs kept for all
         of them are at most the idle ones; shared out in name order)."""
         idle = self.pool.free_total
         held: dict[str, int] = {}
-        for name, gpus in sorted(self._held_for_lenders("").items()):
+        for name, gpus in sorted(self._held_for_lenders()[0].items()):
             held[name] = min(gpus, idle)
             idle -= held[name]
         return held
@@ -359,11 +365,12 @@ class Cycle:
         assert job.tenant is not None
         if self._rounding_up(job.tenant) and self._takes_the_rest(job, ledger):
             return None
-        held = self._held_for_lenders(job.tenant)
-        kept = sum(held.values())
+        held, total = self._held_for_lenders()
+        kept = total - held.get(job.tenant, 0)
         free = self.pool.free_total
         if not kept or free - job.total_gpus >= kept:
             return None
+        held = {name: gpus for name, gpus in held.items() if name != job.tenant}
         lapse = min(self._recent_asks[name][1] for name in held)
         if self._hold_wake is None or lapse < self._hold_wake:
             self._hold_wake = lapse
