@@ -124,7 +124,7 @@ def _labels(value: str) -> dict[str, str]:
 @click.option(
     "--lending-hold-seconds",
     type=click.FloatRange(min=0, max=3600),
-    default=300.0,
+    default=900.0,
     show_default=True,
     help="A tenant that asked for GPUs within this many seconds keeps that many idle GPUs of "
     "its unused guarantee from borrowers, so its next jobs start without evicting anyone "

@@ -72,7 +72,7 @@ class OperatorConfig:
     """Blocked jobs per tenant holding a reservation (0: none; see CycleConfig)."""
     guarantee_rounding: GuaranteeRounding = "down"
     """How guarantees are honoured in whole jobs (see CycleConfig)."""
-    lending_hold_seconds: float = 300.0
+    lending_hold_seconds: float = 900.0
     """Seconds a tenant that asked for GPUs keeps that many idle GPUs of its guarantee from
     borrowers (0: lend at once; see CycleConfig)."""
     forecast_limit: int | None = 5000

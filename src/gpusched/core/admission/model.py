@@ -366,7 +366,7 @@ class CycleConfig:
     from them; a job that fits is never displaced by it), and a lender keeps the fewest of its
     jobs that cover its guarantee (four jobs of 8 against 26). A tenant then holds less than
     one job beyond its guarantee through a claim; a lender still never drops below it."""
-    lending_hold_seconds: float = 300.0
+    lending_hold_seconds: float = 900.0
     """A tenant that asked for GPUs within the last this many seconds keeps that many idle
     GPUs of its unused guarantee from borrowers (at most its unused guarantee; jobs submitted
     in the window and still queued or running count, requeued ones by their first

@@ -391,7 +391,7 @@ class Operator(Placement):
     it; "up", a job larger than what is left of it may take that back from borrowers, and a
     tenant keeps the fewest of its jobs that cover it (docs/quotas.md, "Guarantees in whole
     jobs")."""
-    lendingHoldSeconds: float = Field(300.0, ge=0, le=3600)
+    lendingHoldSeconds: float = Field(900.0, ge=0, le=3600)
     """A tenant that asked for GPUs within this many seconds keeps that many idle GPUs of its
     unused guarantee from borrowers, so its next jobs start without evicting anyone (0: lend
     idle GPUs at once; docs/quotas.md, "Lending after a burst")."""
