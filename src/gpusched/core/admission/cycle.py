@@ -315,6 +315,9 @@ class Cycle:
         self._carry()
 
     def _asks_within(self, window: float, jobs: Sequence[Job]) -> dict[str, tuple[int, float]]:
+        """Per tenant with a guarantee: the GPUs its queued and running jobs submitted within
+        the window ask (a requeued job counts from its first submission, so an eviction does
+        not renew a hold), and when the first of them leaves the window."""
         if window <= 0:
             return {}
         since = self.now - window
