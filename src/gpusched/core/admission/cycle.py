@@ -373,12 +373,12 @@ class Cycle:
         free = self.pool.free_total
         if not kept or free - job.total_gpus >= kept:
             return None
-        held = {name: gpus for name, gpus in held.items() if name != job.tenant}
-        lapse = min(self._recent_asks[name][1] for name in held)
+        others = {name: gpus for name, gpus in held.items() if name != job.tenant}
+        lapse = min(self._recent_asks[name][1] for name in others)
         if self._hold_wake is None or lapse < self._hold_wake:
             self._hold_wake = lapse
         window = self.snapshot.config.lending_hold_seconds
-        names = ", ".join(f"{name} {gpus}" for name, gpus in sorted(held.items()))
+        names = ", ".join(f"{name} {gpus}" for name, gpus in sorted(others.items()))
         return GangFailure(
             WaitReason.HELD_FOR_LENDERS,
             f"it would borrow {job.total_gpus} GPU(s) and {free} are idle, but {kept} of them "

@@ -23,6 +23,7 @@ from typing import Final
 from gpusched.core.admission import (
     Assignment,
     CycleConfig,
+    CycleResult,
     Cycles,
     Job,
     JobState,
@@ -244,9 +245,7 @@ class GpuschedPolicy:
             # Victims are queued again and GPUs the preemptors do not use are free: the
             # operator's next cycle follows at once, and so does this one (same instant).
             self.dirty = True
-        self.wake = self._next_wake(now, result.reservations)
-        if result.wake_at is not None:
-            self.wake = min(self.wake, result.wake_at)
+        self.wake = self._next_wake(now, result)
         if self.usage_half_life:
             self._count_borrowed()
         return Decisions(
@@ -292,14 +291,16 @@ class GpuschedPolicy:
             if job.reservation != placement or job.reservation_start != start:
                 self.queued[job_id] = replace(job, reservation=placement, reservation_start=start)
 
-    def _next_wake(self, now: float, reservations: Sequence[Reservation]) -> float:
-        """The operator decides again when a backfilled job's deadline or a backoff passes;
-        here the replay is asked to wake the policy then."""
+    def _next_wake(self, now: float, result: CycleResult) -> float:
+        """The operator decides again when a backfilled job's deadline passes or a lender's
+        hold that kept a job waiting lapses; here the replay is asked to wake the policy then."""
         times = [
             j.backfill_until
             for j in self.admitted.values()
             if j.backfill_until is not None and j.backfill_until > now
         ]
+        if result.wake_at is not None:
+            times.append(result.wake_at)
         return min(times, default=math.inf)
 
     def last_wait(self, job: str) -> str | None:
