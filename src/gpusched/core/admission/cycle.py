@@ -310,6 +310,8 @@ class Cycle:
         of those leaves the window (tenants with a guarantee only)."""
         self._hold_wake: float | None = None
         """When the first hold a job waited for lapses (:attr:`CycleResult.wake_at`)."""
+        self._hold_memo: tuple[tuple[int, int, str, int], GangFailure] | None = None
+        """The last hold a borrower waited for, by what it depends on."""
         self._holds: tuple[int, dict[str, int], int] = (-1, {}, 0)
         """(``_admitted_version``, GPUs each lender keeps, their sum) as last worked out."""
         self._carry()
@@ -373,19 +375,26 @@ class Cycle:
         free = self.pool.free_total
         if not kept or free - job.total_gpus >= kept:
             return None
+        # The same answer for every borrower of the same size and tenant until a job is
+        # admitted or evicted (long queues of borrowers ask it job after job).
+        memo = (self._admitted_version, free, job.tenant, job.total_gpus)
+        if self._hold_memo is not None and self._hold_memo[0] == memo:
+            return self._hold_memo[1]
         others = {name: gpus for name, gpus in held.items() if name != job.tenant}
         lapse = min(self._recent_asks[name][1] for name in others)
         if self._hold_wake is None or lapse < self._hold_wake:
             self._hold_wake = lapse
         window = self.snapshot.config.lending_hold_seconds
         names = ", ".join(f"{name} {gpus}" for name, gpus in sorted(others.items()))
-        return GangFailure(
+        failure = GangFailure(
             WaitReason.HELD_FOR_LENDERS,
             f"it would borrow {job.total_gpus} GPU(s) and {free} are idle, but {kept} of them "
             f"are kept for tenants that asked for GPUs inside their guarantee in the last "
             f"{window:.0f}s ({names}); lent again when they take them or stay quiet "
             f"(first in {max(0.0, lapse - self.now):.0f}s)",
         )
+        self._hold_memo = (memo, failure)
+        return failure
 
     def _feasible(self, tenant: str) -> list[Job]:
         """The tenant's queued jobs that could be placed on an empty cluster, in queue order

@@ -43,6 +43,9 @@ from gpusched.core.ranking import NodeRank, WiringRank, node_rank, outranks, wir
 
 GroupKey = tuple[str, int, int, bool, tuple[Taint, ...]]
 FilterKey = tuple[str | None, bool, tuple[Toleration, ...], tuple[tuple[str, str], ...]]
+FreeShape = tuple[str, int, int, tuple[float, ...]]
+"""What the times a node can host replicas depend on: its wiring key, placeable and degraded
+GPUs, and each GPU's free time (the cycle's own time written as ``-inf``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +232,14 @@ class Pool:
         self._down_labels = tuple(down_labels)
         self._down: dict[str, frozenset[str]] = {}
         self._capacities: dict[Request, dict[str, tuple[int, int]]] = {}
-        self._domains: dict[tuple[str, Request, int], tuple[int, list[Domain]]] = {}
+        self._domains: dict[
+            tuple[str, Request, int], tuple[int, list[Domain], dict[str, tuple[int, Domain]]]
+        ] = {}
+        """Per label, request and floor: the pool's change count they were worked out at,
+        the domains, and each domain with its own change count (:attr:`_domain_changes`)."""
+        self._domain_changes: dict[str, dict[str, int]] = {}
+        """Per node label asked for by :meth:`domains`: changes to the free GPUs of each of
+        its domains, so a domain is worked out again only when one of its nodes changed."""
         self._changes = 0
         """Counts holds and releases: memos of free capacity are good while it stays."""
         self.free_total = 0
@@ -246,9 +256,10 @@ class Pool:
             tuple[str, FilterKey], tuple[tuple[str, tuple[str, ...], int], ...]
         ] = {}
         self.models: list[str | None] = []
-        self.free_times: dict[tuple[str, int, int, int, tuple[float, ...]], tuple[float, ...]] = {}
-        """The profile's answers kept across cycles (:meth:`Profile._node_times`): per node,
-        request and the node's GPU free times, with the cycle's time written as ``-inf``."""
+        self.free_times: dict[tuple[FreeShape, int, int, int], tuple[float, ...]] = {}
+        """The profile's answers kept across cycles (:meth:`Profile._node_times`): per shape
+        of a node's free times (its wiring, healthy GPUs and GPU free times, with the cycle's
+        time written as ``-inf``) and request."""
         self.policy_index: dict[Policy, int] = {}
         """A small number per distinct placement policy, for the keys of :attr:`free_times`."""
         self._journal: dict[str, tuple[int, dict[str, int]]] | None = None
@@ -369,6 +380,12 @@ class Pool:
 
     def _reindex(self, slot: Slot) -> None:
         self._changes += 1
+        if self._domain_changes:
+            labels = slot.node.labels
+            for label, changes in self._domain_changes.items():
+                value = labels.get(label)
+                if value is not None:
+                    changes[value] = changes.get(value, 0) + 1
         count = slot.free.bit_count()
         if count != slot.counted:
             self.free_total += count - slot.counted
@@ -748,11 +765,24 @@ class Pool:
         found = self._domains.get(key)
         if found is not None and found[0] == self._changes:
             return found[1]
-        out = [
-            self._domain(value, names, request, floor)
-            for value, names, _ in self.eligible_domains(label, request)
-        ]
-        self._domains[key] = (self._changes, out)
+        changes = self._domain_changes.get(label)
+        if changes is None:
+            # Counted from here on: no answer for this label was kept before.
+            changes = self._domain_changes[label] = {}
+        before = found[2] if found is not None else {}
+        out: list[Domain] = []
+        kept: dict[str, tuple[int, Domain]] = {}
+        for value, names, _ in self.eligible_domains(label, request):
+            version = changes.get(value, 0)
+            old = before.get(value)
+            domain = (
+                old[1]
+                if old is not None and old[0] == version
+                else self._domain(value, names, request, floor)
+            )
+            kept[value] = (version, domain)
+            out.append(domain)
+        self._domains[key] = (self._changes, out, kept)
         return out
 
     def _segment_domains(self, label: str, request: Request) -> list[Domain]:

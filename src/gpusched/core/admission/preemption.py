@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations, islice
 from typing import Final, Protocol, TypeVar, overload
 
@@ -85,27 +85,26 @@ class Candidate:
     """GPU-seconds of work since its start or last checkpoint."""
     penalty: float = 0.0
     """GPU-seconds a restart costs besides the lost work."""
+    price: float = field(init=False, repr=False, compare=False)
+    """GPU-seconds its eviction costs: lost work plus the restart penalty."""
+    rank: Rank = field(init=False, repr=False, compare=False)
+    """Lower goes first, whatever the price (see the module docstring). A borrower's priority
+    orders its own tenant's jobs, not what another tenant may take back: among jobs reclaimed
+    for a guarantee the price alone decides, so a tenant cannot shield what it borrows by
+    raising its jobs' priority."""
+    cost: tuple[Rank, float, float] = field(init=False, repr=False, compare=False)
+    """Sort key, cheapest first: rank, price; ties go to the job submitted last."""
 
-    @property
-    def price(self) -> float:
-        """GPU-seconds its eviction costs: lost work plus the restart penalty."""
-        return self.lost + self.penalty
-
-    @property
-    def rank(self) -> Rank:
-        """Lower goes first, whatever the price (see the module docstring). A borrower's
-        priority orders its own tenant's jobs, not what another tenant may take back: among
-        jobs reclaimed for a guarantee the price alone decides, so a tenant cannot shield
-        what it borrows by raising its jobs' priority."""
+    def __post_init__(self) -> None:
+        # Worked out once: victim searches sort and compare candidates thousands of times.
         overrun = 0 if self.reason is PreemptReason.BACKFILL_OVERRUN else 1
         own = 1 if self.reason is PreemptReason.HIGHER_PRIORITY else 0
         reclaim = self.reason is PreemptReason.RECLAIM_GUARANTEE
-        return (overrun, own, 0 if reclaim else self.job.priority, 0 if self.borrowed else 1)
-
-    @property
-    def cost(self) -> tuple[Rank, float, float]:
-        """Sort key, cheapest first: rank, price; ties go to the job submitted last."""
-        return (self.rank, self.price, -self.job.submitted_at)
+        rank = (overrun, own, 0 if reclaim else self.job.priority, 0 if self.borrowed else 1)
+        price = self.lost + self.penalty
+        object.__setattr__(self, "price", price)
+        object.__setattr__(self, "rank", rank)
+        object.__setattr__(self, "cost", (rank, price, -self.job.submitted_at))
 
     def own(self, preemptor: Job) -> bool:
         """Whether its GPUs count against the preemptor's own tenant's quota."""
@@ -773,16 +772,21 @@ def _quota_only(
         also = frees_quota
         passes.append(lambda c: c.own(preemptor) or also(c))
     chosen: list[Candidate] = []
+    passed = False
     for allowed in passes:
         chosen = []
-        for c in ordered:
-            if ok(chosen):
-                break
-            if allowed(c):
-                chosen.append(c)
-        if chosen and ok(chosen):
+        # The set is checked again only when it grew (a check costs as much as the set).
+        passed = ok(chosen)
+        if not passed:
+            for c in ordered:
+                if allowed(c):
+                    chosen.append(c)
+                    if ok(chosen):
+                        passed = True
+                        break
+        if chosen and passed:
             break
-    if not chosen or not ok(chosen):
+    if not chosen or not passed:
         return None
     spared = True
     while spared:

@@ -41,7 +41,7 @@ from typing import Final
 
 from gpusched.core.admission.domains import level_of
 from gpusched.core.admission.model import Assignment, ReplicaPlan
-from gpusched.core.admission.pool import FilterKey, Pool, Request
+from gpusched.core.admission.pool import FilterKey, FreeShape, Pool, Request
 from gpusched.core.placement import Placement, Policy, evaluate_set, place
 from gpusched.core.ranking import NodeRank, node_rank
 
@@ -98,6 +98,9 @@ class Profile:
         self._version: dict[str, int] = {}
         self._times: dict[tuple[str, int, int, int], tuple[int, tuple[float, ...]]] = {}
         """(node, GPUs, policy id, replicas) -> (node version, times)."""
+        self._shapes: dict[str, tuple[int, FreeShape]] = {}
+        """Node -> (node version, what its free times depend on: wiring, healthy GPUs and the
+        times with the cycle's own written as -inf), the key its answers are kept under."""
         self._policy_ids: dict[int, int] = {}
         """Policy object id -> its small number in :attr:`Pool.policy_index` (jobs carry equal
         but distinct Policy objects, and comparing those in cache keys costs more than the
@@ -674,17 +677,26 @@ class Profile:
         found = self._times.get(key)
         if found is not None and found[0] == version:
             return found[1]
-        at = self.free_at[name]
         now = self.now
-        # The answer depends on the order of the times only, so it is kept across cycles with
-        # the cycle's own time (free GPUs) written as -inf: a node whose holders did not change
-        # gives the same answer next cycle without a placement.
-        content = (name, k, pid, most, tuple(_FREE if t == now else t for t in at))
+        # The answer depends on the node's wiring and healthy GPUs and on the order of the
+        # times only, so it is kept across cycles and shared by nodes alike, with the cycle's
+        # own time (free GPUs) written as -inf: a node whose holders did not change gives the
+        # same answer next cycle without a placement, and so does every node of the same
+        # wiring whose GPUs come free in the same order.
+        shape = self._shapes.get(name)
+        if shape is None or shape[0] != version:
+            topo = self.pool.slots[name].node.topology
+            at = tuple(_FREE if t == now else t for t in self.free_at[name])
+            shape = self._shapes[name] = (
+                version,
+                (topo.wiring.key, topo.placeable_mask, topo.degraded_mask, at),
+            )
+        content = (shape[1], k, pid, most)
         kept = self.pool.free_times.get(content)
         if kept is None:
             kept = tuple(_FREE if t == now else t for t in self._count_times(name, k, policy, most))
             self.pool.free_times[content] = kept
-        times = tuple(now if t == _FREE else t for t in kept)
+        times = tuple(now if t == _FREE else t for t in kept) if _FREE in kept else kept
         self._times[key] = (version, times)
         if len(self._times) > _MAX_TIMES:
             self._times.clear()
