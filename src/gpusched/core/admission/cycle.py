@@ -269,6 +269,9 @@ class Cycle:
         """Per lender and kind of node filter: its running jobs on those nodes that may be
         reclaimed now, with the count of changes to its running jobs they were listed at."""
         self._lender_changes: Counter[str] = Counter()
+        self._segments: dict[tuple[str, object, int, int | None], tuple[int, list[Candidate]]] = {}
+        """Per lender, node filter, spare GPUs and priority bound: the candidates a reclaim may
+        take from it, with the count of changes to its running jobs they were listed at."""
         self._candidates: dict[tuple[int, PreemptReason, bool], Candidate] = {}
         """Each running job as a candidate, per reason (its lost work is priced at ``now``)."""
         self.searches = 0
@@ -1360,17 +1363,42 @@ class Cycle:
                 if not path:
                     continue
                 spare = min(self.used_at(lv) - self._usable(lv) for lv in path)
-                for victim in self._reclaimable_of(name, request):
-                    if victim.key in seen or victim.total_gpus > spare:
-                        continue
-                    if lower_only and victim.priority >= job.priority:
-                        continue
+                below = job.priority if lower_only else None
+                segment = self._lender_segment(name, request, spare, below, candidate)
+                if seen:
+                    segment = [c for c in segment if c.job.key not in seen]
+                if segment:
                     cross = True
-                    out.append(candidate(victim, PreemptReason.RECLAIM_GUARANTEE, True))
+                    out.extend(segment)
         if self.reserved and self._profile is not None:
             out = [c for c in out if not self._on_reserved(c.job, job)]
             cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in out)
         return out, cross
+
+    def _lender_segment(
+        self,
+        lender: str,
+        request: Request,
+        spare: int,
+        below: int | None,
+        candidate: Callable[[Job, PreemptReason, bool], Candidate],
+    ) -> list[Candidate]:
+        """The lender's jobs a reclaim may take for ``request``: those no larger than the
+        ``spare`` GPUs it holds beyond the guarantee it uses, below priority ``below`` when
+        set. Kept until the lender's running jobs change: a cycle lists them for every
+        search, and an admission or eviction changes one or two lenders."""
+        key = (lender, request.filter_key, spare, below)
+        changes = self._lender_changes[lender]
+        kept = self._segments.get(key)
+        if kept is not None and kept[0] == changes:
+            return kept[1]
+        found = [
+            candidate(victim, PreemptReason.RECLAIM_GUARANTEE, True)
+            for victim in self._reclaimable_of(lender, request)
+            if victim.total_gpus <= spare and (below is None or victim.priority < below)
+        ]
+        self._segments[key] = (changes, found)
+        return found
 
     def _reclaimable_of(self, lender: str, request: Request) -> list[Job]:
         """The lender's running jobs, in order, that hold GPUs on nodes ``request`` may use

@@ -237,6 +237,8 @@ class Pool:
         ] = {}
         """Per label, request and floor: the pool's change count they were worked out at,
         the domains, and each domain with its own change count (:attr:`_domain_changes`)."""
+        self._free_of: dict[FilterKey, tuple[int, tuple[int, int]]] = {}
+        """Per node filter: :meth:`free_gpus` and the change count it was counted at."""
         self._domain_changes: dict[str, dict[str, int]] = {}
         """Per node label asked for by :meth:`domains`: changes to the free GPUs of each of
         its domains, so a domain is worked out again only when one of its nodes changed."""
@@ -313,6 +315,7 @@ class Pool:
             + len(self._ceilings)
             + len(self._eligible)
             + len(self._eligible_domains)
+            + len(self._free_of)
             + len(self.free_times)
         )
 
@@ -479,7 +482,12 @@ class Pool:
         return [m for m in self.models if m in self._index]
 
     def free_gpus(self, request: Request) -> tuple[int, int]:
-        """Free GPUs on eligible nodes, and the most on one node."""
+        """Free GPUs on eligible nodes, and the most on one node (kept until a GPU is held
+        or freed: every failed placement's message and victim search asks it)."""
+        key = request.filter_key
+        found = self._free_of.get(key)
+        if found is not None and found[0] == self._changes:
+            return found[1]
         total = 0
         largest = 0
         slots = self.slots
@@ -487,6 +495,7 @@ class Pool:
             count = slots[name].free.bit_count()
             total += count
             largest = max(largest, count)
+        self._free_of[key] = (self._changes, (total, largest))
         return total, largest
 
     def eligible_nodes(self, request: Request) -> _Eligible:
