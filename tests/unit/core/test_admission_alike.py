@@ -30,7 +30,7 @@ from tests.unit.core.test_admission_properties import tenant_sets
 class _EachOnItsOwn(Cycle):
     """The cycle without the shortcut."""
 
-    def _wait_alike(self, tenant: str, job: Job) -> bool:
+    def _wait_alike(self, tenant: str, job: Job, any_before: bool = False) -> bool:
         return False
 
 
@@ -119,3 +119,109 @@ def test_parking_a_run_never_lets_the_job_behind_it_jump_ahead_of_another_tenant
     fast = Cycle(snapshot).run()
     assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
     assert "t0/j10" in {a.job for a in fast.admissions}
+
+
+class _CountingKinds(Cycle):
+    """The cycle, counting the jobs parked with the reason of an earlier job of their kind
+    that was not the job just before them."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__(snapshot)
+        self.by_kind = 0
+
+    def _wait_alike(self, tenant: str, job: Job, any_before: bool = False) -> bool:
+        last = self._alike(tenant, job, self._failed.get(tenant))
+        parked = super()._wait_alike(tenant, job, any_before)
+        self.by_kind += parked and not last
+        return parked
+
+
+@st.composite
+def interleaved(draw: Any) -> tuple[Snapshot, list[Job]]:
+    """Queues that cycle through a few kinds of job (a small, a medium and a large class), with
+    run times, sometimes reservations: jobs of a kind are rarely next to each other."""
+    nodes = [
+        node(f"n{i}", draw(st.sampled_from(["nvswitch", "dgx1", "count"])), "H100")
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    tenants = draw(tenant_sets())
+    kinds = [
+        (draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(0, 2)), draw(st.booleans()))
+        for _ in range(draw(st.integers(2, 3)))
+    ]
+    turn = dict.fromkeys((t.name for t in tenants), 0)
+    jobs = []
+    for i in range(draw(st.integers(6, 40))):
+        tenant = draw(st.sampled_from(tenants)).name
+        gpus, priority, preemptible = kinds[turn[tenant] % len(kinds)]
+        turn[tenant] += 1
+        jobs.append(
+            job(
+                f"{tenant}/j{i}",
+                tenant,
+                gpus,
+                priority=priority,
+                preemptible=preemptible,
+                submitted=float(i),
+                expected_runtime=draw(st.sampled_from([None, 600.0, 7200.0])),
+            )
+        )
+    split = draw(st.integers(0, len(jobs)))
+    config = CycleConfig(reservations_per_tenant=draw(st.sampled_from([0, 1])))
+    snapshot = Snapshot(
+        now=1000.0,
+        tenants=tuple(tenants),
+        jobs=tuple(jobs[:split]),
+        nodes=tuple(nodes),
+        config=config,
+    )
+    return snapshot, jobs[split:]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved())
+def test_jobs_parked_with_an_earlier_job_of_their_kind_get_the_decisions_each_would_get_alone(
+    drawn: tuple[Snapshot, list[Job]],
+) -> None:
+    snapshot, late = drawn
+    for _ in range(2):
+        snapshot = replay(snapshot, Cycle(snapshot).run(), dt=100.0)
+    snapshot = replace(snapshot, jobs=(*snapshot.jobs, *late))
+    for _ in range(3):
+        fast = Cycle(snapshot).run()
+        assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
+        snapshot = replay(snapshot, fast, dt=100.0)
+
+
+def test_a_queue_of_interleaved_kinds_is_parked_kind_by_kind() -> None:
+    # One node, full; t1 queues small, medium and large jobs in turn: after the first job of
+    # each kind waited, the others of that kind wait for the same reason without deciding.
+    tenants = (Tenant("t0", 8), Tenant("t1", 0))
+    running = job("t0/run", "t0", 8, running_on=[("n0", tuple(range(8)))])
+    queued = [
+        job(f"t1/j{i}", "t1", gpus, submitted=float(i))
+        for i, gpus in enumerate([1, 2, 4, 1, 2, 4, 1, 2, 4])
+    ]
+    snapshot = Snapshot(
+        now=1000.0, tenants=tenants, jobs=(running, *queued), nodes=(node("n0", "nvswitch"),)
+    )
+    cycle = _CountingKinds(snapshot)
+    fast = cycle.run()
+    assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
+    assert cycle.by_kind == 6
+    assert {w.reason for w in fast.waiting} == {w.reason for w in fast.waiting[:3]}
+
+
+def test_a_job_of_a_kind_is_decided_again_after_a_job_between_was_admitted() -> None:
+    # t1's first 2-GPU job waits for capacity (one GPU free); its 1-GPU job takes that GPU;
+    # its second 2-GPU job is then over t1's limit of 2 GPUs, not waiting for capacity.
+    tenants = (Tenant("t0", 7), Tenant("t1", 0, borrowing_limit=2))
+    running = job("t0/run", "t0", 7, running_on=[("n0", tuple(range(7)))])
+    queued = [job(f"t1/j{i}", "t1", gpus, submitted=float(i)) for i, gpus in enumerate([2, 1, 2])]
+    snapshot = Snapshot(
+        now=1000.0, tenants=tenants, jobs=(running, *queued), nodes=(node("n0", "nvswitch"),)
+    )
+    fast = Cycle(snapshot).run()
+    assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
+    assert [a.job for a in fast.admissions] == ["t1/j1"]
+    assert fast.wait_reasons["t1/j0"] != fast.wait_reasons["t1/j2"]

@@ -257,6 +257,9 @@ class Cycle:
         self._last_wait: tuple[str, WaitReason, str] | None = None
         """The last job parked, with its reason (kept even when waiting records are not)."""
         self._failed: dict[str, _Failed] = {}
+        self._failed_kinds: dict[str, dict[tuple[object, ...], tuple[_Failed, int]]] = {}
+        """Per tenant and kind of job (:meth:`_kind_of`): how its last decided job of that kind
+        waited, and the pool's change count then."""
         self.placement_failures: dict[Request, GangFailure] = {}
         self.preemption_failures: set[tuple[object, ...]] = set()
         self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
@@ -313,8 +316,6 @@ class Cycle:
         of those leaves the window (tenants with a guarantee only)."""
         self._hold_wake: float | None = None
         """When the first hold a job waited for lapses (:attr:`CycleResult.wake_at`)."""
-        self._hold_memo: tuple[tuple[int, int, str, int], GangFailure] | None = None
-        """The last hold a borrower waited for, by what it depends on."""
         self._holds: tuple[int, dict[str, int], int] = (-1, {}, 0)
         """(``_admitted_version``, GPUs each lender keeps, their sum) as last worked out."""
         self._carry()
@@ -378,26 +379,19 @@ class Cycle:
         free = self.pool.free_total
         if not kept or free - job.total_gpus >= kept:
             return None
-        # The same answer for every borrower of the same size and tenant until a job is
-        # admitted or evicted (long queues of borrowers ask it job after job).
-        memo = (self._admitted_version, free, job.tenant, job.total_gpus)
-        if self._hold_memo is not None and self._hold_memo[0] == memo:
-            return self._hold_memo[1]
         others = {name: gpus for name, gpus in held.items() if name != job.tenant}
         lapse = min(self._recent_asks[name][1] for name in others)
         if self._hold_wake is None or lapse < self._hold_wake:
             self._hold_wake = lapse
         window = self.snapshot.config.lending_hold_seconds
         names = ", ".join(f"{name} {gpus}" for name, gpus in sorted(others.items()))
-        failure = GangFailure(
+        return GangFailure(
             WaitReason.HELD_FOR_LENDERS,
             f"it would borrow {job.total_gpus} GPU(s) and {free} are idle, but {kept} of them "
             f"are kept for tenants that asked for GPUs inside their guarantee in the last "
             f"{window:.0f}s ({names}); lent again when they take them or stay quiet "
             f"(first in {max(0.0, lapse - self.now):.0f}s)",
         )
-        self._hold_memo = (memo, failure)
-        return failure
 
     def _feasible(self, tenant: str) -> list[Job]:
         """The tenant's queued jobs that could be placed on an empty cluster, in queue order
@@ -657,7 +651,7 @@ class Cycle:
                 continue
             head = self._head(tenant)
             assert head is not None
-            if self._wait_alike(tenant, head):
+            if self._wait_alike(tenant, head, any_before=True):
                 touched: set[str] = set()
             else:
                 touched = self._decide(head)
@@ -689,7 +683,7 @@ class Cycle:
             wake_at=self._hold_wake,
         )
 
-    def _wait_alike(self, tenant: str, job: Job) -> bool:
+    def _wait_alike(self, tenant: str, job: Job, any_before: bool = False) -> bool:
         """Park ``job`` with the reason of the job before it in its tenant's queue, when that job
         asked exactly the same and nothing was admitted or evicted since it waited.
 
@@ -698,9 +692,41 @@ class Cycle:
         (both only grow within a cycle) and the same search budget: deciding it would end the
         same way. The job keeps its turn in the order across tenants; only the deciding is
         skipped, so long queues of alike jobs (thousands of one-GPU jobs) cost a heap step each.
+
+        ``any_before``: failing that, park it with the reason of any earlier job of its tenant
+        that asked the same, when besides nothing admitted or evicted no GPU was held or freed
+        since that job waited (queues that interleave a few kinds of job: a small, a medium and
+        a large class). It then stands for the job before it (:meth:`_park_run`).
         """
+        if any_before and not self._alike(tenant, job, self._failed.get(tenant)):
+            kinds = self._failed_kinds.get(tenant)
+            if not kinds:
+                return False
+            found = kinds.get(self._kind_of(tenant, job))
+            if found is None or found[1] != self.pool.changes:
+                return False
+            self._failed[tenant] = found[0]
         before = self._failed.get(tenant)
-        if (
+        if not self._alike(tenant, job, before):
+            return False
+        assert before is not None
+        self._wait(job, before.reason, before.message)
+        return True
+
+    def _kind_of(self, tenant: str, job: Job) -> tuple[object, ...]:
+        """What a job asks, as :meth:`_alike` compares it (the key of :attr:`_failed_kinds`)."""
+        return (
+            id(self.requests[job.key]),
+            job.priority,
+            job.preemptible,
+            self.claim_level(job),
+            self._backfill_options(job),
+            job.submitter if self._capped_levels[tenant] else None,
+        )
+
+    def _alike(self, tenant: str, job: Job, before: _Failed | None) -> bool:
+        """Whether ``job`` would wait as ``before`` did (:meth:`_wait_alike`)."""
+        return not (
             before is None
             or before.version != self._admitted_version
             or self.requests[job.key] is not before.request
@@ -712,10 +738,7 @@ class Cycle:
             or self.claim_level(job) != before.claim
             or self._backfill_options(job) != before.backfill
             or (job.submitter != before.submitter and bool(self._capped_levels[tenant]))
-        ):
-            return False
-        self._wait(job, before.reason, before.message)
-        return True
+        )
 
     def _park_run(
         self,
@@ -752,7 +775,7 @@ class Cycle:
         ):
             self._failed.pop(tenant, None)
             return
-        self._failed[tenant] = _Failed(
+        failed = self._failed[tenant] = _Failed(
             request=self.requests[job.key],
             priority=job.priority,
             preemptible=job.preemptible,
@@ -762,6 +785,10 @@ class Cycle:
             message=last[2],
             backfill=self._backfill_options(job),
             submitter=job.submitter,
+        )
+        self._failed_kinds.setdefault(tenant, {})[self._kind_of(tenant, job)] = (
+            failed,
+            self.pool.changes,
         )
 
     def _decide(self, job: Job) -> set[str]:

@@ -305,6 +305,12 @@ class Pool:
 
     # --- keeping the pool from one cycle to the next ---------------------------------------
 
+    @property
+    def changes(self) -> int:
+        """How many times a GPU was held or freed (or a node rebuilt) since the pool was made:
+        answers worked out at one count hold while it stays."""
+        return self._changes
+
     def memo_entries(self) -> int:
         """How many answers the pool's memos hold (a kept pool's grow with every kind of
         request it has seen)."""
