@@ -9,6 +9,7 @@ that long runs of alike jobs, borrowing tenants and preemption all occur.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -34,6 +35,20 @@ class _EachOnItsOwn(Cycle):
         return False
 
 
+def _queued(tenant: str, i: int, shape: tuple[int, int, bool], **kw: Any) -> Job:
+    """The ``i``-th job submitted, of ``tenant``: (GPUs, priority, preemptible)."""
+    gpus, priority, preemptible = shape
+    return job(
+        f"{tenant}/j{i}",
+        tenant,
+        gpus,
+        priority=priority,
+        preemptible=preemptible,
+        submitted=float(i),
+        **kw,
+    )
+
+
 @st.composite
 def crowded(draw: Any) -> tuple[Snapshot, list[Job]]:
     nodes = [
@@ -53,17 +68,8 @@ def crowded(draw: Any) -> tuple[Snapshot, list[Job]]:
     for i in range(draw(st.integers(4, 30))):
         gpus, priority, preemptible = draw(st.sampled_from(shapes))
         tenant = draw(st.sampled_from(tenants)).name
-        jobs.append(
-            job(
-                f"{tenant}/j{i}",
-                tenant,
-                gpus,
-                priority=priority,
-                preemptible=preemptible,
-                submitted=float(i),
-                submitter=draw(st.sampled_from(["alice", "bob", ""])),
-            )
-        )
+        submitter = draw(st.sampled_from(["alice", "bob", ""]))
+        jobs.append(_queued(tenant, i, (gpus, priority, preemptible), submitter=submitter))
     split = draw(st.integers(0, len(jobs)))
     snapshot = Snapshot(
         now=1000.0, tenants=tuple(tenants), jobs=tuple(jobs[:split]), nodes=tuple(nodes)
@@ -79,24 +85,32 @@ def _decisions(result: CycleResult) -> tuple[object, ...]:
     )
 
 
+def _history(
+    snapshot: Snapshot, late: list[Job], settle: int
+) -> Iterator[tuple[CycleResult, Snapshot]]:
+    """Settle the early jobs so some tenants borrow, bring in the late ones, then three cycles:
+    each one's result with the snapshot it decided."""
+    for _ in range(settle):
+        snapshot = replay(snapshot, Cycle(snapshot).run(), dt=100.0)
+    snapshot = replace(snapshot, jobs=(*snapshot.jobs, *late))
+    for _ in range(3):
+        fast = Cycle(snapshot).run()
+        yield fast, snapshot
+        snapshot = replay(snapshot, fast, dt=100.0)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(crowded())
 def test_alike_jobs_parked_together_get_the_decisions_each_would_get_alone(
     drawn: tuple[Snapshot, list[Job]],
 ) -> None:
-    snapshot, late = drawn
-    for _ in range(3):
-        # Settle the early jobs so some tenants borrow, then bring in the late ones.
-        snapshot = replay(snapshot, Cycle(snapshot).run(), dt=100.0)
-    snapshot = replace(snapshot, jobs=(*snapshot.jobs, *late))
-    for _ in range(3):
-        fast = Cycle(snapshot).run()
+    early, late = drawn
+    for fast, snapshot in _history(early, late, settle=3):
         slow = _EachOnItsOwn(snapshot).run()
         assert _decisions(fast) == _decisions(slow)
         bare = Cycle(replace(snapshot, config=CycleConfig(decisions_only=True))).run()
         assert bare.admissions == fast.admissions
         assert (bare.waiting, bare.tenants) == ((), ())
-        snapshot = replay(snapshot, fast, dt=100.0)
 
 
 def test_parking_a_run_never_lets_the_job_behind_it_jump_ahead_of_another_tenant() -> None:
@@ -155,17 +169,8 @@ def interleaved(draw: Any) -> tuple[Snapshot, list[Job]]:
         tenant = draw(st.sampled_from(tenants)).name
         gpus, priority, preemptible = kinds[turn[tenant] % len(kinds)]
         turn[tenant] += 1
-        jobs.append(
-            job(
-                f"{tenant}/j{i}",
-                tenant,
-                gpus,
-                priority=priority,
-                preemptible=preemptible,
-                submitted=float(i),
-                expected_runtime=draw(st.sampled_from([None, 600.0, 7200.0])),
-            )
-        )
+        runtime = draw(st.sampled_from([None, 600.0, 7200.0]))
+        jobs.append(_queued(tenant, i, (gpus, priority, preemptible), expected_runtime=runtime))
     split = draw(st.integers(0, len(jobs)))
     config = CycleConfig(reservations_per_tenant=draw(st.sampled_from([0, 1])))
     snapshot = Snapshot(
@@ -183,14 +188,9 @@ def interleaved(draw: Any) -> tuple[Snapshot, list[Job]]:
 def test_jobs_parked_with_an_earlier_job_of_their_kind_get_the_decisions_each_would_get_alone(
     drawn: tuple[Snapshot, list[Job]],
 ) -> None:
-    snapshot, late = drawn
-    for _ in range(2):
-        snapshot = replay(snapshot, Cycle(snapshot).run(), dt=100.0)
-    snapshot = replace(snapshot, jobs=(*snapshot.jobs, *late))
-    for _ in range(3):
-        fast = Cycle(snapshot).run()
+    early, late = drawn
+    for fast, snapshot in _history(early, late, settle=2):
         assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
-        snapshot = replay(snapshot, fast, dt=100.0)
 
 
 def test_a_queue_of_interleaved_kinds_is_parked_kind_by_kind() -> None:
