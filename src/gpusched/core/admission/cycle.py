@@ -258,7 +258,7 @@ class Cycle:
         """The last job parked, with its reason (kept even when waiting records are not)."""
         self._failed: dict[str, _Failed] = {}
         self._failed_kinds: dict[str, dict[tuple[object, ...], tuple[_Failed, int]]] = {}
-        """Per tenant and kind of job (:meth:`_kind_of`): how its last decided job of that kind
+        """Per tenant and kind of job (:func:`_kind_key`): how its last decided job of that kind
         waited, and the pool's change count then."""
         self.placement_failures: dict[Request, GangFailure] = {}
         self.preemption_failures: set[tuple[object, ...]] = set()
@@ -698,31 +698,31 @@ class Cycle:
         since that job waited (queues that interleave a few kinds of job: a small, a medium and
         a large class). It then stands for the job before it (:meth:`_park_run`).
         """
-        if any_before and not self._alike(tenant, job, self._failed.get(tenant)):
-            kinds = self._failed_kinds.get(tenant)
-            if not kinds:
-                return False
-            found = kinds.get(self._kind_of(tenant, job))
-            if found is None or found[1] != self.pool.changes:
-                return False
-            self._failed[tenant] = found[0]
         before = self._failed.get(tenant)
         if not self._alike(tenant, job, before):
-            return False
+            kinds = self._failed_kinds.get(tenant) if any_before else None
+            if not kinds:
+                return False
+            found = kinds.get(
+                _kind_key(
+                    self.requests[job.key],
+                    priority=job.priority,
+                    preemptible=job.preemptible,
+                    claim=self.claim_level(job),
+                    backfill=self._backfill_options(job),
+                    submitter=job.submitter if self._capped_levels[tenant] else None,
+                )
+            )
+            if (
+                found is None
+                or found[1] != self.pool.changes
+                or not self._alike(tenant, job, found[0])
+            ):
+                return False
+            before = self._failed[tenant] = found[0]
         assert before is not None
         self._wait(job, before.reason, before.message)
         return True
-
-    def _kind_of(self, tenant: str, job: Job) -> tuple[object, ...]:
-        """What a job asks, as :meth:`_alike` compares it (the key of :attr:`_failed_kinds`)."""
-        return (
-            id(self.requests[job.key]),
-            job.priority,
-            job.preemptible,
-            self.claim_level(job),
-            self._backfill_options(job),
-            job.submitter if self._capped_levels[tenant] else None,
-        )
 
     def _alike(self, tenant: str, job: Job, before: _Failed | None) -> bool:
         """Whether ``job`` would wait as ``before`` did (:meth:`_wait_alike`)."""
@@ -786,10 +786,15 @@ class Cycle:
             backfill=self._backfill_options(job),
             submitter=job.submitter,
         )
-        self._failed_kinds.setdefault(tenant, {})[self._kind_of(tenant, job)] = (
-            failed,
-            self.pool.changes,
+        kind = _kind_key(
+            failed.request,
+            priority=failed.priority,
+            preemptible=failed.preemptible,
+            claim=failed.claim,
+            backfill=failed.backfill,
+            submitter=failed.submitter if self._capped_levels[tenant] else None,
         )
+        self._failed_kinds.setdefault(tenant, {})[kind] = (failed, self.pool.changes)
 
     def _decide(self, job: Job) -> set[str]:
         """Admit or park one job; returns tenants whose standing changed besides its own."""
@@ -1884,6 +1889,21 @@ _PLAY_TRIES = 10_000
 _FORECAST_ROUNDS = 32
 #: (start, end, amount) of something planned to be held.
 _Interval = tuple[float, float, int]
+
+
+def _kind_key(
+    request: Request,
+    *,
+    priority: int,
+    preemptible: bool,
+    claim: str | None,
+    backfill: frozenset[str],
+    submitter: str | None,
+) -> tuple[object, ...]:
+    """What a job asks, as :meth:`Cycle._alike` compares it (the submitter only where its
+    tenant caps one): the key of ``Cycle._failed_kinds``. Requests are interned, so by
+    identity."""
+    return (id(request), priority, preemptible, claim, backfill, submitter)
 
 
 def _end(end: float | None) -> float:
