@@ -131,6 +131,15 @@ def _labels(value: str) -> dict[str, str]:
     "(0: lend idle GPUs at once; docs/quotas.md).",
 )
 @click.option(
+    "--reclaim-patience-seconds",
+    type=click.FloatRange(min=0, max=86400),
+    default=0.0,
+    show_default=True,
+    help="For this many seconds after its submission, a job inside its tenant's guarantee "
+    "reclaims lent GPUs only where the borrowers' lost work costs less than its wait for GPUs "
+    "to free; after that, whatever it costs (0: reclaim at once; docs/quotas.md).",
+)
+@click.option(
     "--runtime-history",
     default="gpusched-operator-runtime-history",  # runtimes.DEFAULT_NAME (a test keeps them equal)
     show_default=True,
@@ -209,6 +218,7 @@ def operator(
     reservations_per_tenant: int,
     guarantee_rounding: GuaranteeRounding,
     lending_hold_seconds: float,
+    reclaim_patience_seconds: float,
     runtime_history: str,
     health_port: int,
     explain_port: int,
@@ -254,6 +264,7 @@ def operator(
                 reservations_per_tenant=reservations_per_tenant,
                 guarantee_rounding=guarantee_rounding,
                 lending_hold_seconds=lending_hold_seconds,
+                reclaim_patience_seconds=reclaim_patience_seconds,
                 pricing=prices,
                 usage_half_life=usage_half_life or None,
             ),

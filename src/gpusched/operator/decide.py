@@ -75,6 +75,9 @@ class OperatorConfig:
     lending_hold_seconds: float = 900.0
     """Seconds a tenant that asked for GPUs keeps that many idle GPUs of its guarantee from
     borrowers (0: lend at once; see CycleConfig)."""
+    reclaim_patience_seconds: float = 0.0
+    """Seconds after its submission a job weighs reclaiming its guarantee against its wait
+    (0: reclaim at once; see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""
     pricing: Pricing = field(default_factory=Pricing)
@@ -304,6 +307,7 @@ def decide(
             reservations_per_tenant=config.reservations_per_tenant,
             guarantee_rounding=config.guarantee_rounding,
             lending_hold_seconds=config.lending_hold_seconds,
+            reclaim_patience_seconds=config.reclaim_patience_seconds,
         ),
         levels=core_levels(world.network),
         down_labels=nodes.down_labels(world.nodes, world.topologies),

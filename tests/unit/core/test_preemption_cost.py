@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpusched.core.admission import Snapshot, Tenant, run_cycle
+from gpusched.core.admission import CycleConfig, Snapshot, Tenant, run_cycle
+from gpusched.core.admission.explain import explain
 from gpusched.core.admission.model import PreemptReason
 from gpusched.core.admission.pool import Pool, Request
 from gpusched.core.admission.preemption import (
@@ -81,6 +82,148 @@ def test_reclaim_is_not_weighed_against_the_owners_wait() -> None:
     admission = run_cycle(snap(tenants, [borrowed, owner], [node("n0")])).admission_of("owner/o")
     assert admission is not None
     assert admission.victims[0].reason is PreemptReason.RECLAIM_GUARANTEE
+
+
+# --- a reclaim weighed against the owner's wait, within its patience -------------------------
+
+PATIENCE = 3_600.0
+
+
+def _patient(tenants: list[Tenant], jobs: list[Any], nodes: list[Any]) -> Snapshot:
+    return replace(
+        snap(tenants, jobs, nodes), config=CycleConfig(reclaim_patience_seconds=PATIENCE)
+    )
+
+
+def _borrowed_node(started: float, expected_end: float | None) -> list[Any]:
+    return [
+        job(
+            "borrower/b",
+            "borrower",
+            8,
+            running_on=[("n0", tuple(range(8)))],
+            started=started,
+            expected_end=expected_end,
+        )
+    ]
+
+
+OWNER_AND_BORROWER = [Tenant("owner", guaranteed=8), Tenant("borrower", guaranteed=0)]
+
+
+def test_a_reclaim_waits_while_the_borrower_ends_sooner_than_its_work_is_worth() -> None:
+    """The borrower is 10 h into its run and ends in 10 minutes: evicting it would throw away
+    80 GPU-hours to save the owner 80 GPU-minutes. Within its patience the owner waits, and
+    its message says why and until when."""
+    jobs = [*_borrowed_node(NOW - 36_000, NOW + 600), job("owner/o", "owner", 8, submitted=NOW)]
+    result = run_cycle(_patient(OWNER_AND_BORROWER, jobs, [node("n0")]))
+    assert result.admission_of("owner/o") is None
+    (waiting,) = [w for w in result.waiting if w.job == "owner/o"]
+    assert "would throw away more work than its expected wait costs" in waiting.message
+    assert "once it has waited 1h 00m" in waiting.message
+    assert result.wake_at == NOW + PATIENCE  # decided again when its patience runs out
+    said = " ".join(explain(_patient(OWNER_AND_BORROWER, jobs, [node("n0")]), "owner/o").preemption)
+    # 8 GPUs x the 600 s until the borrower ends, against its 80 GPU-hours.
+    assert "for another 3600s (reclaim patience)" in said
+    assert "0.2 h expected, so at most 1.3 GPU-hours now" in said
+    # Without patience the guarantee comes back at once, as before.
+    assert run_cycle(snap(OWNER_AND_BORROWER, jobs, [node("n0")])).admission_of("owner/o")
+
+
+def test_a_reclaim_past_its_patience_is_made_whatever_it_costs() -> None:
+    jobs = [
+        *_borrowed_node(NOW - 36_000, NOW + 600),
+        job("owner/o", "owner", 8, submitted=NOW - PATIENCE),
+    ]
+    admission = run_cycle(_patient(OWNER_AND_BORROWER, jobs, [node("n0")])).admission_of("owner/o")
+    assert admission is not None
+    assert [v.reason for v in admission.victims] == [PreemptReason.RECLAIM_GUARANTEE]
+
+
+def test_a_reclaim_whose_borrower_ends_after_the_patience_or_never_is_made_at_once() -> None:
+    """Ending in 2 h, the borrower still costs more (80 GPU-hours) than the owner's 16
+    GPU-hours of waiting; but the GPUs would not free within the owner's hour of patience,
+    and evicting it then would throw away an hour more."""
+    for end in (NOW + 7_200, NOW + 7 * 86_400, None):
+        jobs = [*_borrowed_node(NOW - 36_000, end), job("owner/o", "owner", 8, submitted=NOW)]
+        result = run_cycle(_patient(OWNER_AND_BORROWER, jobs, [node("n0")]))
+        assert result.admission_of("owner/o") is not None, end
+
+
+def test_every_job_turned_down_for_the_same_reclaim_is_told_why() -> None:
+    """o1 and o3 ask the same and are turned down for the reclaim's cost; o2 between them
+    starts on n1's four free GPUs, so o3 is decided again rather than parked as o1's twin,
+    and its search ends at the cycle's record of o1's: its message must still say why."""
+    tenants = [Tenant("owner", guaranteed=24), Tenant("borrower", guaranteed=0)]
+    jobs = [
+        *_borrowed_node(NOW - 36_000, NOW + 600),
+        job("owner/o1", "owner", 8, submitted=NOW - 3),
+        job("owner/o2", "owner", 4, submitted=NOW - 2),
+        job("owner/o3", "owner", 8, submitted=NOW - 1),
+    ]
+    result = run_cycle(_patient(tenants, jobs, [node("n0"), node("n1", busy=range(4))]))
+    assert result.admission_of("owner/o2") is not None
+    messages = {w.job: w.message for w in result.waiting}
+    for key in ("owner/o1", "owner/o3"):
+        assert "would throw away more work than its expected wait costs" in messages[key], key
+
+
+@st.composite
+def weighed_reclaims(draw: st.DrawFn) -> tuple[list[tuple[int, int]], int, float]:
+    """One-GPU borrowers on one node (seconds run, seconds left each), the owner's GPUs and
+    how long ago it was submitted."""
+    borrowers = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 20).map(lambda m: m * 600), st.integers(1, 40).map(lambda m: m * 300)
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    gpus = draw(st.integers(1, 8))
+    waited = draw(st.sampled_from([0.0, PATIENCE / 2, PATIENCE - 1, PATIENCE]))
+    return borrowers, gpus, waited
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(weighed_reclaims())
+@example(([(0, 300)] * 8, 1, 0.0))  # the cost equals the wait: reclaimed
+@example(([(12_000, 3_600)] * 8, 1, 0.0))  # the wait equals the patience left: reclaimed
+def test_a_reclaim_is_made_exactly_when_the_cheapest_set_costs_no_more_than_the_wait(
+    case: tuple[list[tuple[int, int]], int, float],
+) -> None:
+    """Truth worked out here: the owner needs ``short`` of the borrowers' GPUs; waiting, it
+    starts when the ``short``-th soonest of them ends; the cheapest eviction takes the
+    ``short`` borrowers that ran least, each losing its run time plus the restart penalty.
+    Within its patience the owner reclaims only if that costs no more than its GPUs times the
+    wait, or if the wait outlasts the patience left; past it, always."""
+    borrowers, gpus, waited = case
+    jobs = [
+        job(
+            f"borrower/b{i}",
+            "borrower",
+            1,
+            running_on=[("n0", (i,))],
+            started=NOW - ran,
+            expected_end=NOW + left,
+        )
+        for i, (ran, left) in enumerate(borrowers)
+    ]
+    jobs.append(job("owner/o", "owner", gpus, submitted=NOW - waited))
+    admission = run_cycle(_patient(OWNER_AND_BORROWER, jobs, [node("n0")])).admission_of("owner/o")
+    short = gpus - (8 - len(borrowers))
+    if short <= 0:
+        assert admission is not None
+        assert not admission.victims
+        return
+    wait = sorted(left for _, left in borrowers)[short - 1]
+    penalty = CycleConfig().restart_penalty_seconds
+    cost = sum(sorted(ran + penalty for ran, _ in borrowers)[:short])
+    expected = waited >= PATIENCE or cost <= gpus * wait or wait >= PATIENCE - waited
+    assert (admission is not None) == expected, (cost, gpus * wait)
+    if admission is not None:
+        assert len(admission.victims) == short
 
 
 # --- guarantees in shape: the cheapest node, freed whole -------------------------------------

@@ -28,6 +28,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
 from gpusched.core.admission.forecast import Entry, Forecast, ReservationRules
@@ -262,6 +263,11 @@ class Cycle:
         waited, and the pool's change count then."""
         self.placement_failures: dict[Request, GangFailure] = {}
         self.preemption_failures: set[tuple[object, ...]] = set()
+        self._declined: set[tuple[object, ...]] = set()
+        """Failed searches (keys of ``preemption_failures``) that turned down a reclaim for
+        its cost (:meth:`weighs_reclaim`)."""
+        self._declined_now = False
+        """Whether the last search turned down a reclaim for its cost."""
         self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
         self._admitted_version = 0
         self._candidate_lists: dict[tuple[object, ...], tuple[list[Candidate], bool]] = {}
@@ -314,8 +320,9 @@ class Cycle:
         )
         """Tenant -> GPUs its jobs submitted within the lending hold ask, and when the first
         of those leaves the window (tenants with a guarantee only)."""
-        self._hold_wake: float | None = None
-        """When the first hold a job waited for lapses (:attr:`CycleResult.wake_at`)."""
+        self._wake_at: float | None = None
+        """When the first hold a job waited for lapses, or the first patience of a job that
+        turned a reclaim down runs out (:attr:`CycleResult.wake_at`)."""
         self._holds: tuple[int, dict[str, int], int] = (-1, {}, 0)
         """(``_admitted_version``, GPUs each lender keeps, their sum) as last worked out."""
         self._carry()
@@ -381,8 +388,7 @@ class Cycle:
             return None
         others = {name: gpus for name, gpus in held.items() if name != job.tenant}
         lapse = min(self._recent_asks[name][1] for name in others)
-        if self._hold_wake is None or lapse < self._hold_wake:
-            self._hold_wake = lapse
+        self._wake_by(lapse)
         window = self.snapshot.config.lending_hold_seconds
         names = ", ".join(f"{name} {gpus}" for name, gpus in sorted(others.items()))
         return GangFailure(
@@ -680,7 +686,7 @@ class Cycle:
             wait_reasons=self.wait_reasons,
             reservations=tuple(r for k, r in self.reserved.items() if k in self._confirmed),
             largest_free=self.pool.largest_free() if self.report else (),
-            wake_at=self._hold_wake,
+            wake_at=self._wake_at,
         )
 
     def _wait_alike(self, tenant: str, job: Job, any_before: bool = False) -> bool:
@@ -851,6 +857,9 @@ class Cycle:
         touched = self._try_preempt(job, request, failure, reserving)
         if touched is not None:
             return touched
+        if self._declined_now:
+            patience = self.snapshot.config.reclaim_patience_seconds
+            failure = GangFailure(failure.reason, f"{failure.message}; {_declined_text(patience)}")
         if reserving:
             reservation = self._reserve(job, request, carried)
             if reservation is not None:
@@ -1544,15 +1553,38 @@ class Cycle:
 
         return take
 
+    def _wake_by(self, when: float) -> None:
+        """Have the caller decide again by ``when`` (:attr:`CycleResult.wake_at`)."""
+        if self._wake_at is None or when < self._wake_at:
+            self._wake_at = when
+
     def gain(self, job: Job, request: Request, candidates: Sequence[Candidate]) -> float:
-        """GPU-seconds the tenant's own lower-priority jobs may lose for ``job``: its GPUs times
-        the wait it would have without evicting them (its earliest start on the running jobs'
-        expected ends, under its tenant's limit; inf when no end is known). A priority
-        preemption that costs more than that waits instead. Reclaiming a guarantee and evicting
-        backfill overruns are not weighed: the guarantee and the reservation were promised."""
-        if not any(c.reason is PreemptReason.HIGHER_PRIORITY for c in candidates):
+        """GPU-seconds the victims priced for ``job`` (:meth:`priced_reasons`) may lose: its
+        GPUs times the wait it would have without evicting them (its earliest start on the
+        running jobs' expected ends, under its tenant's limit; inf when no end is known). A
+        preemption that costs more than that waits instead. Evicting backfill overruns is not
+        weighed (the reservation was promised), nor reclaiming a guarantee past the job's
+        patience or when its GPUs are not expected to free within it
+        (:attr:`CycleConfig.reclaim_patience_seconds`)."""
+        priced = self.priced_reasons(job)
+        if not any(c.reason in priced for c in candidates):
             return float("inf")
         return job.total_gpus * self._wait_without_preemption(job, request)
+
+    def weighs_reclaim(self, job: Job) -> bool:
+        """Whether a reclaim for ``job`` may be weighed against its wait: it was submitted
+        less than :attr:`CycleConfig.reclaim_patience_seconds` ago."""
+        return self.patience_left(job) > 0
+
+    def patience_left(self, job: Job) -> float:
+        """Seconds until ``job`` reclaims its guarantee whatever it costs (0: it does now)."""
+        patience = self.snapshot.config.reclaim_patience_seconds
+        return max(0.0, job.submitted_at + patience - self.now) if patience > 0 else 0.0
+
+    def priced_reasons(self, job: Job) -> frozenset[PreemptReason]:
+        """The victims whose cost ``job``'s wait must outweigh: its tenant's own lower-priority
+        jobs, and borrowed jobs while it weighs a reclaim (:meth:`weighs_reclaim`)."""
+        return _PRICED_WEIGHING if self.weighs_reclaim(job) else _PRICED
 
     def _wait_without_preemption(self, job: Job, request: Request) -> float:
         """Seconds until ``job`` is expected to fit without evicting anyone (inf: never, as
@@ -1580,6 +1612,7 @@ class Cycle:
     def _try_preempt(
         self, job: Job, request: Request, failure: GangFailure, reserving: bool = False
     ) -> set[str] | None:
+        self._declined_now = False
         if failure.reason not in (
             WaitReason.WAITING_FOR_CAPACITY,
             WaitReason.TOPOLOGY_UNSATISFIABLE,
@@ -1592,6 +1625,9 @@ class Cycle:
         tenant = self.tenants[job.tenant]
         ledger = self.ledgers[tenant.name]
         claiming = self.claim_level(job)
+        # The patience left (:meth:`weighs_reclaim`) is not part of the key: alike jobs of a
+        # tenant come oldest first, and more patience left only turns more sets down, so a
+        # younger job never finds a set where an older one found none.
         memo = (
             tenant.name,
             request,
@@ -1600,6 +1636,7 @@ class Cycle:
             claiming,
             reserving,
         )
+        self._declined_now = memo in self._declined
         if memo in self.preemption_failures:
             return None
         if self.searches >= self.snapshot.config.max_preemption_searches:
@@ -1645,13 +1682,30 @@ class Cycle:
         if request.replicas > 1 or request.across is not None:
             budget.append(self.gain(job, request, candidates))
 
+        declined: list[bool] = []
+
+        patience_left = self.patience_left(job)
+
         def worth_it(victims: Sequence[Candidate]) -> bool:
-            priced = [c.price for c in victims if c.reason is PreemptReason.HIGHER_PRIORITY]
-            if not priced:
+            own = taken = 0.0
+            for c in victims:
+                if c.reason is PreemptReason.HIGHER_PRIORITY:
+                    own += c.price
+                elif c.reason is PreemptReason.RECLAIM_GUARANTEE and patience_left:
+                    taken += c.price
+            if not own and not taken:
                 return True
             if not budget:
                 budget.append(self.gain(job, request, candidates))
-            return sum(priced) <= budget[0]
+            if own > budget[0]:
+                return False
+            # A reclaim waits only for GPUs expected to free within the job's patience:
+            # past it, the borrowers would be evicted anyway, having lost more.
+            expected_in_time = budget[0] < job.total_gpus * patience_left
+            if taken and expected_in_time and own + taken > budget[0]:
+                declined.append(True)
+                return False
+            return True
 
         found = find_victims(
             self.pool,
@@ -1670,6 +1724,10 @@ class Cycle:
         self._claiming = None
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)
+            if declined:
+                self._declined.add(memo)
+                self._declined_now = True
+                self._wake_by(self.now + patience_left)
             return None
         own_jobs = own_victims(job, found.victims)
         within = ledger.fits_within(job, own_jobs)
@@ -1906,6 +1964,21 @@ def _kind_key(
     return (id(request), priority, preemptible, claim, backfill, submitter)
 
 
+_PRICED: Final = frozenset({PreemptReason.HIGHER_PRIORITY})
+_PRICED_WEIGHING: Final = frozenset(
+    {PreemptReason.HIGHER_PRIORITY, PreemptReason.RECLAIM_GUARANTEE}
+)
+
+
+def _declined_text(patience: float) -> str:
+    """Why a job inside its guarantee waits although borrowed GPUs could be reclaimed."""
+    return (
+        "reclaiming lent GPUs for it would throw away more work than its expected wait costs, "
+        f"so it waits for GPUs to free (first in line) and reclaims them once it has waited "
+        f"{_span(patience)}"
+    )
+
+
 def _end(end: float | None) -> float:
     return NEVER if end is None else end
 
@@ -1962,16 +2035,19 @@ def own_victims(preemptor: Job, victims: Sequence[Candidate]) -> list[Job]:
 
 def _in(seconds: float) -> str:
     """``now`` / ``in 3h 20m`` / ``in 12m``."""
-    if seconds < 60:
-        return "now"
+    return "now" if seconds < 60 else f"in {_span(seconds)}"
+
+
+def _span(seconds: float) -> str:
+    """``3h 20m`` / ``12m`` / ``2d 1h``."""
     minutes = int(seconds // 60)
     hours, minutes = divmod(minutes, 60)
     days, hours = divmod(hours, 24)
     if days:
-        return f"in {days}d {hours}h"
+        return f"{days}d {hours}h"
     if hours:
-        return f"in {hours}h {minutes:02d}m"
-    return f"in {minutes}m"
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m"
 
 
 def _reservation_text(reservation: Reservation, now: float) -> str:

@@ -232,6 +232,22 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
             "beyond the tenant's guarantee (given its higher-priority and older jobs): may not "
             "reclaim lent GPUs"
         )
+    if key in cycle.claims[tenant.name] and cycle.weighs_reclaim(job):
+        left = cycle.patience_left(job)
+        budget = cycle.gain(job, Request.of(job), candidates)
+        lines.append(
+            f"for another {left:.0f}s (reclaim patience) it reclaims lent GPUs only if the "
+            "work the borrowers lose (plus a restart each) is less than its GPUs times the wait "
+            "it would have without them, or if they are not expected to free by then: "
+            + (
+                "no running job's end is known, so any such eviction is worth it"
+                if budget == float("inf")
+                else f"{budget / job.total_gpus / 3600:.1f} h expected, so at most "
+                f"{budget / 3600:.1f} GPU-hours now"
+                if budget < job.total_gpus * left
+                else f"{budget / job.total_gpus / 3600:.1f} h expected, so reclaims now"
+            )
+        )
     own = [c for c in candidates if c.reason.value == "HigherPriority"]
     if own:
         budget = cycle.gain(job, Request.of(job), candidates)

@@ -374,6 +374,16 @@ class CycleConfig:
     seconds later by the lender's next job, a preemption of a job that had barely started.
     Held back, the lender's next jobs take the idle GPUs without evicting anyone; once it has
     been quiet this long, or uses its guarantee, its GPUs are lent again. 0: lend at once."""
+    reclaim_patience_seconds: float = 0.0
+    """How long after its submission a job inside its tenant's guarantee weighs a reclaim:
+    while the GPUs it lacks are expected to free within that time (on the running jobs'
+    predicted ends), a set of borrowed jobs whose lost work plus restarts costs more than the
+    job's GPUs times that wait is not evicted; the job waits for GPUs to free, which a tenant
+    below its guarantee gets first. GPUs not expected to free in time are reclaimed at once
+    (waiting would only let the borrowers lose more), and past the patience whatever it costs,
+    so this bounds how long a tenant waits below its guarantee. A one-GPU job would otherwise
+    evict a borrower's 8-GPU job that has run for days, when a GPU frees in minutes anyway.
+    0: reclaim at once, whatever it costs."""
 
 
 @dataclass(frozen=True)
@@ -525,8 +535,10 @@ class CycleResult:
     network level (whole domains only where the level asks), and on one node (``node``): the
     largest gang each level can still take. Empty in ``decisions_only`` cycles."""
     wake_at: float | None = None
-    """When a job that waited for idle GPUs kept for a lender (``HeldForLenders``) may start:
-    the first of those holds lapses then, so the caller decides again by that time."""
+    """When a job that waits may start without anything else changing: the first hold a job
+    waited for (``HeldForLenders``) lapses, or the first job that turned a reclaim down for its
+    cost runs out of patience (``CycleConfig.reclaim_patience_seconds``); the caller decides
+    again by that time."""
 
     @property
     def preemptions(self) -> tuple[Preemption, ...]:

@@ -395,6 +395,11 @@ class Operator(Placement):
     """A tenant that asked for GPUs within this many seconds keeps that many idle GPUs of its
     unused guarantee from borrowers, so its next jobs start without evicting anyone (0: lend
     idle GPUs at once; docs/quotas.md, "Lending after a burst")."""
+    reclaimPatienceSeconds: float = Field(0.0, ge=0, le=86400)
+    """For this many seconds after its submission, a job inside its tenant's guarantee reclaims
+    lent GPUs only where the borrowers' lost work costs less than its expected wait for GPUs to
+    free; after that, whatever it costs (0: reclaim at once; docs/quotas.md, "Reclaim
+    weighed against the wait")."""
     forecastInterval: float = Field(60.0, gt=0, le=3600)
     """Least seconds between two forecasts of every waiting job's expected start (a forward
     replay of the queue); reservations' starts are worked out every cycle."""

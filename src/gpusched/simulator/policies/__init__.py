@@ -37,6 +37,10 @@ POLICIES: Final[dict[str, Build]] = {
     "gpusched-lend-at-once": lambda nodes, tenants, seed: GpuschedPolicy(
         nodes, tenants, CycleConfig(lending_hold_seconds=0)
     ),
+    # Reclaims weighed against the owner's wait for an hour (--reclaim-patience-seconds=3600).
+    "gpusched-reclaim-patience": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, CycleConfig(reclaim_patience_seconds=3600)
+    ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),

@@ -292,8 +292,9 @@ class GpuschedPolicy:
                 self.queued[job_id] = replace(job, reservation=placement, reservation_start=start)
 
     def _next_wake(self, now: float, result: CycleResult) -> float:
-        """The operator decides again when a backfilled job's deadline passes or a lender's
-        hold that kept a job waiting lapses; here the replay is asked to wake the policy then."""
+        """The operator decides again when a backfilled job's deadline passes, a lender's hold
+        that kept a job waiting lapses or a job that turned a reclaim down runs out of
+        patience; here the replay is asked to wake the policy then."""
         times = [
             j.backfill_until
             for j in self.admitted.values()
