@@ -153,7 +153,8 @@ class _CountingKinds(Cycle):
 @st.composite
 def interleaved(draw: Any) -> tuple[Snapshot, list[Job]]:
     """Queues that cycle through a few kinds of job (a small, a medium and a large class), with
-    run times, sometimes reservations: jobs of a kind are rarely next to each other."""
+    run times, sometimes reservations, sometimes reclaims weighed within a patience that older
+    jobs have used up: jobs of a kind are rarely next to each other."""
     nodes = [
         node(f"n{i}", draw(st.sampled_from(["nvswitch", "dgx1", "count"])), "H100")
         for i in range(draw(st.integers(1, 3)))
@@ -170,9 +171,18 @@ def interleaved(draw: Any) -> tuple[Snapshot, list[Job]]:
         gpus, priority, preemptible = kinds[turn[tenant] % len(kinds)]
         turn[tenant] += 1
         runtime = draw(st.sampled_from([None, 600.0, 7200.0]))
-        jobs.append(_queued(tenant, i, (gpus, priority, preemptible), expected_runtime=runtime))
+        queued = _queued(tenant, i, (gpus, priority, preemptible), expected_runtime=runtime)
+        # Submitted 25 s apart (up to the first cycle), so jobs of one kind differ in age.
+        jobs.append(replace(queued, submitted_at=25.0 * i))
     split = draw(st.integers(0, len(jobs)))
-    config = CycleConfig(reservations_per_tenant=draw(st.sampled_from([0, 1])))
+    # Reclaims weighed within a patience whose end falls among the queue's jobs (now is 1,000
+    # to 1,400; jobs were submitted at 0 to 975), and victims that cost more than a short wait
+    # is worth: alike jobs then differ in whether they may turn a reclaim down.
+    config = CycleConfig(
+        reservations_per_tenant=draw(st.sampled_from([0, 1])),
+        reclaim_patience_seconds=draw(st.sampled_from([0.0, 1500.0, 2500.0])),
+        restart_penalty_seconds=draw(st.sampled_from([300.0, 3600.0])),
+    )
     snapshot = Snapshot(
         now=1000.0,
         tenants=tuple(tenants),
