@@ -45,6 +45,7 @@ from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
 from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
 from gpusched.operator.executor import Executor
+from gpusched.operator.heap import freeze_long_lived
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.runtimes import RuntimeBook
@@ -116,6 +117,8 @@ class AdmissionLoop:
         """When the loop last came round (it does at least every ``resync`` seconds)."""
         self._published = False
         """Whether this replica's job and tenant gauges hold values (it led a cycle)."""
+        self.heap_frozen = False
+        """Whether the heap was frozen after the first cycle (:mod:`gpusched.operator.heap`)."""
         self._last_seconds = 0.0
         self._wake_at: datetime | None = None
         self._quota_due: datetime | None = None
@@ -197,6 +200,15 @@ class AdmissionLoop:
                 log.exception("admission cycle failed; retrying")
                 await _sleep_or_stop(stop, 1.0)
                 continue
+            if not self.heap_frozen:
+                self.heap_frozen = True
+                started = time.perf_counter()
+                frozen = freeze_long_lived()
+                log.info(
+                    "froze %d long-lived objects after the first cycle (%.0f ms)",
+                    frozen,
+                    (time.perf_counter() - started) * 1000,
+                )
             if report.admitted or report.preempted:
                 log.info(
                     "cycle %d: admitted %d, preempted %s, %d waiting, %d groups (%s)",

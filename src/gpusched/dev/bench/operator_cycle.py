@@ -36,6 +36,7 @@ from gpusched.dev.bench.admission import (
 )
 from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
+from gpusched.operator.heap import freeze_long_lived
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store, World
 
@@ -259,6 +260,7 @@ class _Timed:
 def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
     """Time ``trials`` decisions of each kind over fresh worlds."""
     cold, steady, one_changed = _Timed(), _Timed(), _Timed()
+    frozen: list[int] = []
     stages: dict[str, list[float]] = {}
     config = OperatorConfig()
     admissions: list[int] = []
@@ -275,6 +277,8 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         memo = Memo()
         first = cold(world, config, reader, memo)
         admissions.append(len(first.plan.admitted))
+        # As the operator does after its first cycle (gpusched.operator.heap).
+        frozen.append(freeze_long_lived())
         # The writes of that cycle land (each written job is a new object), then a cycle in
         # which nothing changed.
         world = _written(world, first)
@@ -287,6 +291,7 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         changed = replace(store.job(key), generation=2)
         world = replace(world, jobs=tuple(changed if j.key == key else j for j in world.jobs))
         one_changed(world, config, reader, memo)
+        gc.unfreeze()  # this world's objects back to the collector before the next one
 
     return {
         "nodes": workload.nodes,
@@ -302,6 +307,7 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         "steady_cpu_p99_ms": percentile_ms(steady.cpu, 0.99),
         "one_job_changed_p50_ms": percentile_ms(one_changed.wall, 0.5),
         "one_job_changed_p99_ms": percentile_ms(one_changed.wall, 0.99),
+        "objects_frozen_after_cold": round(sum(frozen) / max(1, len(frozen))),
         "full_collection_after_cold_p50_ms": percentile_ms(cold.collect, 0.5),
         "full_collection_after_steady_p50_ms": percentile_ms(steady.collect, 0.5),
         "full_collection_after_one_job_changed_p50_ms": percentile_ms(one_changed.collect, 0.5),
