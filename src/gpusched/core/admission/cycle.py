@@ -28,7 +28,6 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final
 
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
 from gpusched.core.admission.forecast import Entry, Forecast, ReservationRules
@@ -1559,15 +1558,20 @@ class Cycle:
             self._wake_at = when
 
     def gain(self, job: Job, request: Request, candidates: Sequence[Candidate]) -> float:
-        """GPU-seconds the victims priced for ``job`` (:meth:`priced_reasons`) may lose: its
-        GPUs times the wait it would have without evicting them (its earliest start on the
-        running jobs' expected ends, under its tenant's limit; inf when no end is known). A
-        preemption that costs more than that waits instead. Evicting backfill overruns is not
-        weighed (the reservation was promised), nor reclaiming a guarantee past the job's
-        patience or when its GPUs are not expected to free within it
+        """GPU-seconds the victims priced for ``job`` may lose (its tenant's own lower-priority
+        jobs, and borrowed jobs while it weighs a reclaim, :meth:`weighs_reclaim`): its GPUs
+        times the wait it would have without evicting them (its earliest start on the running
+        jobs' expected ends, under its tenant's limit; inf when no end is known). A preemption
+        that costs more than that waits instead. Evicting backfill overruns is not weighed (the
+        reservation was promised), nor reclaiming a guarantee past the job's patience or when
+        its GPUs are not expected to free within it
         (:attr:`CycleConfig.reclaim_patience_seconds`)."""
-        priced = self.priced_reasons(job)
-        if not any(c.reason in priced for c in candidates):
+        weighs = self.weighs_reclaim(job)
+        if not any(
+            c.reason is PreemptReason.HIGHER_PRIORITY
+            or (weighs and c.reason is PreemptReason.RECLAIM_GUARANTEE)
+            for c in candidates
+        ):
             return float("inf")
         return job.total_gpus * self._wait_without_preemption(job, request)
 
@@ -1580,11 +1584,6 @@ class Cycle:
         """Seconds until ``job`` reclaims its guarantee whatever it costs (0: it does now)."""
         patience = self.snapshot.config.reclaim_patience_seconds
         return max(0.0, job.submitted_at + patience - self.now) if patience > 0 else 0.0
-
-    def priced_reasons(self, job: Job) -> frozenset[PreemptReason]:
-        """The victims whose cost ``job``'s wait must outweigh: its tenant's own lower-priority
-        jobs, and borrowed jobs while it weighs a reclaim (:meth:`weighs_reclaim`)."""
-        return _PRICED_WEIGHING if self.weighs_reclaim(job) else _PRICED
 
     def _wait_without_preemption(self, job: Job, request: Request) -> float:
         """Seconds until ``job`` is expected to fit without evicting anyone (inf: never, as
@@ -1962,12 +1961,6 @@ def _kind_key(
     tenant caps one): the key of ``Cycle._failed_kinds``. Requests are interned, so by
     identity."""
     return (id(request), priority, preemptible, claim, backfill, submitter)
-
-
-_PRICED: Final = frozenset({PreemptReason.HIGHER_PRIORITY})
-_PRICED_WEIGHING: Final = frozenset(
-    {PreemptReason.HIGHER_PRIORITY, PreemptReason.RECLAIM_GUARANTEE}
-)
 
 
 def _declined_text(patience: float) -> str:

@@ -235,18 +235,17 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
     if key in cycle.claims[tenant.name] and cycle.weighs_reclaim(job):
         left = cycle.patience_left(job)
         budget = cycle.gain(job, Request.of(job), candidates)
+        wait = budget / job.total_gpus
+        if budget == float("inf"):
+            verdict = "no running job's end is known, so any such eviction is worth it"
+        elif wait < left:
+            verdict = f"{wait / 3600:.1f} h expected, so at most {budget / 3600:.1f} GPU-hours now"
+        else:
+            verdict = f"{wait / 3600:.1f} h expected, so reclaims now"
         lines.append(
             f"for another {left:.0f}s (reclaim patience) it reclaims lent GPUs only if the "
             "work the borrowers lose (plus a restart each) is less than its GPUs times the wait "
-            "it would have without them, or if they are not expected to free by then: "
-            + (
-                "no running job's end is known, so any such eviction is worth it"
-                if budget == float("inf")
-                else f"{budget / job.total_gpus / 3600:.1f} h expected, so at most "
-                f"{budget / 3600:.1f} GPU-hours now"
-                if budget < job.total_gpus * left
-                else f"{budget / job.total_gpus / 3600:.1f} h expected, so reclaims now"
-            )
+            f"it would have without them, or if they are not expected to free by then: {verdict}"
         )
     own = [c for c in candidates if c.reason.value == "HigherPriority"]
     if own:
