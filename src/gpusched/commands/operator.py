@@ -105,6 +105,15 @@ def _labels(value: str) -> dict[str, str]:
     "(reservations' starts are worked out every cycle).",
 )
 @click.option(
+    "--forecast-arrivals-window",
+    type=DURATION,
+    default="12h",
+    show_default=True,
+    help="Forecasts expect each tenant's submissions of this long back to go on, at each "
+    "priority, over as long ahead, spread evenly; jobs that would rank ahead of a waiting job "
+    "delay its expected start (0: nothing arrives; docs/quotas.md).",
+)
+@click.option(
     "--reservations-per-tenant",
     type=click.IntRange(min=0, max=16),
     default=0,
@@ -215,6 +224,7 @@ def operator(
     record_delay: float,
     max_node_rejections: int,
     forecast_interval: float,
+    forecast_arrivals_window: float,
     reservations_per_tenant: int,
     guarantee_rounding: GuaranteeRounding,
     lending_hold_seconds: float,
@@ -261,6 +271,7 @@ def operator(
                 record_delay=record_delay,
                 max_node_rejections=max_node_rejections,
                 forecast_interval=forecast_interval,
+                forecast_arrivals_window=forecast_arrivals_window,
                 reservations_per_tenant=reservations_per_tenant,
                 guarantee_rounding=guarantee_rounding,
                 lending_hold_seconds=lending_hold_seconds,

@@ -6,13 +6,14 @@ worker thread so watches and the lease keep being served, and ``gpusched explain
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
 from gpusched.core.admission import Cycle, CycleConfig, CycleResult, Cycles, Job, Snapshot
+from gpusched.core.admission.arrivals import DEFAULT_WINDOW_SECONDS, expected_arrivals
 from gpusched.core.admission.model import GuaranteeRounding
 from gpusched.core.lifecycle import (
     JobContext,
@@ -36,6 +37,7 @@ from gpusched.core.lifecycle import (
     plan,
     protection_of,
     settle,
+    submitted_job,
     tenant_map,
 )
 from gpusched.core.lifecycle.spend import Pricing
@@ -80,6 +82,9 @@ class OperatorConfig:
     (0: reclaim at once; see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""
+    forecast_arrivals_window: float = DEFAULT_WINDOW_SECONDS
+    """Seconds of past submissions a forecast expects to go on over as many ahead, per tenant
+    and priority (:mod:`gpusched.core.admission.arrivals`; 0: nothing arrives)."""
     pricing: Pricing = field(default_factory=Pricing)
     """Price of a GPU-hour per GPU model: what TenantQuota spending and budgets count."""
     usage_half_life: float | None = None
@@ -139,6 +144,9 @@ class Memo:
     forecast_at: datetime | None = None
     """When the last forecast of expected starts was made."""
     forecast: dict[str, float | None] = field(default_factory=dict)
+    arrivals: tuple[Job, ...] = ()
+    """The jobs expected to arrive, worked out at the last forecast: every snapshot carries
+    them, so ``explain`` plays the kept cycle forward as that forecast did."""
     """Its expected starts (epoch seconds) of the jobs waiting then."""
     pools: tuple[Cycles, Cycles] = field(default_factory=lambda: (Cycles(), Cycles()))
     """The admission core's pools of free GPUs, kept from cycle to cycle, used in turn: while
@@ -254,6 +262,23 @@ def job_contexts(
     return out
 
 
+def _submitted(
+    world: World, contexts: Mapping[str, JobContext], now: datetime, window: float
+) -> Iterator[Job]:
+    """The jobs created within ``window`` seconds before ``now``, as submitted (finished or
+    not): what the forecast expects to go on arriving."""
+    if window <= 0:
+        return
+    since = now - timedelta(seconds=window)
+    for job in world.jobs:
+        created = job.job.metadata.creation_timestamp if job.job is not None else None
+        if created is None or created < since:
+            continue
+        found = submitted_job(job, contexts[job.key])
+        if found is not None:
+            yield found
+
+
 def decide(
     world: World,
     verdicts: Mapping[str, Verdict | None],
@@ -297,6 +322,16 @@ def decide(
     busy_gpus = foreign_busy(
         p for p in foreign if p.namespace not in tenants.owner or p.controller_uid
     )
+    if forecast is None:
+        forecast = memo.forecast_at is None or (now - memo.forecast_at).total_seconds() >= (
+            config.forecast_interval
+        )
+    if forecast:
+        memo.arrivals = expected_arrivals(
+            _submitted(world, contexts, now, config.forecast_arrivals_window),
+            now.timestamp(),
+            config.forecast_arrivals_window,
+        )
     snapshot = build_snapshot(
         [*jobs, *charged],
         world.quotas,
@@ -311,16 +346,13 @@ def decide(
         ),
         levels=core_levels(world.network),
         down_labels=nodes.down_labels(world.nodes, world.topologies),
+        arrivals=memo.arrivals,
     )
     t2 = time.perf_counter()
     pool, cycles = memo.next_pool()
     cycle = cycles.cycle(snapshot)
     result = cycle.run()
     t3 = time.perf_counter()
-    if forecast is None:
-        forecast = memo.forecast_at is None or (now - memo.forecast_at).total_seconds() >= (
-            config.forecast_interval
-        )
     if forecast:
         memo.forecast = cycle.forecast(config.forecast_limit)
         memo.forecast_at = now

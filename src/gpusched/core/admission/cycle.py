@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
+from gpusched.core.admission.arrivals import is_arrival
 from gpusched.core.admission.forecast import Entry, Forecast, ReservationRules
 from gpusched.core.admission.model import (
     Admission,
@@ -908,8 +910,10 @@ class Cycle:
         greedily in the cycle's order, no earlier than their backoff and their tenant's budget
         period, under their tenant's borrowing limit (or, for a non-preemptible job, its
         guarantee), its parents' limits and its per-submitter caps, with reservations made as
-        the cycle makes them. Assumed: running jobs end when expected, nothing arrives, nobody
-        is preempted, the order stays. Jobs that can never run here get None.
+        the cycle makes them. Assumed: running jobs end when expected, jobs arrive as the
+        snapshot's expected arrivals say (:mod:`gpusched.core.admission.arrivals`; none when
+        it has none), nobody is preempted, the order stays. Jobs that can never run here get
+        None.
         """
         if self._played is not None:
             if until is None and self._played != "all":
@@ -958,16 +962,59 @@ class Cycle:
             if limit is not None and len(entries) >= limit:
                 break
             entries.append(Entry(job, self.requests.get(key) or Request.of(job), self._floor(job)))
+        if self.snapshot.arrivals:
+            entries = self._with_arrivals(entries)
         # The same budget with ``until``: the play stopped at one job is then exactly the first
         # part of the whole play, so it answers as the whole play would, and costs no more.
         budget = _PLAY_TRIES_PER_JOB * len(entries) + _PLAY_TRIES
-        self.expected.update(play.run(entries, until, budget))
+        starts = play.run(entries, until, budget)
+        self.expected.update((k, t) for k, t in starts.items() if not is_arrival(k))
         # Past its budget the play stopped: the rest is planned in turn (up to ``until``).
         for entry in play.left:
             if until is not None and until in self.expected:
                 break
+            if is_arrival(entry.job.key):
+                continue
             self.expected[entry.job.key] = self._plan_in_turn(entry, play, profile)
         return dict(self.expected)
+
+    def _with_arrivals(self, entries: list[Entry]) -> list[Entry]:
+        """``entries`` with the snapshot's expected arrivals among them, each where the cycle
+        would rank it (:mod:`gpusched.core.admission.arrivals`): in its tenant's queue order,
+        so before its tenant's first waiting job it goes ahead of and otherwise after its
+        tenant's last; before every entry when its tenant has none waiting. Arrivals due by
+        now and of tenants unknown or with children are left out."""
+        positions: dict[str, list[int]] = {}
+        for i, entry in enumerate(entries):
+            positions.setdefault(entry.job.tenant or "", []).append(i)
+        orders = {t: [entries[i].job.order for i in found] for t, found in positions.items()}
+        first: list[Entry] = []
+        before: dict[int, list[Entry]] = {}
+        after: dict[int, list[Entry]] = {}
+        for job in self.snapshot.arrivals:
+            tenant = job.tenant
+            if (
+                job.submitted_at <= self.now
+                or tenant not in self.tenants
+                or self.tree.is_parent(tenant)
+            ):
+                continue
+            entry = Entry(job, Request.of(job), max(job.submitted_at, self._floor(job)))
+            found = positions.get(tenant)
+            if not found:
+                first.append(entry)
+                continue
+            k = bisect_right(orders[tenant], job.order)
+            if k < len(found):
+                before.setdefault(found[k], []).append(entry)
+            else:
+                after.setdefault(found[-1], []).append(entry)
+        out = first
+        for i, entry in enumerate(entries):
+            out.extend(before.get(i, ()))
+            out.append(entry)
+            out.extend(after.get(i, ()))
+        return out
 
     def _plan_in_turn(self, entry: Entry, play: Forecast, profile: Profile) -> float | None:
         """Plan ``entry`` where it fits soonest after the jobs planned before it and those

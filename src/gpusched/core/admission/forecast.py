@@ -1,7 +1,9 @@
 """Expected starts: the admission cycle played forward on predicted run times.
 
 A pending job's expected start is when the cycle would start it if every job ends when its run
-time predicts, nothing new arrives, nobody is preempted and the admission order stays. The cycle
+time predicts, jobs arrive as expected (:mod:`gpusched.core.admission.arrivals`: entries with a
+floor in the future, ranked as the cycle would rank them), nobody is preempted and the admission
+order stays. The cycle
 admits greedily: at each moment it walks the queue in order and starts every job that fits on
 the GPUs free then and under its tenant's limits, so a small job behind a blocked gang starts as
 soon as GPUs for it come free. The forecast does the same (:class:`Forecast`): at now, and then

@@ -400,6 +400,9 @@ class Snapshot:
     down_labels: tuple[Mapping[str, str], ...] = ()
     """Labels of GPU nodes out of service (not Ready or cordoned): the domains they belong to
     are not whole."""
+    arrivals: tuple[Job, ...] = ()
+    """Jobs expected to be submitted later (:mod:`gpusched.core.admission.arrivals`): the
+    forecast of expected starts plays them forward; the cycle's decisions never read them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from gpusched.core.lifecycle.snapshot import (
     foreign_busy,
     foreign_pods,
     job_shape,
+    submitted_job,
 )
 from gpusched.core.lifecycle.tenants import (
     MeteredJob,
@@ -106,6 +107,7 @@ __all__ = [
     "protection_of",
     "quota_status",
     "settle",
+    "submitted_job",
     "tenant_map",
     "write_status",
 ]

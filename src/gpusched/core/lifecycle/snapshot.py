@@ -121,6 +121,28 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
     )
 
 
+def submitted_job(job: JobFacts, context: JobContext) -> Job | None:
+    """The job as it was submitted, whatever became of it since: what the forecast's expected
+    arrivals are made of (:mod:`gpusched.core.admission.arrivals`). None: no tenant owns it or
+    its creation time is not known."""
+    if job.job is None or context.tenant is None:
+        return None
+    created = job.job.metadata.creation_timestamp
+    if created is None:
+        return None
+    declared = job.job.spec.max_runtime_seconds
+    return Job(
+        key=job.key,
+        tenant=context.tenant,
+        priority=context.priority,
+        submitted_at=created.timestamp(),
+        expected_runtime=context.runtime,
+        max_runtime_seconds=float(declared) if declared is not None else None,
+        submitter=job.submitter,
+        **job_shape(job.job, context.protection),
+    )
+
+
 def foreign_pods(
     pods: Iterable[PodFacts],
     jobs: Iterable[JobFacts],
@@ -213,8 +235,10 @@ def build_snapshot(
     *,
     levels: tuple[Level, ...] = (),
     down_labels: Sequence[Mapping[str, str]] = (),
+    arrivals: Sequence[Job] = (),
 ) -> Snapshot:
-    """The admission core's input."""
+    """The admission core's input (``arrivals``: the jobs expected to be submitted later,
+    :func:`gpusched.core.admission.arrivals.expected_arrivals`)."""
     return Snapshot(
         now=now.timestamp(),
         tenants=tuple(core_tenant(q, now) for q in quotas),
@@ -223,4 +247,5 @@ def build_snapshot(
         config=config,
         levels=levels,
         down_labels=tuple(down_labels),
+        arrivals=tuple(arrivals),
     )

@@ -41,6 +41,10 @@ POLICIES: Final[dict[str, Build]] = {
     "gpusched-reclaim-patience": lambda nodes, tenants, seed: GpuschedPolicy(
         nodes, tenants, CycleConfig(reclaim_patience_seconds=3600)
     ),
+    # Expected starts played forward with nothing arriving (--forecast-arrivals-window=0).
+    "gpusched-no-arrivals": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, arrivals_window=0.0
+    ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),

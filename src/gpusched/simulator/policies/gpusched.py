@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
@@ -34,6 +35,7 @@ from gpusched.core.admission import (
     Tenant,
     run_cycle,
 )
+from gpusched.core.admission.arrivals import DEFAULT_WINDOW_SECONDS, expected_arrivals
 from gpusched.core.admission.quota import Ledger
 from gpusched.core.lifecycle.spend import decayed
 from gpusched.core.placement import Policy as PlacementPolicy
@@ -46,7 +48,9 @@ ASSUMPTIONS = (
     "gpusched's own admission cycle (gpusched.core.admission), run after every batch of events",
     "GPU sets: gpusched's placement engine inside that cycle (topology scope, bandwidth, packing)",
     "run times: predicted from the jobs finished so far (gpusched.core.runtime), never the "
-    "trace's; expected starts from the operator's forecast, every forecast interval",
+    "trace's; expected starts from the operator's forecast, every forecast interval, with the "
+    "jobs of the last 12 h of submissions expected again over the next 12 h (none in "
+    "gpusched-no-arrivals)",
     "pods run the instant their job is admitted; preempted pods leave at once (no grace period)",
     "a preempted job loses the work since its start (no checkpoints) and queues again",
 )
@@ -97,6 +101,7 @@ class GpuschedPolicy:
         *,
         forecast_interval: float = FORECAST_INTERVAL,
         usage_half_life: float | None = None,
+        arrivals_window: float = DEFAULT_WINDOW_SECONDS,
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
@@ -133,6 +138,11 @@ class GpuschedPolicy:
         self.told: set[str] = set()
         """Jobs told an expected start (the first one counts)."""
         self.wake: float = math.inf
+        self.arrivals_window = arrivals_window
+        """Submissions of this many seconds back are expected to go on over as many ahead,
+        in every forecast (the operator's ``--forecast-arrivals-window``; 0: none)."""
+        self.submitted: deque[tuple[float, str]] = deque()
+        """(submission time, trace job id) of the jobs submitted within that window."""
 
     def _runtime(self, job: TraceJob) -> float | None:
         found = self.history.predict(job_kind(job))
@@ -143,6 +153,8 @@ class GpuschedPolicy:
         self.ids[core.key] = job.id
         self.jobs[job.id] = job
         self.queued[job.id] = core
+        if self.arrivals_window > 0:
+            self.submitted.append((now, job.id))
         self.dirty = True
 
     def finished(self, job: str, now: float) -> None:
@@ -189,6 +201,7 @@ class GpuschedPolicy:
             nodes=self.nodes,
             config=self.config,
             levels=self.levels,
+            arrivals=self._arrivals(now) if forecast else (),
         )
         cycle = self.cycles.cycle(snapshot)
         result = cycle.run()
@@ -254,6 +267,17 @@ class GpuschedPolicy:
             estimates=told,
             wake_at=self.wake if math.isfinite(self.wake) else None,
         )
+
+    def _arrivals(self, now: float) -> tuple[Job, ...]:
+        """The jobs expected to arrive, from those submitted within the window (as the
+        operator builds them from its GpuJobs, with today's predicted run times)."""
+        window = self.arrivals_window
+        while self.submitted and self.submitted[0][0] < now - window:
+            self.submitted.popleft()
+        if window <= 0:
+            return ()
+        recent = (self.jobs[job_id] for _, job_id in self.submitted)
+        return expected_arrivals((core_job(j, self._runtime(j)) for j in recent), now, window)
 
     def _remembering(self, now: float) -> tuple[Tenant, ...]:
         """The tenants with their recent borrowing brought up to ``now`` (as the operator's
