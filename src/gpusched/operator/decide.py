@@ -270,6 +270,7 @@ def _submitted(
     if window <= 0:
         return
     since = now - timedelta(seconds=window)
+    # expected_arrivals keeps to the window too; this spares building the older jobs.
     for job in world.jobs:
         created = job.job.metadata.creation_timestamp if job.job is not None else None
         if created is None or created < since:
@@ -326,7 +327,8 @@ def decide(
         forecast = memo.forecast_at is None or (now - memo.forecast_at).total_seconds() >= (
             config.forecast_interval
         )
-    if forecast:
+    if forecast or memo.forecast_at is None:
+        # Also for a decision made to be played forward by ``explain`` (no forecast of its own).
         memo.arrivals = expected_arrivals(
             _submitted(world, contexts, now, config.forecast_arrivals_window),
             now.timestamp(),

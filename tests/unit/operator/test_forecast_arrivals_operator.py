@@ -81,3 +81,10 @@ def test_no_window_expects_nothing() -> None:
     config = OperatorConfig(forecast_arrivals_window=0.0)
     decision = decide(_world(NOW), {}, config, NodeReader())
     assert decision.snapshot.arrivals == ()
+
+
+def test_a_decision_made_for_explain_alone_expects_them_too() -> None:
+    """``gpusched explain --local`` decides once without a forecast and plays the job forward:
+    with the same arrivals the operator's forecast would have."""
+    decision = decide(_world(NOW), {}, OperatorConfig(), NodeReader(), forecast=False)
+    assert sorted(a.total_gpus for a in decision.snapshot.arrivals) == [1, 2]
