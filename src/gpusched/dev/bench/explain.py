@@ -6,7 +6,9 @@ times, side by side on the same snapshot:
 
 * the admission cycle alone (what every operator cycle does), with one reservation per tenant;
 * the cycle plus the forecast of every waiting job's expected start (what the operator does once
-  per ``--forecast-interval``, and what it then writes into the jobs' status);
+  per ``--forecast-interval``, and what it then writes into the jobs' status), with the jobs
+  expected to arrive as the operator expects them (the snapshot's jobs submitted within
+  ``--arrivals-window``, default the operator's 12 h), and the same without them beside it;
 * the answer the leading operator gives ``gpusched explain`` from that kept cycle, serialised
   as it sends it, for 20 waiting jobs drawn at random;
 * the change that would start one of them sooner (each variant a cycle and a play of its own),
@@ -32,6 +34,7 @@ from typing import Any
 import click
 
 from gpusched.core.admission import Cycle, CycleConfig
+from gpusched.core.admission.arrivals import DEFAULT_WINDOW_SECONDS, expected_arrivals
 from gpusched.core.admission.explain import counterfactual, describe, explain
 from gpusched.dev.bench.admission import Workload, build_snapshot, percentile_ms
 
@@ -39,9 +42,13 @@ from gpusched.dev.bench.admission import Workload, build_snapshot, percentile_ms
 ASKS_PER_TRIAL = 20
 
 
-def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
+def run(
+    workload: Workload, trials: int, seed: int, window: float = DEFAULT_WINDOW_SECONDS
+) -> dict[str, Any]:
     cycle_s: list[float] = []
     forecast_s: list[float] = []
+    alone_s: list[float] = []
+    arrivals: list[int] = []
     answer_s: list[float] = []
     sooner_s: list[float] = []
     explain_s: list[float] = []
@@ -52,12 +59,20 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
     for trial in range(trials):
         snapshot = build_snapshot(workload, seed + trial)
         snapshot = replace(snapshot, config=CycleConfig(reservations_per_tenant=1))
+        expected = expected_arrivals(snapshot.jobs, snapshot.now, window)
+        arrivals.append(len(expected))
         gc.collect()
         gc.disable()
         try:
             started = time.perf_counter()
             result = Cycle(snapshot).run()
             cycle_s.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            alone = Cycle(snapshot)
+            alone.run()
+            alone.forecast()
+            alone_s.append(time.perf_counter() - started)
+            snapshot = replace(snapshot, arrivals=expected)
             started = time.perf_counter()
             cycle = Cycle(snapshot)
             cycle.run()
@@ -92,6 +107,9 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         "cycle_p99_ms": percentile_ms(cycle_s, 0.99),
         "cycle_and_forecast_p50_ms": percentile_ms(forecast_s, 0.5),
         "cycle_and_forecast_p99_ms": percentile_ms(forecast_s, 0.99),
+        "cycle_and_forecast_without_arrivals_p50_ms": percentile_ms(alone_s, 0.5),
+        "cycle_and_forecast_without_arrivals_p99_ms": percentile_ms(alone_s, 0.99),
+        "expected_arrivals": round(sum(arrivals) / len(arrivals), 1),
         "answer_p50_ms": percentile_ms(answer_s, 0.5),
         "answer_p99_ms": percentile_ms(answer_s, 0.99),
         "sooner_p50_ms": percentile_ms(sooner_s, 0.5),
@@ -112,13 +130,28 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
 @click.option("--jobs", "queued", default=10_000, show_default=True, help="Queued jobs.")
 @click.option("--trials", default=10, show_default=True, help="Snapshots (one of each per trial).")
 @click.option("--seed", default=1, show_default=True)
+@click.option(
+    "--arrivals-window",
+    type=float,
+    default=DEFAULT_WINDOW_SECONDS,
+    show_default=True,
+    help="Seconds of submissions expected again ahead (the operator's "
+    "--forecast-arrivals-window; 0: none).",
+)
 def explain_bench(
-    *, as_json: bool, nodes: int, tenants: int, queued: int, trials: int, seed: int
+    *,
+    as_json: bool,
+    nodes: int,
+    tenants: int,
+    queued: int,
+    trials: int,
+    seed: int,
+    arrivals_window: float,
 ) -> None:
     """Expected starts at scale: cycle, cycle + forecast, explain (p50 / p99 ms)."""
     workload = Workload(nodes, tenants, queued, runtimes=True)
     total = trials
-    result = run(workload, total, seed)
+    result = run(workload, total, seed, arrivals_window)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -130,6 +163,7 @@ def explain_bench(
     for name, text in (
         ("cycle", "cycle"),
         ("cycle_and_forecast", "cycle and forecast (the operator, every --forecast-interval)"),
+        ("cycle_and_forecast_without_arrivals", "the same expecting nothing to arrive"),
         ("answer", "explain answered from the kept cycle (the operator's answer)"),
         ("sooner", "the change that starts a job sooner (asked apart)"),
         ("explain", "explain decided afresh (the CLI's --local: cycle, play, change)"),
