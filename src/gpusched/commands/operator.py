@@ -107,11 +107,11 @@ def _labels(value: str) -> dict[str, str]:
 @click.option(
     "--forecast-arrivals-window",
     type=DURATION,
-    default="12h",
+    default="0",
     show_default=True,
-    help="Forecasts expect each tenant's submissions of this long back to go on, at each "
-    "priority, over as long ahead, spread evenly; jobs that would rank ahead of a waiting job "
-    "delay its expected start (0: nothing arrives; docs/quotas.md).",
+    help="Forecasts expect each tenant's submissions of this long back to go on at their "
+    "steady rate, per priority, over as long ahead; jobs that would rank ahead of a waiting "
+    "job delay its expected start (0: nothing arrives; e.g. 12h; docs/quotas.md).",
 )
 @click.option(
     "--reservations-per-tenant",

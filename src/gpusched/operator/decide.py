@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
 from gpusched.core.admission import Cycle, CycleConfig, CycleResult, Cycles, Job, Snapshot
-from gpusched.core.admission.arrivals import DEFAULT_WINDOW_SECONDS, expected_arrivals
+from gpusched.core.admission.arrivals import expected_arrivals
 from gpusched.core.admission.model import GuaranteeRounding
 from gpusched.core.lifecycle import (
     JobContext,
@@ -82,9 +82,10 @@ class OperatorConfig:
     (0: reclaim at once; see CycleConfig)."""
     forecast_limit: int | None = 5000
     """Most waiting jobs (in admission order) given an expected start by a forecast."""
-    forecast_arrivals_window: float = DEFAULT_WINDOW_SECONDS
-    """Seconds of past submissions a forecast expects to go on over as many ahead, per tenant
-    and priority (:mod:`gpusched.core.admission.arrivals`; 0: nothing arrives)."""
+    forecast_arrivals_window: float = 0.0
+    """Seconds of past submissions a forecast expects to go on at their steady rate over as
+    many ahead, per tenant and priority (:mod:`gpusched.core.admission.arrivals`; 0: nothing
+    arrives)."""
     pricing: Pricing = field(default_factory=Pricing)
     """Price of a GPU-hour per GPU model: what TenantQuota spending and budgets count."""
     usage_half_life: float | None = None

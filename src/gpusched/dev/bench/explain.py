@@ -7,8 +7,9 @@ times, side by side on the same snapshot:
 * the admission cycle alone (what every operator cycle does), with one reservation per tenant;
 * the cycle plus the forecast of every waiting job's expected start (what the operator does once
   per ``--forecast-interval``, and what it then writes into the jobs' status), with the jobs
-  expected to arrive as the operator expects them (the snapshot's jobs submitted within
-  ``--arrivals-window``, default the operator's 12 h), and the same without them beside it;
+  expected to arrive as the operator expects them with ``--forecast-arrivals-window`` set (the
+  snapshot's jobs submitted within ``--arrivals-window``, default 12 h; the operator's default
+  is off), and the same without them beside it;
 * the answer the leading operator gives ``gpusched explain`` from that kept cycle, serialised
   as it sends it, for 20 waiting jobs drawn at random;
 * the change that would start one of them sooner (each variant a cycle and a play of its own),
@@ -34,7 +35,7 @@ from typing import Any
 import click
 
 from gpusched.core.admission import Cycle, CycleConfig
-from gpusched.core.admission.arrivals import DEFAULT_WINDOW_SECONDS, expected_arrivals
+from gpusched.core.admission.arrivals import WINDOW_SECONDS, expected_arrivals
 from gpusched.core.admission.explain import counterfactual, describe, explain
 from gpusched.dev.bench.admission import Workload, build_snapshot, percentile_ms
 
@@ -43,7 +44,7 @@ ASKS_PER_TRIAL = 20
 
 
 def run(
-    workload: Workload, trials: int, seed: int, window: float = DEFAULT_WINDOW_SECONDS
+    workload: Workload, trials: int, seed: int, window: float = WINDOW_SECONDS
 ) -> dict[str, Any]:
     cycle_s: list[float] = []
     forecast_s: list[float] = []
@@ -133,7 +134,7 @@ def run(
 @click.option(
     "--arrivals-window",
     type=float,
-    default=DEFAULT_WINDOW_SECONDS,
+    default=WINDOW_SECONDS,
     show_default=True,
     help="Seconds of submissions expected again ahead (the operator's "
     "--forecast-arrivals-window; 0: none).",

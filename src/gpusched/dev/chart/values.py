@@ -403,10 +403,11 @@ class Operator(Placement):
     forecastInterval: float = Field(60.0, gt=0, le=3600)
     """Least seconds between two forecasts of every waiting job's expected start (a forward
     replay of the queue); reservations' starts are worked out every cycle."""
-    forecastArrivalsWindow: float = Field(43200.0, ge=0, le=7 * 86400)
-    """Seconds of past submissions each forecast expects to go on, per tenant and priority,
-    over as many seconds ahead, spread evenly: jobs that would rank ahead of a waiting job delay
-    its expected start (0: nothing arrives; docs/quotas.md, "Expected start")."""
+    forecastArrivalsWindow: float = Field(0.0, ge=0, le=7 * 86400)
+    """Seconds of past submissions each forecast expects to go on at their steady rate, per
+    tenant and priority, over as many seconds ahead: jobs that would rank ahead of a waiting job
+    delay its expected start (0: nothing arrives; e.g. 43200; docs/quotas.md, "Expected
+    start")."""
     pricing: Pricing = Field(default_factory=Pricing)
     """Price of a GPU-hour per GPU model: what TenantQuota spending (`status.periodCost`,
     `cost7d`, ...) and budgets count (docs/quotas.md, "Budgets and cost")."""

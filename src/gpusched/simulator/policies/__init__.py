@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from gpusched.core.admission import CycleConfig, Level, Tenant
+from gpusched.core.admission.arrivals import WINDOW_SECONDS
 from gpusched.simulator.model import SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, SimPolicy, Start
 from gpusched.simulator.policies.book import NodeRule
@@ -41,9 +42,10 @@ POLICIES: Final[dict[str, Build]] = {
     "gpusched-reclaim-patience": lambda nodes, tenants, seed: GpuschedPolicy(
         nodes, tenants, CycleConfig(reclaim_patience_seconds=3600)
     ),
-    # Expected starts played forward with nothing arriving (--forecast-arrivals-window=0).
-    "gpusched-no-arrivals": lambda nodes, tenants, seed: GpuschedPolicy(
-        nodes, tenants, arrivals_window=0.0
+    # Expected starts counting each tenant's steady rate of submissions of the last 12 h
+    # again over the next 12 h (--forecast-arrivals-window=12h).
+    "gpusched-arrivals": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, arrivals_window=WINDOW_SECONDS
     ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,

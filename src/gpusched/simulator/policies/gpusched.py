@@ -35,7 +35,7 @@ from gpusched.core.admission import (
     Tenant,
     run_cycle,
 )
-from gpusched.core.admission.arrivals import DEFAULT_WINDOW_SECONDS, expected_arrivals
+from gpusched.core.admission.arrivals import expected_arrivals
 from gpusched.core.admission.quota import Ledger
 from gpusched.core.lifecycle.spend import decayed
 from gpusched.core.placement import Policy as PlacementPolicy
@@ -48,9 +48,9 @@ ASSUMPTIONS = (
     "gpusched's own admission cycle (gpusched.core.admission), run after every batch of events",
     "GPU sets: gpusched's placement engine inside that cycle (topology scope, bandwidth, packing)",
     "run times: predicted from the jobs finished so far (gpusched.core.runtime), never the "
-    "trace's; expected starts from the operator's forecast, every forecast interval, with the "
-    "jobs of the last 12 h of submissions expected again over the next 12 h (none in "
-    "gpusched-no-arrivals)",
+    "trace's; expected starts from the operator's forecast, every forecast interval (with "
+    "each tenant's steady rate of the last 12 h of submissions expected again over the next "
+    "12 h in gpusched-arrivals)",
     "pods run the instant their job is admitted; preempted pods leave at once (no grace period)",
     "a preempted job loses the work since its start (no checkpoints) and queues again",
 )
@@ -101,7 +101,7 @@ class GpuschedPolicy:
         *,
         forecast_interval: float = FORECAST_INTERVAL,
         usage_half_life: float | None = None,
-        arrivals_window: float = DEFAULT_WINDOW_SECONDS,
+        arrivals_window: float = 0.0,
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
