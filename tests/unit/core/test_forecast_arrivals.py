@@ -14,27 +14,50 @@ MINUTE = 60.0
 HOUR = 3600.0
 
 
-def test_each_tenants_submissions_at_each_priority_are_spread_evenly_over_the_window_ahead() -> (
+def _hourly(tenant: str, priority: int = 0, hours: int = 12) -> list[Job]:
+    """One job an hour over the last ``hours``, alternately of 1 and 2 GPUs."""
+    return [
+        job(
+            f"{tenant}/p{priority}-{h}",
+            tenant,
+            1 + h % 2,
+            priority=priority,
+            submitted=-h * HOUR - 1,
+        )
+        for h in range(hours)
+    ]
+
+
+def test_each_tenants_steady_rate_at_each_priority_is_expected_again_over_the_window_ahead() -> (
     None
 ):
-    submitted = [
-        job("t/a", "t", 1, submitted=-50 * MINUTE),
-        job("t/b", "t", 4, submitted=-20 * MINUTE, running_on=[("n", (0, 1, 2, 3))]),
-        job("t/hi", "t", 2, priority=1, submitted=-40 * MINUTE),
-        job("u/c", "u", 8, submitted=-10 * MINUTE),
-        job("t/old", "t", 1, submitted=-61 * MINUTE),  # before the window
-        job("t/later", "t", 1, submitted=1.0),  # after now
+    # t submits a job an hour at priority 0 and a burst of six at once; u one job an hour at
+    # priority 1 for the last six hours, and one lone job; the rest is outside the window.
+    t_steady = _hourly("t")
+    burst = [job(f"t/burst{i}", "t", 8, submitted=-3.5 * HOUR) for i in range(6)]
+    u_steady = _hourly("u", priority=1, hours=6)
+    lone = job("u/lone", "u", 4, submitted=-HOUR / 2)
+    outside = [
+        job("t/old", "t", 1, submitted=-13 * HOUR),
+        job("t/later", "t", 1, submitted=1.0),
     ]
-    arrivals = expected_arrivals(submitted, 0.0, HOUR)
-    got = {(j.tenant, j.priority, j.total_gpus, j.submitted_at) for j in arrivals}
-    assert got == {
-        # t at priority 0 submitted two jobs within the hour: one each half hour ahead, in the
-        # order they came (1 GPU, then 4).
-        ("t", 0, 1, 15 * MINUTE),
-        ("t", 0, 4, 45 * MINUTE),
-        ("t", 1, 2, 30 * MINUTE),
-        ("u", 0, 8, 30 * MINUTE),
-    }
+    running = job("t/running", "t", 4, submitted=-HOUR / 2, running_on=[("n", (0, 1, 2, 3))])
+    submitted = [*t_steady, *burst, *u_steady, lone, *outside, running]
+    arrivals = expected_arrivals(submitted, 0.0, 12 * HOUR)
+    by_group: dict[tuple[str | None, int], list[Job]] = {}
+    for arrival in arrivals:
+        by_group.setdefault((arrival.tenant, arrival.priority), []).append(arrival)
+    # t at priority 0: twelve one-hour slices saw 1, 1, 1, 8 (the burst), 1, ...: the median is
+    # one an hour, so twelve, one every hour from half an hour on, shaped as t's jobs in the
+    # order they came (the oldest first); the burst is not expected again.
+    t_jobs = by_group[("t", 0)]
+    assert [j.submitted_at for j in t_jobs] == [(h + 0.5) * HOUR for h in range(12)]
+    oldest_first = sorted([*t_steady, *burst, running], key=lambda j: (j.submitted_at, j.key))
+    assert [j.total_gpus for j in t_jobs] == [j.total_gpus for j in oldest_first[:12]]
+    # u at priority 1: six slices of twelve saw a job: the median is half a job an hour.
+    assert [j.submitted_at for j in by_group[("u", 1)]] == [(h + 0.5) * 2 * HOUR for h in range(6)]
+    # u at priority 0: one job is no rate.
+    assert ("u", 0) not in by_group
     assert [j.submitted_at for j in arrivals] == sorted(j.submitted_at for j in arrivals)
     for arrival in arrivals:
         assert is_arrival(arrival.key)
@@ -47,19 +70,20 @@ def test_each_tenants_submissions_at_each_priority_are_spread_evenly_over_the_wi
 
 
 def test_no_window_means_nothing_arrives_and_most_keeps_the_soonest() -> None:
-    submitted = [job(f"t/j{i}", "t", 1, submitted=-i * MINUTE) for i in range(10)]
+    submitted = _hourly("t")
     assert expected_arrivals(submitted, 0.0, 0.0) == ()
-    soonest = expected_arrivals(submitted, 0.0, HOUR, most=3)
-    assert [j.submitted_at for j in soonest] == [3 * MINUTE, 9 * MINUTE, 15 * MINUTE]
+    soonest = expected_arrivals(submitted, 0.0, 12 * HOUR, most=3)
+    assert [j.submitted_at for j in soonest] == [0.5 * HOUR, 1.5 * HOUR, 2.5 * HOUR]
 
 
-WINDOW = 2 * HOUR
+def arriving(template: Job, at: float) -> Job:
+    """``template`` expected to be submitted at ``at``."""
+    return replace(template, key=f"{ARRIVAL_NAMESPACE}/{template.key}", submitted_at=at)
 
 
-def _expected_start_of_waiting(*submitted: Job, window: float = WINDOW) -> float | None:
-    """Node a is busy until 60 min; W (tenant t, priority 0, 8 GPUs, 60 min) waits. The jobs
-    ``submitted`` in the two hours before now are expected again over the two hours ahead
-    (one job: at 60 min, just as the node frees)."""
+def _expected_start_of_waiting(*expected: Job) -> float | None:
+    """Node a is busy until 60 min; W (tenant t, priority 0, 8 GPUs, 60 min) waits; each job
+    ``expected`` arrives at 60 min, just as the node frees."""
     jobs = (
         job("t/r", "t", 8, running_on=[("a", (0, 1, 2, 3, 4, 5, 6, 7))], expected_end=HOUR),
         job("t/W", "t", 8, expected_runtime=HOUR, submitted=-2 * MINUTE),
@@ -69,7 +93,7 @@ def _expected_start_of_waiting(*submitted: Job, window: float = WINDOW) -> float
         tenants=(Tenant("t", guaranteed=8), Tenant("u", guaranteed=8)),
         jobs=jobs,
         nodes=(node("a"),),
-        arrivals=expected_arrivals(submitted, 0.0, window),
+        arrivals=tuple(arriving(j, HOUR) for j in expected),
     )
     cycle = Cycle(snapshot)
     cycle.run()
@@ -107,8 +131,7 @@ def test_arrivals_of_a_tenant_the_cycle_does_not_know_take_nothing() -> None:
 def test_an_arrival_due_by_now_takes_nothing() -> None:
     # Arrivals are worked out at one forecast and carried by later snapshots: one whose time
     # has passed did not come as expected (or is in the queue already) and plays no part.
-    other = job("u/x", "u", 8, expected_runtime=HOUR, submitted=-HOUR)
-    (arrival,) = expected_arrivals([other], 0.0, WINDOW)
+    arrival = arriving(job("u/x", "u", 8, expected_runtime=HOUR), HOUR)
     jobs = (
         job("t/r", "t", 8, running_on=[("a", (0, 1, 2, 3, 4, 5, 6, 7))], expected_end=2 * HOUR),
         job("t/W", "t", 8, expected_runtime=HOUR, submitted=-2 * MINUTE),

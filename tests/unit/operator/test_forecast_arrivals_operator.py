@@ -1,6 +1,7 @@
-"""The operator's forecast expects the GpuJobs created within ``--forecast-arrivals-window``
-(finished or not) to go on arriving, and every snapshot carries what its last forecast
-expected (so ``explain`` plays the kept cycle forward as that forecast did)."""
+"""With ``--forecast-arrivals-window`` the operator's forecast expects the GpuJobs created within
+the window (finished or not) to go on arriving at their steady rate, and every snapshot carries
+what its last forecast expected (so ``explain`` plays the kept cycle forward as that forecast
+did). Off by default."""
 
 from __future__ import annotations
 
@@ -46,13 +47,20 @@ def _world(now: datetime) -> World:
             "spec": {"namespaces": ["team"], "guaranteedGpus": 8},
         }
     )
+    # One job an hour over the last 12 hours, all but the last finished (1 GPU, then 2, ...),
+    # and one of 20 hours ago.
+    hourly = [
+        _job(
+            f"h{h}",
+            NOW - timedelta(hours=h, minutes=1),
+            "Queued" if h == 0 else "Succeeded",
+            1 + h % 2,
+        )
+        for h in range(12)
+    ]
     return World(
         now=now,
-        jobs=(
-            _job("done", NOW - timedelta(hours=2), "Succeeded", 2),
-            _job("long-ago", NOW - timedelta(hours=20), "Succeeded", 4),
-            _job("waiting", NOW - timedelta(minutes=10), "Queued", 1),
-        ),
+        jobs=(*hourly, _job("long-ago", NOW - timedelta(hours=20), "Succeeded", 4)),
         quotas=(quota,),
         nodes=(),
         topologies={},
@@ -62,29 +70,31 @@ def _world(now: datetime) -> World:
     )
 
 
+WINDOW = OperatorConfig(forecast_arrivals_window=12 * HOUR)
+
+
 def test_jobs_created_within_the_window_finished_or_not_are_expected_again() -> None:
     memo = Memo()
-    decision = decide(_world(NOW), {}, OperatorConfig(), NodeReader(), memo=memo)
+    decision = decide(_world(NOW), {}, WINDOW, NodeReader(), memo=memo)
     arrivals = decision.snapshot.arrivals
-    assert sorted(a.total_gpus for a in arrivals) == [1, 2]  # not the job of 20 h ago
     assert all(is_arrival(a.key) and a.tenant == "team" for a in arrivals)
-    # Spread over the 12 h ahead in the order they came: the 2-GPU job at 3 h, the other at 9 h.
-    assert sorted(a.submitted_at - NOW.timestamp() for a in arrivals) == [3 * HOUR, 9 * HOUR]
+    # One an hour from half an hour on, shaped as the jobs came (the oldest, 2 GPUs, first).
+    assert [a.submitted_at - NOW.timestamp() for a in arrivals] == [
+        (h + 0.5) * HOUR for h in range(12)
+    ]
+    assert [a.total_gpus for a in arrivals] == [2, 1] * 6
     # Between forecasts every snapshot carries the last forecast's arrivals.
-    later = decide(
-        _world(NOW + timedelta(seconds=10)), {}, OperatorConfig(), NodeReader(), memo=memo
-    )
+    later = decide(_world(NOW + timedelta(seconds=10)), {}, WINDOW, NodeReader(), memo=memo)
     assert later.snapshot.arrivals == arrivals
 
 
-def test_no_window_expects_nothing() -> None:
-    config = OperatorConfig(forecast_arrivals_window=0.0)
-    decision = decide(_world(NOW), {}, config, NodeReader())
+def test_by_default_nothing_is_expected() -> None:
+    decision = decide(_world(NOW), {}, OperatorConfig(), NodeReader())
     assert decision.snapshot.arrivals == ()
 
 
 def test_a_decision_made_for_explain_alone_expects_them_too() -> None:
     """``gpusched explain --local`` decides once without a forecast and plays the job forward:
     with the same arrivals the operator's forecast would have."""
-    decision = decide(_world(NOW), {}, OperatorConfig(), NodeReader(), forecast=False)
-    assert sorted(a.total_gpus for a in decision.snapshot.arrivals) == [1, 2]
+    decision = decide(_world(NOW), {}, WINDOW, NodeReader(), forecast=False)
+    assert len(decision.snapshot.arrivals) == 12
