@@ -8,8 +8,9 @@ times, side by side on the same snapshot:
 * the cycle plus the forecast of every waiting job's expected start (what the operator does once
   per ``--forecast-interval``, and what it then writes into the jobs' status), with the jobs
   expected to arrive as the operator expects them with ``--forecast-arrivals-window`` set (the
-  snapshot's jobs submitted within ``--arrivals-window``, default 12 h; the operator's default
-  is off), and the same without them beside it;
+  snapshot's jobs taken as submitted steadily over ``--arrivals-window``, default 12 h, which
+  gives the most expected arrivals a forecast plays; the operator's default is off), and the
+  same without them beside it;
 * the answer the leading operator gives ``gpusched explain`` from that kept cycle, serialised
   as it sends it, for 20 waiting jobs drawn at random;
 * the change that would start one of them sooner (each variant a cycle and a play of its own),
@@ -60,7 +61,14 @@ def run(
     for trial in range(trials):
         snapshot = build_snapshot(workload, seed + trial)
         snapshot = replace(snapshot, config=CycleConfig(reservations_per_tenant=1))
-        expected = expected_arrivals(snapshot.jobs, snapshot.now, window)
+        # The snapshot's jobs taken as submitted steadily over the window: as many expected
+        # arrivals as the operator would play at most (the cap), the costliest case.
+        n = len(snapshot.jobs)
+        steady = [
+            replace(j, submitted_at=snapshot.now - window * (i + 0.5) / n)
+            for i, j in enumerate(snapshot.jobs)
+        ]
+        expected = expected_arrivals(steady, snapshot.now, window)
         arrivals.append(len(expected))
         gc.collect()
         gc.disable()
