@@ -148,3 +148,22 @@ def test_an_arrival_due_by_now_takes_nothing() -> None:
     assert start(0.0, (arrival,)) == 3 * HOUR  # due at 1 h, the node frees at 2 h: it goes first
     assert start(HOUR, (arrival,)) == 2 * HOUR
     assert start(HOUR, (replace(arrival, submitted_at=HOUR + 1.0),)) == 3 * HOUR
+
+
+def test_an_arrival_of_a_tenant_waiting_beyond_the_forecasts_limit_comes_after_the_rest() -> None:
+    # The forecast covers the first job in the order only (limit 1): u/W. t's job waits beyond
+    # it, so t's expected arrival takes its turn after u/W, not ahead of it as the arrival of a
+    # tenant with nothing waiting would.
+    jobs = (
+        job("t/r", "t", 8, running_on=[("a", (0, 1, 2, 3, 4, 5, 6, 7))], expected_end=HOUR),
+        job("u/W", "u", 8, expected_runtime=HOUR, submitted=-3 * MINUTE),
+        job("t/X", "t", 8, expected_runtime=HOUR, submitted=-2 * MINUTE),
+    )
+    tenants = (Tenant("t", guaranteed=8), Tenant("u", guaranteed=8))
+    arrival = arriving(job("t/y", "t", 8, expected_runtime=HOUR), HOUR)
+    cycle = Cycle(
+        Snapshot(now=0.0, tenants=tenants, jobs=jobs, nodes=(node("a"),), arrivals=(arrival,))
+    )
+    cycle.run()
+    assert cycle.order[0] == "u/W"
+    assert cycle.forecast(1) == {"u/W": HOUR}

@@ -982,13 +982,15 @@ class Cycle:
         """``entries`` with the snapshot's expected arrivals among them, each where the cycle
         would rank it (:mod:`gpusched.core.admission.arrivals`): in its tenant's queue order,
         so before its tenant's first waiting job it goes ahead of and otherwise after its
-        tenant's last; before every entry when its tenant has none waiting. Arrivals due by
-        now and of tenants unknown or with children are left out."""
+        tenant's last; before every entry when its tenant has none waiting, after every entry
+        when its tenant's waiting jobs lie beyond the forecast's limit. Arrivals due by now
+        and of tenants unknown or with children are left out."""
         positions: dict[str, list[int]] = {}
         for i, entry in enumerate(entries):
             positions.setdefault(entry.job.tenant or "", []).append(i)
         orders = {t: [entries[i].job.order for i in found] for t, found in positions.items()}
         first: list[Entry] = []
+        last: list[Entry] = []
         before: dict[int, list[Entry]] = {}
         after: dict[int, list[Entry]] = {}
         for job in self.snapshot.arrivals:
@@ -1002,7 +1004,10 @@ class Cycle:
             entry = Entry(job, Request.of(job), max(job.submitted_at, self._floor(job)))
             found = positions.get(tenant)
             if not found:
-                first.append(entry)
+                # Its tenant has none waiting, or only beyond the forecast's limit (then its
+                # turn comes after every entry).
+                waits = any(j.key in self.wait_reasons for j in self.queued[tenant])
+                (last if waits else first).append(entry)
                 continue
             k = bisect_right(orders[tenant], job.order)
             if k < len(found):
@@ -1014,7 +1019,7 @@ class Cycle:
             out.extend(before.get(i, ()))
             out.append(entry)
             out.extend(after.get(i, ()))
-        return out
+        return out + last
 
     def _plan_in_turn(self, entry: Entry, play: Forecast, profile: Profile) -> float | None:
         """Plan ``entry`` where it fits soonest after the jobs planned before it and those
