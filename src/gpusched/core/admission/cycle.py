@@ -993,6 +993,7 @@ class Cycle:
         last: list[Entry] = []
         before: dict[int, list[Entry]] = {}
         after: dict[int, list[Entry]] = {}
+        waiting: dict[str, bool] = {}  # tenant without entries -> jobs waiting beyond the limit
         for job in self.snapshot.arrivals:
             tenant = job.tenant
             if (
@@ -1006,7 +1007,11 @@ class Cycle:
             if not found:
                 # Its tenant has none waiting, or only beyond the forecast's limit (then its
                 # turn comes after every entry).
-                waits = any(j.key in self.wait_reasons for j in self.queued[tenant])
+                waits = waiting.get(tenant)
+                if waits is None:
+                    waits = waiting[tenant] = any(
+                        j.key in self.wait_reasons for j in self.queued[tenant]
+                    )
                 (last if waits else first).append(entry)
                 continue
             k = bisect_right(orders[tenant], job.order)
