@@ -145,10 +145,10 @@ class Memo:
     forecast_at: datetime | None = None
     """When the last forecast of expected starts was made."""
     forecast: dict[str, float | None] = field(default_factory=dict)
+    """Its expected starts (epoch seconds) of the jobs waiting then."""
     arrivals: tuple[Job, ...] = ()
     """The jobs expected to arrive, worked out at the last forecast: every snapshot carries
     them, so ``explain`` plays the kept cycle forward as that forecast did."""
-    """Its expected starts (epoch seconds) of the jobs waiting then."""
     pools: tuple[Cycles, Cycles] = field(default_factory=lambda: (Cycles(), Cycles()))
     """The admission core's pools of free GPUs, kept from cycle to cycle, used in turn: while
     one cycle decides on one, ``explain`` reads the last cycle, left in the other."""

@@ -77,6 +77,23 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
+def _submission(job: JobFacts, context: JobContext, submitted: datetime) -> dict[str, Any]:
+    """The fields of a core Job that say what was submitted, by whom and when (the rest say
+    what became of it)."""
+    assert job.job is not None
+    declared = job.job.spec.max_runtime_seconds
+    return {
+        "key": job.key,
+        "tenant": context.tenant,
+        "priority": context.priority,
+        "submitted_at": submitted.timestamp(),
+        "expected_runtime": context.runtime,
+        "max_runtime_seconds": float(declared) if declared is not None else None,
+        "submitter": job.submitter,
+        **job_shape(job.job, context.protection),
+    }
+
+
 def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -> Job | None:
     """The job as admission sees it (None: it takes no part)."""
     if done.state is None or job.job is None:
@@ -84,30 +101,26 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
     status = done.status
     checkpoint = job.last_checkpoint()
     # Creation time is the FIFO order users expect, and it never changes.
-    submitted = job.job.metadata.creation_timestamp or status.submitted_at or now
-    declared = job.job.spec.max_runtime_seconds
-    limit = float(declared) if declared is not None else None
+    submission = _submission(
+        job, context, job.job.metadata.creation_timestamp or status.submitted_at or now
+    )
+    limit = submission["max_runtime_seconds"]
     admitted = done.state is JobState.ADMITTED
     started = status.started_at or status.admitted_at
     reservation = status.reservation if done.state is JobState.QUEUED else None
     return Job(
-        key=job.key,
-        tenant=context.tenant,
-        priority=context.priority,
-        submitted_at=submitted.timestamp(),
+        **submission,
         state=done.state,
         placement=done.placement,
         started_at=_ts(status.started_at) if done.state is JobState.ADMITTED else None,
         last_checkpoint_at=_ts(checkpoint),
         not_before=_ts(status.requeue_at),
         reserved_for=done.reserved_for,
-        expected_runtime=context.runtime,
         expected_end=(
             expected_end(started.timestamp(), now.timestamp(), context.runtime, limit)
             if admitted and started is not None
             else None
         ),
-        max_runtime_seconds=limit,
         backfill_until=_ts(status.backfill_until) if admitted else None,
         reservation=(
             tuple(Assignment(p.node, tuple(p.gpu_indices)) for p in reservation.placement)
@@ -116,8 +129,6 @@ def core_job(job: JobFacts, done: Settled, context: JobContext, now: datetime) -
         ),
         reservation_start=reservation.start.timestamp() if reservation is not None else None,
         preemptions=status.preemption_count,
-        submitter=job.submitter,
-        **job_shape(job.job, context.protection),
     )
 
 
@@ -130,17 +141,7 @@ def submitted_job(job: JobFacts, context: JobContext) -> Job | None:
     created = job.job.metadata.creation_timestamp
     if created is None:
         return None
-    declared = job.job.spec.max_runtime_seconds
-    return Job(
-        key=job.key,
-        tenant=context.tenant,
-        priority=context.priority,
-        submitted_at=created.timestamp(),
-        expected_runtime=context.runtime,
-        max_runtime_seconds=float(declared) if declared is not None else None,
-        submitter=job.submitter,
-        **job_shape(job.job, context.protection),
-    )
+    return Job(**_submission(job, context, created))
 
 
 def foreign_pods(

@@ -272,10 +272,10 @@ class GpuschedPolicy:
         """The jobs expected to arrive, from those submitted within the window (as the
         operator builds them from its GpuJobs, with today's predicted run times)."""
         window = self.arrivals_window
-        while self.submitted and self.submitted[0][0] < now - window:
-            self.submitted.popleft()
         if window <= 0:
             return ()
+        while self.submitted and self.submitted[0][0] < now - window:
+            self.submitted.popleft()
         recent = (self.jobs[job_id] for _, job_id in self.submitted)
         return expected_arrivals((core_job(j, self._runtime(j)) for j in recent), now, window)
 
