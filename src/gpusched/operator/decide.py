@@ -9,6 +9,7 @@ import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
@@ -142,6 +143,13 @@ class Memo:
     settled: dict[str, tuple[JobFacts, JobContext, Settled]] = field(default_factory=dict)
     jobs: dict[str, tuple[Settled, JobContext, Job | None]] = field(default_factory=dict)
     contexts: dict[str, JobContext] = field(default_factory=dict)
+    context_inputs: dict[str, tuple[JobFacts, Verdict | None, object, bool]] = field(
+        default_factory=dict
+    )
+    """Per job, what its context in :attr:`contexts` was worked out from besides the tables."""
+    context_tables: tuple[object, ...] = ()
+    """The tables every context was worked out from (priorities, TenantQuotas, run-time
+    history): while they stay the same, an unchanged job keeps its context without a lookup."""
     forecast_at: datetime | None = None
     """When the last forecast of expected starts was made."""
     forecast: dict[str, float | None] = field(default_factory=dict)
@@ -169,6 +177,62 @@ class Memo:
             return found
         self.contexts[key] = context
         return context
+
+    def job_contexts(
+        self,
+        world: World,
+        tenants: TenantMap,
+        verdicts: Mapping[str, Verdict | None],
+        leaving: Mapping[str, list[str]],
+        history: RuntimeHistory | None = None,
+    ) -> dict[str, JobContext]:
+        """:func:`job_contexts`, working out again only the jobs whose inputs changed.
+
+        A burst of arrivals makes a cycle every few hundred milliseconds over every job in
+        the store; a job's context reads its own facts, verdict, refusal and victims leaving,
+        and tables that change rarely (PriorityClasses, TenantQuotas, the run-time history:
+        compared once per cycle)."""
+        tables = (
+            world.priorities,
+            world.default_priority,
+            tuple(id(q) for q in world.quotas),
+            id(history),
+            history.records if history is not None else 0,
+        )
+        same_tables = tables == self.context_tables
+        self.context_tables = tables
+        out: dict[str, JobContext | None] = {}
+        changed: list[JobFacts] = []
+        for job in world.jobs:
+            inputs = (
+                job,
+                verdicts.get(job.key),
+                world.refusals.get((job.uid, job.status.admission)),
+                bool(leaving.get(job.key)),
+            )
+            before = self.context_inputs.get(job.key)
+            found = self.contexts.get(job.key)
+            if (
+                same_tables
+                and found is not None
+                and before is not None
+                and before[0] is job
+                and before[1:] == inputs[1:]
+            ):
+                out[job.key] = found
+                continue
+            self.context_inputs[job.key] = inputs
+            out[job.key] = None
+            changed.append(job)
+        if not changed:
+            return cast(dict[str, JobContext], out)
+        made = job_contexts(
+            replace(world, jobs=tuple(changed)), tenants, verdicts, leaving, history
+        )
+        return {
+            key: found if found is not None else self.context(key, made[key])
+            for key, found in out.items()
+        }
 
     def settle(
         self, job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig
@@ -207,7 +271,7 @@ class Memo:
 
     def forget_except(self, keys: Collection[str]) -> None:
         """Drop jobs that are gone."""
-        for table in (self.settled, self.jobs, self.contexts):
+        for table in (self.settled, self.jobs, self.contexts, self.context_inputs):
             for key in [k for k in table if k not in keys]:
                 del table[key]
 
@@ -301,10 +365,7 @@ def decide(
     now = world.now
     tenants = tenant_map(world.quotas)
     leaving = leaving_victims(world.jobs)
-    contexts = {
-        key: memo.context(key, context)
-        for key, context in job_contexts(world, tenants, verdicts, leaving, history).items()
-    }
+    contexts = memo.job_contexts(world, tenants, verdicts, leaving, history)
     lifecycle = config.lifecycle()
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
     memo.forget_except(by_key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +55,9 @@ from gpusched.operator.templates import TemplateChecker
 
 log = logging.getLogger(__name__)
 
-#: Least seconds between two writes of a TenantQuota's usage (a job stopping is written at once).
+#: Least seconds between two writes of a TenantQuota's usage (a job stopping is written at once),
+#: and between two times its status is worked out: a burst of admissions makes a cycle every few
+#: hundred milliseconds, and each would otherwise meter every tenant's jobs again.
 QUOTA_MIN_INTERVAL = 1.0
 #: Most waiting jobs whose status wording (not reason) is rewritten in one cycle.
 STATUS_REFRESH_BUDGET = 100
@@ -122,6 +125,12 @@ class AdmissionLoop:
         self._last_seconds = 0.0
         self._wake_at: datetime | None = None
         self._quota_due: datetime | None = None
+        self._quotas_at = -math.inf
+        """When (monotonic) every TenantQuota's status was last worked out."""
+        self._quotas_seen: dict[str, TenantQuota] = {}
+        """The TenantQuota objects whose status was worked out then (a new one is due at once)."""
+        self._quotas_behind = False
+        """Whether a cycle since then planned anything (usage may have moved)."""
         self._quota_written: dict[str, float] = {}
         self._quota_busy: set[str] = set()
         self._user_series: dict[str, set[str]] = {}
@@ -331,7 +340,49 @@ class AdmissionLoop:
 
     # --- TenantQuota status and metrics ----------------------------------------------------
 
+    def _quotas_due(self, decision: Decision) -> set[str] | None:
+        """The TenantQuotas whose status this cycle works out (None: every one).
+
+        Every one at most once per :data:`QUOTA_MIN_INTERVAL` (writes are that far apart
+        anyway); before that, only a TenantQuota that is new or changed, and the tenants of a
+        job that stopped running in this cycle (with any parent above them): its GPU-seconds
+        up to now are counted only from the status it had when the cycle began. Anything else
+        waits at most the interval, and the loop wakes for it when a cycle planned writes."""
+        if decision.plan.groups:
+            self._quotas_behind = True
+        if time.monotonic() - self._quotas_at >= QUOTA_MIN_INTERVAL:
+            return None
+        due = {
+            q.metadata.name or ""
+            for q in decision.world.quotas
+            if self._quotas_seen.get(q.metadata.name or "") is not q
+        }
+        for job in decision.world.jobs:
+            if (
+                job.status.phase is JobPhase.RUNNING
+                and decision.final_status(job.key).phase is not JobPhase.RUNNING
+            ):
+                tenant = decision.contexts[job.key].tenant
+                if tenant is not None:
+                    due.add(tenant)
+        if due:
+            tree = TenantTree.of(decision.snapshot.tenants)
+            due |= {level for name in list(due) for level in tree.levels(name)}
+        if self._quotas_behind:
+            when = decision.world.now + timedelta(
+                seconds=max(0.0, self._quotas_at + QUOTA_MIN_INTERVAL - time.monotonic())
+            )
+            self._quota_due = when if self._quota_due is None else min(self._quota_due, when)
+        return due
+
     def _publish_quotas(self, decision: Decision) -> None:
+        wanted = self._quotas_due(decision)
+        if wanted is not None and not wanted:
+            return
+        if wanted is None:
+            self._quotas_at = time.monotonic()
+            self._quotas_behind = False
+            self._quotas_seen = {}
         now = decision.world.now
         usage = {u.name: u for u in decision.result.tenants}
         models = {n.name: n.model or "" for n in decision.snapshot.nodes}
@@ -366,8 +417,11 @@ class AdmissionLoop:
         problems = tree_problems(decision.world.quotas)
         for quota in decision.world.quotas:
             name = quota.metadata.name or ""
+            if (wanted is not None and name not in wanted) or name in self._quota_busy:
+                continue
+            self._quotas_seen[name] = quota
             found = usage.get(name)
-            if found is None or name in self._quota_busy:
+            if found is None:
                 continue
             mine = members.get(name, set()) | {name}
             # In the order of the store, as if read from one list (sums stay the same).
