@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
 from gpusched.core.admission import (
     Cycle,
     CycleConfig,
@@ -235,3 +236,66 @@ def test_a_job_of_a_kind_is_decided_again_after_a_job_between_was_admitted() -> 
     assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
     assert [a.job for a in fast.admissions] == ["t1/j1"]
     assert fast.wait_reasons["t1/j0"] != fast.wait_reasons["t1/j2"]
+
+
+def test_alike_jobs_parked_behind_a_failed_reservation_use_up_the_attempts_each_would_use() -> None:
+    # Found by the interleaved property: t1's 4-GPU jobs each try a reservation and fail (at
+    # the earliest start its 1-GPU job still runs, 5 GPUs against an entitlement of 4); four
+    # tries use up t1's attempts for the cycle, so its 1-GPU job behind them gets none. Parked
+    # without trying, the 4-GPU jobs left attempts over and the 1-GPU job got a reservation.
+    tenants = (
+        Tenant("t0", 4),
+        Tenant(
+            "t1",
+            4,
+            within_tenant=WithinTenantPreemption.NEVER,
+            reclaim=ReclaimPolicy.NEVER,
+        ),
+    )
+    running = (
+        job("t0/run", "t0", 7, running_on=[("n0", tuple(range(7)))], expected_end=1600.0),
+        job("t1/run", "t1", 1, running_on=[("n0", (7,))], expected_end=8200.0),
+    )
+    queued = [
+        *(job(f"t1/big{i}", "t1", 4, priority=1, submitted=float(i)) for i in range(4)),
+        job("t1/small", "t1", 1, submitted=10.0),
+    ]
+    snapshot = Snapshot(
+        now=1000.0,
+        tenants=tenants,
+        jobs=(*running, *queued),
+        nodes=(node("n0", "nvswitch"),),
+        config=CycleConfig(reservations_per_tenant=1),
+    )
+    fast = Cycle(snapshot).run()
+    assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
+    assert not fast.reservations
+
+
+def test_a_job_is_not_parked_behind_one_of_its_kind_after_another_tenant_reserved_since() -> None:
+    # Found by a search over small clusters: b's first 2-GPU job waited with nothing to
+    # reserve; c's job decided after it took a reservation, which moves the GPUs and starts
+    # b's next 2-GPU job sees, so it gets a reservation of its own where the first did not.
+    tenants = (Tenant("a", 2), Tenant("b", 2), Tenant("c", 4, weight=2))
+    on_n0 = [("b/run0", 2, (0, 1), 1600.0), ("a/run1", 3, (2, 3, 4), 1300.0)]
+    on_n0 += [("b/run2", 1, (5,), 4600.0), ("b/run3", 2, (6, 7), 9000.0)]
+    running = [
+        job(key, key[0], gpus, running_on=[("n0", held)], expected_end=end)
+        for key, gpus, held, end in on_n0
+    ]
+    kinds = [("c", 4, 600.0), ("a", 4, None), ("b", 2, None), ("a", 2, None), ("c", 4, None)]
+    kinds += [("c", 2, None), ("c", 3, 600.0), ("a", 2, 600.0), ("b", 2, None), ("c", 2, 600.0)]
+    queued = [
+        job(f"{t}/q{i}", t, gpus, submitted=float(i), expected_runtime=runtime)
+        for i, (t, gpus, runtime) in enumerate(kinds)
+    ]
+    snapshot = Snapshot(
+        now=1000.0,
+        tenants=tenants,
+        jobs=(*running, *queued),
+        nodes=(node("n0", "nvswitch"),),
+        config=CycleConfig(reservations_per_tenant=1),
+    )
+    fast = Cycle(snapshot).run()
+    assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
+    assert "b/q8" in {r.job for r in fast.reservations}

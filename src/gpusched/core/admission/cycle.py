@@ -129,6 +129,12 @@ class _Failed:
     message: str
     backfill: frozenset[str]
     submitter: str
+    reservations: int
+    """The cycle's count of reservation changes then (another job's reservation moves the free
+    GPUs a waiting job reports and the start a reservation would get)."""
+    attempted: bool
+    """Whether deciding it used one of its tenant's reservation attempts (an alike job decided
+    on its own would use one too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +304,9 @@ class Cycle:
         """GPUs released for a carried-over reservation's own job while it is decided."""
         self._reserving: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._attempts: dict[str, int] = dict.fromkeys(self.tenants, 0)
+        self._reservation_changes = 0
+        """Reservations confirmed or dropped so far in this cycle (a parked job stands for the
+        job before it only while this stays the same)."""
         """Reservation searches per tenant that ended past its entitlement."""
         self._reserved_gpus: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self.ends: dict[str, float | None] = {}
@@ -626,9 +635,10 @@ class Cycle:
             or self._tenant_rule(job) is not None
             or self._beyond_a_limit(job)
         ):
+            tried = self._attempts[tenant]
             touched = self._decide(job)
             assert not touched, "a job that cannot start changed another tenant's standing"
-            self._remember(tenant, job, touched)
+            self._remember(tenant, job, touched, self._attempts[tenant] > tried)
             self._heads[tenant] += 1
 
     def _refresh(
@@ -661,8 +671,9 @@ class Cycle:
             if self._wait_alike(tenant, head, any_before=True):
                 touched: set[str] = set()
             else:
+                tried = self._attempts[tenant]
                 touched = self._decide(head)
-                self._remember(tenant, head, touched)
+                self._remember(tenant, head, touched, self._attempts[tenant] > tried)
             self._heads[tenant] += 1
             if not touched:
                 self._park_run(heap, tenant, standing, share)
@@ -696,9 +707,11 @@ class Cycle:
 
         Same request, priority, preemptibility and claim on the guarantee, an unchanged tenant
         ledger (nothing admitted or evicted anywhere), the same placement and preemption memos
-        (both only grow within a cycle) and the same search budget: deciding it would end the
-        same way. The job keeps its turn in the order across tenants; only the deciding is
-        skipped, so long queues of alike jobs (thousands of one-GPU jobs) cost a heap step each.
+        (both only grow within a cycle), the same search budget and no reservation confirmed
+        or dropped since: deciding it would end the same way. What deciding it would use up is
+        used up too (a reservation attempt its tenant has left, when the job before it used
+        one). The job keeps its turn in the order across tenants; only the deciding is skipped,
+        so long queues of alike jobs (thousands of one-GPU jobs) cost a heap step each.
 
         ``any_before``: failing that, park it with the reason of any earlier job of its tenant
         that asked the same, when besides nothing admitted or evicted no GPU was held or freed
@@ -728,6 +741,8 @@ class Cycle:
                 return False
             before = self._failed[tenant] = found[0]
         assert before is not None
+        if before.attempted and self._attempts[tenant] < RESERVATION_ATTEMPTS_PER_TENANT:
+            self._attempts[tenant] += 1
         self._wait(job, before.reason, before.message)
         return True
 
@@ -736,6 +751,7 @@ class Cycle:
         return not (
             before is None
             or before.version != self._admitted_version
+            or before.reservations != self._reservation_changes
             or self.requests[job.key] is not before.request
             or job.priority != before.priority
             or job.preemptible != before.preemptible
@@ -769,8 +785,9 @@ class Cycle:
                 return
             self._heads[tenant] += 1
 
-    def _remember(self, tenant: str, job: Job, touched: set[str]) -> None:
-        """Keep what the job just decided ended in, if it waited without changing anything."""
+    def _remember(self, tenant: str, job: Job, touched: set[str], attempted: bool) -> None:
+        """Keep what the job just decided ended in, if it waited without changing anything
+        (``attempted``: its decision used a reservation attempt)."""
         last = self._last_wait
         if (
             touched
@@ -792,6 +809,8 @@ class Cycle:
             message=last[2],
             backfill=self._backfill_options(job),
             submitter=job.submitter,
+            reservations=self._reservation_changes,
+            attempted=attempted,
         )
         kind = _kind_key(
             failed.request,
@@ -1201,6 +1220,7 @@ class Cycle:
 
     def _confirm(self, job: Job, reservation: Reservation) -> Reservation:
         assert job.tenant is not None
+        self._reservation_changes += 1
         self._confirmed.add(job.key)
         self._reserving[job.tenant] += 1
         self._reserved_gpus[job.tenant] += job.total_gpus
@@ -1270,6 +1290,7 @@ class Cycle:
         """Drop a reservation carried over for ``job`` that its turn did not confirm."""
         if job.key not in self.reserved or job.key in self._confirmed:
             return
+        self._reservation_changes += 1
         del self.reserved[job.key]
         self.expected.pop(job.key, None)
         key = RESERVED_PREFIX + job.key
