@@ -48,13 +48,42 @@ def node_model(labels: Mapping[str, str], topology: NodeTopology | None) -> str 
 
 
 @dataclass(frozen=True)
-class _GpuNode:
-    raw: Mapping[str, Any]
+class NodeView:
+    """What admission reads of a Node object, and all it reads: the store wakes a cycle only
+    when this changes. Kubelets write their Node's status every few minutes even when nothing
+    changed (heartbeat times, images, volumes in use): on a cluster of 1,000 nodes that is
+    several updates a second, each of which would otherwise start a cycle over every queued
+    job."""
+
     name: str
     labels: Mapping[str, str]
+    gpus: int
+    """``nvidia.com/gpu`` allocatable."""
+    schedulable: bool
+    """Ready and not cordoned."""
+    taints: tuple[Taint, ...]
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> NodeView:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        return cls(
+            name=meta.get("name") or "",
+            labels=dict(meta.get("labels") or {}),
+            gpus=_allocatable_gpus(raw),
+            schedulable=not spec.get("unschedulable") and _ready(raw),
+            taints=tuple(
+                Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")
+                for t in spec.get("taints") or []
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class _GpuNode:
+    view: NodeView
     prepared: PreparedNode
     count_only: bool
-    schedulable: bool
 
 
 class NodeReader:
@@ -95,18 +124,17 @@ class NodeReader:
     ) -> Iterator[_GpuNode]:
         """The GPU nodes the node selector admits, schedulable or not."""
         for raw in raw_nodes:
-            meta = raw.get("metadata") or {}
-            name = meta.get("name") or ""
-            labels = meta.get("labels") or {}
+            view = NodeView.of(raw)
+            labels = view.labels
             if any(labels.get(k) != v for k, v in self.node_selector.items()):
                 continue
-            gpus = _allocatable_gpus(raw)
-            topo = topologies.get(name)
-            if gpus <= 0 and topo is None:
+            topo = topologies.get(view.name)
+            if view.gpus <= 0 and topo is None:
                 continue
-            prepared, count_only = self._prepared(name, gpus, labels.get(keys.GFD_PRODUCT), topo)
-            schedulable = not (raw.get("spec") or {}).get("unschedulable") and _ready(raw)
-            yield _GpuNode(raw, name, labels, prepared, count_only, schedulable)
+            prepared, count_only = self._prepared(
+                view.name, view.gpus, labels.get(keys.GFD_PRODUCT), topo
+            )
+            yield _GpuNode(view, prepared, count_only)
 
     def down_labels(
         self, raw_nodes: Iterable[Mapping[str, Any]], topologies: Mapping[str, Mapping[str, Any]]
@@ -115,9 +143,9 @@ class NodeReader:
         NodeGpuTopology. Their network domains are not whole (an NVLink clique with a tray
         down)."""
         return [
-            dict(n.labels)
+            dict(n.view.labels)
             for n in self._gpu_nodes(raw_nodes, topologies)
-            if not n.schedulable or n.count_only
+            if not n.view.schedulable or n.count_only
         ]
 
     def nodes(
@@ -130,24 +158,21 @@ class NodeReader:
         any GpuJob and the count of such GPUs whose indices are unknown."""
         out = []
         for n in self._gpu_nodes(raw_nodes, topologies):
-            if not n.schedulable or n.count_only:
+            view = n.view
+            if not view.schedulable or n.count_only:
                 # Count-only: the extender refuses it (NoTopology), nothing admitted could bind.
                 continue
-            taints = tuple(
-                Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")
-                for t in (n.raw.get("spec") or {}).get("taints") or []
-            )
-            indices, unknown = busy.get(n.name, (set(), 0))
+            indices, unknown = busy.get(view.name, (set(), 0))
             out.append(
                 Node(
-                    name=n.name,
+                    name=view.name,
                     topology=n.prepared,
-                    model=node_model(n.labels, n.prepared.topology),
-                    labels=dict(n.labels),
+                    model=node_model(view.labels, n.prepared.topology),
+                    labels=dict(view.labels),
                     busy=frozenset(indices),
                     busy_count=unknown,
                     count_only=False,
-                    taints=taints,
+                    taints=view.taints,
                 )
             )
         return out

@@ -32,6 +32,7 @@ from gpusched.api.networktopology import DEFAULT_NAME as NETWORK_NAME
 from gpusched.api.networktopology import NetworkTopology
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle import JobFacts, PodFacts, Refusal, Unwritten, owns
+from gpusched.operator.nodes import NodeView
 
 #: Seconds the UID of a deleted object is remembered.
 TOMBSTONE_SECONDS = 300.0
@@ -75,6 +76,12 @@ class World:
 def _version(meta: Mapping[str, Any]) -> int:
     value = str(meta.get("resourceVersion") or "")
     return int(value) if value.isdigit() else 0
+
+
+def _same_but_version(old: PodFacts | None, new: PodFacts) -> bool:
+    """Whether a pod update changed nothing a cycle reads (a readiness flip, a restart count, a
+    probe's time): the newer object is kept, no cycle is woken."""
+    return old is not None and replace(old, version=new.version) == new
 
 
 def _pod_key(pod: PodFacts) -> tuple[str, str]:
@@ -242,7 +249,8 @@ class Store:
         if old is not None and old.uid == pod.uid and old.version >= pod.version:
             return
         by_name[pod.name] = pod
-        self._touch_pods_of(pod.namespace, pod.job or "")
+        if not _same_but_version(old, pod):
+            self._touch_pods_of(pod.namespace, pod.job or "")
 
     def delete_job_pod(self, raw: Mapping[str, Any]) -> None:
         pod = PodFacts.from_api(raw)
@@ -283,7 +291,8 @@ class Store:
             if old is not None and old.uid == pod.uid and old.version > pod.version:
                 return
             self.gpu_pods[pod.key] = pod
-            self._touch()
+            if not _same_but_version(old, pod):
+                self._touch()
         elif self.gpu_pods.pop(pod.key, None) is not None:
             self._touch()
 
@@ -304,8 +313,13 @@ class Store:
     # --- cluster objects -----------------------------------------------------------------
 
     def upsert_node(self, raw: Mapping[str, Any]) -> None:
-        self.nodes[raw["metadata"]["name"]] = raw
-        self._touch()
+        """Kept whatever changed; a cycle is woken only when what admission reads of it did
+        (:class:`~gpusched.operator.nodes.NodeView`), not for a kubelet's periodic status."""
+        name = raw["metadata"]["name"]
+        old = self.nodes.get(name)
+        self.nodes[name] = raw
+        if old is None or NodeView.of(old) != NodeView.of(raw):
+            self._touch()
 
     def delete_node(self, raw: Mapping[str, Any]) -> None:
         self.nodes.pop(raw["metadata"]["name"], None)

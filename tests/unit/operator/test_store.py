@@ -226,3 +226,59 @@ def test_only_the_network_topology_named_default_gives_the_levels() -> None:
     store.upsert_network(_network())
     store.delete_network(_network())
     assert store.network is None
+
+
+def test_a_pod_update_that_changes_nothing_a_cycle_reads_is_kept_without_waking_a_cycle() -> None:
+    """A readiness flip or a probe's time moves a pod's resourceVersion and nothing else the
+    cycle reads; a change of phase wakes it."""
+    store = Store()
+    store.upsert_job(job(1, phase="Running"))
+    running = pod(2)
+    running["status"] = {"phase": "Running"}
+    store.upsert_job_pod(running)
+    store.changed.clear()
+    changes = store.changes
+
+    probed = pod(3)
+    probed["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False", "lastProbeTime": "t1"}],
+    }
+    store.upsert_job_pod(probed)
+    assert not store.changed.is_set()
+    assert store.changes == changes
+    assert store.pod("ns", "a", "a-1-0").version == 3  # type: ignore[union-attr]
+
+    done = pod(4)
+    done["status"] = {"phase": "Succeeded"}
+    store.upsert_job_pod(done)
+    assert store.changed.is_set()
+    assert store.world(NOW).jobs[0].pods[0].phase == "Succeeded"
+
+
+def test_another_gpu_pods_update_that_changes_nothing_a_cycle_reads_wakes_no_cycle() -> None:
+    store = Store()
+
+    def gpu_pod(version: int, phase: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": "x",
+                "namespace": "other",
+                "uid": "x-uid",
+                "resourceVersion": str(version),
+            },
+            "spec": {
+                "nodeName": "gpu-1",
+                "containers": [
+                    {"name": "m", "image": "i", "resources": {"limits": {keys.GPU_RESOURCE: "2"}}}
+                ],
+            },
+            "status": {"phase": phase},
+        }
+
+    store.upsert_gpu_pod(gpu_pod(1, "Running"))
+    assert store.changed.is_set()
+    store.changed.clear()
+    store.upsert_gpu_pod(gpu_pod(2, "Running"))
+    assert not store.changed.is_set()
+    assert store.gpu_pods["other/x"].version == 2

@@ -32,7 +32,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,7 @@ def run_e2e(
     *,
     record_delay: float | None = None,
     webhook: bool = True,
+    node_heartbeats: float = 0.0,
 ) -> dict[str, Any]:
     """See the module docstring."""
     from kubernetes import client
@@ -371,6 +372,8 @@ def run_e2e(
                     count=steady_jobs,
                     workers=workers,
                     explain_port=explain_port,
+                    node_names=names,
+                    node_heartbeats=node_heartbeats,
                 )
                 result["restart"] = _restart(cluster, port, start_operator)
             return result
@@ -490,6 +493,25 @@ def _operator_cpu(cluster: LocalCluster) -> float:
     return cpu_seconds(cluster).get(OPERATOR, 0.0)
 
 
+def _heartbeats(core: Any, names: list[str], rate: float, seconds: float) -> int:
+    """Renew nodes' Ready heartbeat ``rate`` times a second, round robin, for ``seconds``
+    (none: just wait); returns how many were written."""
+    if rate <= 0:
+        time.sleep(seconds)
+        return 0
+    started = time.monotonic()
+    written = 0
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(elapsed * rate) + 1
+        while written < due:
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            beat = {"type": "Ready", "status": "True", "lastHeartbeatTime": now}
+            core.patch_node_status(names[written % len(names)], {"status": {"conditions": [beat]}})
+            written += 1
+        time.sleep(max(0.0, (written / rate) - (time.monotonic() - started)))
+    return written
+
+
 def _operator_rss_mib(cluster: LocalCluster) -> float | None:
     for record in cluster.processes():
         if record.name == OPERATOR:
@@ -529,10 +551,16 @@ def _steady_state(
     count: int,
     workers: int,
     explain_port: int,
+    node_names: list[str],
+    node_heartbeats: float = 0.0,
 ) -> dict[str, Any]:
     """``count`` jobs that wait for good; then what the operator asks of the API server, its
     CPU per queued job and memory, and how fast ``gpusched explain`` is answered: by the
-    operator from its last cycle, and decided by the CLI itself over a fresh read."""
+    operator from its last cycle, and decided by the CLI itself over a fresh read.
+
+    ``node_heartbeats``: Node status writes per second during the counting window, each
+    renewing one node's Ready heartbeat (round robin), as kubelets do every few minutes with
+    nothing new to report (kwok renews a Lease instead): what they cost the operator."""
     namespace = "bench-steady"
     core.create_namespace(body({"metadata": {"name": namespace}}))
     custom.create_cluster_custom_object(
@@ -565,9 +593,11 @@ def _steady_state(
     default_progress(f"[bench] steady state: counting requests over {window:.0f} s")
     api_before = apiserver_requests(api)
     op_before = operator_metrics(port)
-    time.sleep(window)  # cycles every --resync (5 s) over an unchanged cluster
+    cpu_window = _operator_cpu(cluster)
+    beats = _heartbeats(core, node_names, node_heartbeats, window)
     op_after = operator_metrics(port)
     api_after = apiserver_requests(api)
+    cpu_window = _operator_cpu(cluster) - cpu_window
     operator_requests = _diff(op_after["requests"], op_before["requests"])
     lists_by_kind = {
         key: n
@@ -586,6 +616,8 @@ def _steady_state(
             None if reported_seconds is None else round(reported_seconds, 1)
         ),
         "window_seconds": window,
+        "node_heartbeats": beats,
+        "operator_cpu_seconds_in_window": round(cpu_window, 2),
         "cycles": cycles,
         "operator_lists": sum(n for (verb, *_), n in operator_requests.items() if verb == "LIST"),
         "operator_requests": dict(_table(operator_requests, 1)),
@@ -664,9 +696,18 @@ def _explain_latency(api: Any, namespace: str, count: int, explain_port: int) ->
     help="The operator's --record-delay (default: its own; 0 writes each admission before "
     "its pods, two status writes per job).",
 )
+@click.option(
+    "--node-heartbeats",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="With --steady-jobs: Node status writes per second during the steady window, each "
+    "renewing one node's Ready heartbeat (as kubelets do every few minutes).",
+)
 def admission_e2e(
     *,
     as_json: bool,
+    node_heartbeats: float,
     jobs: int,
     nodes: int,
     gpus_per_job: int,
@@ -678,7 +719,14 @@ def admission_e2e(
     """GpuJobs per second from apply to Running, through the operator, the extender and a
     kube-scheduler on a fresh local control plane, beside plain pods, with API requests."""
     result = run_e2e(
-        jobs, nodes, gpus_per_job, workers, steady_jobs, record_delay=record_delay, webhook=webhook
+        jobs,
+        nodes,
+        gpus_per_job,
+        workers,
+        steady_jobs,
+        record_delay=record_delay,
+        webhook=webhook,
+        node_heartbeats=node_heartbeats,
     )
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -709,7 +757,9 @@ def admission_e2e(
     if steady:
         click.echo(
             f"steady state, {steady['queued_jobs']} queued jobs: {steady['cycles']:.0f} cycles in "
-            f"{steady['window_seconds']:.0f} s, operator LIST calls {steady['operator_lists']}, "
+            f"{steady['window_seconds']:.0f} s ({steady['node_heartbeats']} node heartbeats, "
+            f"operator CPU {steady['operator_cpu_seconds_in_window']} s), "
+            f"operator LIST calls {steady['operator_lists']}, "
             f"all clients' LISTs {steady['apiserver_lists_all_clients']}, cycle mean "
             f"{steady['cycle_mean_ms']} ms (p99 <= {steady['cycle_p99_bucket_ms']} ms); "
             f"operator CPU {steady['operator_cpu_ms_per_queued_job']} ms per queued job, "
