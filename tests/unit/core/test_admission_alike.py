@@ -260,16 +260,7 @@ def test_alike_jobs_parked_behind_a_failed_reservation_use_up_the_attempts_each_
         *(job(f"t1/big{i}", "t1", 4, priority=1, submitted=float(i)) for i in range(4)),
         job("t1/small", "t1", 1, submitted=10.0),
     ]
-    snapshot = Snapshot(
-        now=1000.0,
-        tenants=tenants,
-        jobs=(*running, *queued),
-        nodes=(node("n0", "nvswitch"),),
-        config=CycleConfig(reservations_per_tenant=1),
-    )
-    fast = Cycle(snapshot).run()
-    assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
-    assert not fast.reservations
+    assert not _parked_as_each_alone(tenants, [*running, *queued]).reservations
 
 
 def test_a_job_is_not_parked_behind_one_of_its_kind_after_another_tenant_reserved_since() -> None:
@@ -289,13 +280,20 @@ def test_a_job_is_not_parked_behind_one_of_its_kind_after_another_tenant_reserve
         job(f"{t}/q{i}", t, gpus, submitted=float(i), expected_runtime=runtime)
         for i, (t, gpus, runtime) in enumerate(kinds)
     ]
+    fast = _parked_as_each_alone(tenants, [*running, *queued])
+    assert "b/q8" in {r.job for r in fast.reservations}
+
+
+def _parked_as_each_alone(tenants: tuple[Tenant, ...], jobs: list[Job]) -> CycleResult:
+    """A cycle on one NVSwitch node with one reservation per tenant, checked against deciding
+    each job on its own."""
     snapshot = Snapshot(
         now=1000.0,
         tenants=tenants,
-        jobs=(*running, *queued),
+        jobs=tuple(jobs),
         nodes=(node("n0", "nvswitch"),),
         config=CycleConfig(reservations_per_tenant=1),
     )
     fast = Cycle(snapshot).run()
     assert _decisions(fast) == _decisions(_EachOnItsOwn(snapshot).run())
-    assert "b/q8" in {r.job for r in fast.reservations}
+    return fast
