@@ -344,7 +344,17 @@ class Store:
         self._touch()
 
     def upsert_quota(self, raw: Mapping[str, Any]) -> None:
-        name = raw["metadata"]["name"]
+        meta = raw["metadata"]
+        name = meta["name"]
+        old = self.quotas.get(name)
+        if (
+            old is not None
+            and old.metadata.uid == meta.get("uid")
+            and _version({"resourceVersion": old.metadata.resource_version}) >= _version(meta)
+        ):
+            # The watch echoing the operator's own status write (already in from its answer),
+            # or an older event: the same object, no cycle to wake.
+            return
         try:
             self.quotas[name] = TenantQuota.model_validate(raw)
         except ValidationError:

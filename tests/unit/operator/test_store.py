@@ -282,3 +282,30 @@ def test_another_gpu_pods_update_that_changes_nothing_a_cycle_reads_wakes_no_cyc
     store.upsert_gpu_pod(gpu_pod(2, "Running"))
     assert not store.changed.is_set()
     assert store.gpu_pods["other/x"].version == 2
+
+
+def _quota(version: int, gpu_seconds: float) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "TenantQuota",
+        "metadata": {"name": "team", "uid": "q-uid", "resourceVersion": str(version)},
+        "spec": {"namespaces": ["team"], "guaranteedGpus": 8},
+        "status": {"gpuSeconds": gpu_seconds},
+    }
+
+
+def test_the_watch_echo_of_a_tenant_quota_write_changes_nothing_and_wakes_no_cycle() -> None:
+    """The operator stores its TenantQuota status write's answer; the watch then brings the
+    same version again (or an older one): the stored object stays, and no cycle is woken (a
+    new object would also make every job's context be worked out again)."""
+    store = Store()
+    store.upsert_quota(_quota(5, 100.0))  # the write's answer
+    stored = store.quotas["team"]
+    store.changed.clear()
+    store.upsert_quota(_quota(5, 100.0))  # its echo
+    store.upsert_quota(_quota(4, 50.0))  # an older event, late
+    assert store.quotas["team"] is stored
+    assert not store.changed.is_set()
+    store.upsert_quota(_quota(6, 150.0))
+    assert store.quotas["team"].status.gpu_seconds == 150.0
+    assert store.changed.is_set()
