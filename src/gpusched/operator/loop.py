@@ -129,8 +129,6 @@ class AdmissionLoop:
         """When (monotonic) every TenantQuota's status was last worked out."""
         self._quotas_seen: dict[str, TenantQuota] = {}
         """The TenantQuota objects whose status was worked out then (a new one is due at once)."""
-        self._quotas_behind = False
-        """Whether a cycle since then planned anything (usage may have moved)."""
         self._quota_written: dict[str, float] = {}
         self._quota_busy: set[str] = set()
         self._user_series: dict[str, set[str]] = {}
@@ -347,9 +345,8 @@ class AdmissionLoop:
         anyway); before that, only a TenantQuota that is new or changed, and the tenants of a
         job that stopped running in this cycle (with any parent above them): its GPU-seconds
         up to now are counted only from the status it had when the cycle began. Anything else
-        waits at most the interval, and the loop wakes for it when a cycle planned writes."""
-        if decision.plan.groups:
-            self._quotas_behind = True
+        (usage moved by admissions, by a job deleted while it ran) waits at most the interval:
+        a cycle that leaves every tenant out wakes the loop again when it is up."""
         if time.monotonic() - self._quotas_at >= QUOTA_MIN_INTERVAL:
             return None
         due = {
@@ -368,11 +365,10 @@ class AdmissionLoop:
         if due:
             tree = TenantTree.of(decision.snapshot.tenants)
             due |= {level for name in list(due) for level in tree.levels(name)}
-        if self._quotas_behind:
-            when = decision.world.now + timedelta(
-                seconds=max(0.0, self._quotas_at + QUOTA_MIN_INTERVAL - time.monotonic())
-            )
-            self._quota_due = when if self._quota_due is None else min(self._quota_due, when)
+        when = decision.world.now + timedelta(
+            seconds=max(0.0, self._quotas_at + QUOTA_MIN_INTERVAL - time.monotonic())
+        )
+        self._quota_due = when if self._quota_due is None else min(self._quota_due, when)
         return due
 
     def _publish_quotas(self, decision: Decision) -> None:
@@ -381,7 +377,6 @@ class AdmissionLoop:
             return
         if wanted is None:
             self._quotas_at = time.monotonic()
-            self._quotas_behind = False
             self._quotas_seen = {}
         now = decision.world.now
         usage = {u.name: u for u in decision.result.tenants}
