@@ -9,7 +9,6 @@ import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import cast
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
@@ -201,7 +200,7 @@ class Memo:
         )
         same_tables = tables == self.context_tables
         self.context_tables = tables
-        out: dict[str, JobContext | None] = {}
+        kept: dict[str, JobContext | None] = {}
         changed: list[JobFacts] = []
         for job in world.jobs:
             inputs = (
@@ -219,19 +218,19 @@ class Memo:
                 and before[0] is job
                 and before[1:] == inputs[1:]
             ):
-                out[job.key] = found
+                kept[job.key] = found
                 continue
             self.context_inputs[job.key] = inputs
-            out[job.key] = None
+            kept[job.key] = None
             changed.append(job)
-        if not changed:
-            return cast(dict[str, JobContext], out)
-        made = job_contexts(
-            replace(world, jobs=tuple(changed)), tenants, verdicts, leaving, history
+        made = (
+            job_contexts(replace(world, jobs=tuple(changed)), tenants, verdicts, leaving, history)
+            if changed
+            else {}
         )
         return {
             key: found if found is not None else self.context(key, made[key])
-            for key, found in out.items()
+            for key, found in kept.items()
         }
 
     def settle(

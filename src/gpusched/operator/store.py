@@ -74,8 +74,12 @@ class World:
 
 
 def _version(meta: Mapping[str, Any]) -> int:
-    value = str(meta.get("resourceVersion") or "")
-    return int(value) if value.isdigit() else 0
+    return _revision(meta.get("resourceVersion"))
+
+
+def _revision(value: object) -> int:
+    text = str(value or "")
+    return int(text) if text.isdigit() else 0
 
 
 def _same_but_version(old: PodFacts | None, new: PodFacts) -> bool:
@@ -350,7 +354,7 @@ class Store:
         if (
             old is not None
             and old.metadata.uid == meta.get("uid")
-            and _version({"resourceVersion": old.metadata.resource_version}) >= _version(meta)
+            and _revision(old.metadata.resource_version) >= _version(meta)
         ):
             # The watch echoing the operator's own status write (already in from its answer),
             # or an older event: the same object, no cycle to wake.

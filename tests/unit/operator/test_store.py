@@ -247,7 +247,9 @@ def test_a_pod_update_that_changes_nothing_a_cycle_reads_is_kept_without_waking_
     store.upsert_job_pod(probed)
     assert not store.changed.is_set()
     assert store.changes == changes
-    assert store.pod("ns", "a", "a-1-0").version == 3  # type: ignore[union-attr]
+    kept = store.pod("ns", "a", "a-1-0")
+    assert kept is not None
+    assert kept.version == 3
 
     done = pod(4)
     done["status"] = {"phase": "Succeeded"}

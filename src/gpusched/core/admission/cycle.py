@@ -304,10 +304,10 @@ class Cycle:
         """GPUs released for a carried-over reservation's own job while it is decided."""
         self._reserving: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self._attempts: dict[str, int] = dict.fromkeys(self.tenants, 0)
+        """Reservation searches per tenant that ended past its entitlement."""
         self._reservation_changes = 0
         """Reservations confirmed or dropped so far in this cycle (a parked job stands for the
         job before it only while this stays the same)."""
-        """Reservation searches per tenant that ended past its entitlement."""
         self._reserved_gpus: dict[str, int] = dict.fromkeys(self.tenants, 0)
         self.ends: dict[str, float | None] = {}
         """Expected end of everything holding GPUs (jobs, reservations)."""
