@@ -335,6 +335,11 @@ class Cycle:
         turned a reclaim down runs out (:attr:`CycleResult.wake_at`)."""
         self._holds: tuple[int, dict[str, int], int] = (-1, {}, 0)
         """(``_admitted_version``, GPUs each lender keeps, their sum) as last worked out."""
+        self.ran = False
+        """Whether :meth:`run` decided the queue."""
+        self.arrived: list[str] = []
+        """Jobs :meth:`decide_arrivals` added after the run (their place in :attr:`order`
+        is not the one a cycle from scratch would give them)."""
         self._carry()
 
     def _asks_within(self, window: float, jobs: Sequence[Job]) -> dict[str, tuple[int, float]]:
@@ -422,6 +427,18 @@ class Cycle:
             for j in self.queued[tenant]
             if feasible[requests[j.key]] and j.key not in capped and not self._beyond_a_limit(j)
         ]
+
+    def _feasible_now(self, job: Job) -> bool:
+        """Whether a queued job is one of :meth:`_feasible`'s."""
+        assert job.tenant is not None
+        return (
+            self._feasible_request[self.requests[job.key]]
+            and job.key not in self._over_cap_at_start
+            and not self._beyond_a_limit(job)
+            and not any(
+                self.tenants[lv].budget_exhausted(self.now) for lv in self._levels[job.tenant]
+            )
+        )
 
     # --- per-user caps and budgets -------------------------------------------------------
 
@@ -652,7 +669,11 @@ class Cycle:
     # --- the cycle -----------------------------------------------------------------------
 
     def run(self) -> CycleResult:
-        """Decide every queued job once."""
+        """Decide every queued job once (a cycle that already ran, or that
+        :meth:`decide_arrivals` extended, returns its decisions)."""
+        if self.ran:
+            return self.result()
+        self.ran = True
         for job in self.orphans:
             parent = job.tenant is not None and self.tree.is_parent(job.tenant)
             self._wait(job, WaitReason.NO_TENANT, _no_tenant_text(job, parent=parent))
@@ -680,6 +701,112 @@ class Cycle:
             for name in sorted({tenant, *touched}) if touched else (tenant,):
                 self._refresh(heap, name)
         return self.result()
+
+    def unchanged_by_run(self) -> bool:
+        """Whether the run changed nothing: no admission, eviction or reservation, and none
+        held or carried over (each job's decision then saw the state the cycle started in)."""
+        return (
+            self.ran
+            and not self.admissions
+            and self._admitted_version == 0
+            and self._reservation_changes == 0
+            and not self.reserved
+            and not self.reservations
+            and self._played is None
+        )
+
+    def decide_arrivals(self, snapshot: Snapshot, arrivals: Sequence[Job]) -> bool:
+        """Decide jobs that arrived since :meth:`run`, on top of what it left, as a cycle over
+        ``snapshot`` (the cycle's snapshot and the arrivals) at this cycle's time decides them.
+
+        Exact only when the run changed nothing (:meth:`unchanged_by_run`), and when each
+        arrival comes last in its tenant's queue (and in the queues below each of its tenant's
+        ancestors), leaves the guarantee claims and the lenders' holds of everyone else as
+        they were, and waits: then every job before it saw the same state, so decided the
+        same, and it sees the state a cycle from scratch shows it at its turn. Nor can the
+        victim-search budget run out for anyone it did not run out for: there is room for a
+        search per arrival. Returns False as soon as one of these fails (the cycle is then
+        spent: start a new one); True when every arrival waited.
+        """
+        config = self.snapshot.config
+        if (
+            not self.unchanged_by_run()
+            or self.searches + len(arrivals) > config.max_preemption_searches
+        ):
+            return False
+        for job in sorted(arrivals, key=lambda j: (j.tenant or "", j.order)):
+            if not self._arrive(job):
+                return False
+        self.snapshot = replace(snapshot, now=self.now)
+        return True
+
+    def _arrive(self, job: Job) -> bool:
+        if job.key in self.jobs or job.state is not JobState.QUEUED or job.reservation:
+            return False
+        self.jobs[job.key] = job
+        self.arrived.append(job.key)
+        tenant = job.tenant
+        if tenant not in self.tenants or self.tree.is_parent(tenant):
+            self.orphans.append(job)
+            parent = tenant is not None and self.tree.is_parent(tenant)
+            self._wait(job, WaitReason.NO_TENANT, _no_tenant_text(job, parent=parent))
+            return True
+        queue = self.queued[tenant]
+        assert self._heads[tenant] == len(queue), "the run decided every queued job"
+        for level in self._levels[tenant]:
+            members = [t for t in self.tenants if level in self._levels[t]]
+            if any(q and q[-1].order >= job.order for q in (self.queued[t] for t in members)):
+                return False
+        ancestors = self._levels[tenant][1:]
+        # Claims of the tenant and of those sharing an ancestor with it are worked out again
+        # with it; being last in every queue they are counted over, it takes no one's claim.
+        moved = [t for t in self.tenants if t == tenant or set(ancestors) & set(self._levels[t])]
+        holds_before = self._lender_holds()
+        queue.append(job)
+        request = self.requests[job.key] = Request.of(job)
+        if request not in self._feasible_request:
+            self._feasible_request[request] = self.pool.static_failure(request) is None
+        if self._capped_levels[tenant] and self._user_cap_text(job) is not None:
+            self._over_cap_at_start.add(job.key)
+        if self.report:
+            self.positions[job.key] = len(queue)
+            if self._feasible_now(job):
+                self.demand[tenant] += job.total_gpus
+        self._entitlements = None
+        for name in moved:
+            self.claims.pop(name, None)
+            self._leaf_claims.pop(name, None)
+        for level in ancestors:
+            self._level_claims.pop(level, None)
+        window = self.snapshot.config.lending_hold_seconds
+        for name, (gpus, lapse) in self._asks_within(window, [job]).items():
+            had, first = self._recent_asks.get(name, (0, math.inf))
+            self._recent_asks[name] = (had + gpus, min(first, lapse))
+            self._holds = (-1, {}, 0)
+            if self._lender_holds() != holds_before:
+                return False
+        # Its turn, as :meth:`run` takes it.
+        # (A job that cannot start is decided rather than parked there: the same answer.)
+        tried = self._attempts[tenant]
+        if self._wait_alike(tenant, job, any_before=True):
+            touched = set()
+        else:
+            touched = self._decide(job)
+            self._remember(tenant, job, touched, self._attempts[tenant] > tried)
+        self._heads[tenant] += 1
+        return (
+            self.unchanged_by_run() and not touched and self.wait_reasons.get(job.key) is not None
+        )
+
+    @property
+    def wake_at(self) -> float | None:
+        """When a decision of this cycle may turn by time alone (:attr:`CycleResult.wake_at`)."""
+        return self._wake_at
+
+    def _lender_holds(self) -> dict[str, tuple[int, float]]:
+        """GPUs kept for each lender and when its first ask leaves the hold window."""
+        held, _ = self._held_for_lenders()
+        return {name: (gpus, self._recent_asks[name][1]) for name, gpus in held.items()}
 
     def result(self) -> CycleResult:
         """The decisions so far (after :meth:`run`; again after :meth:`forecast` for the

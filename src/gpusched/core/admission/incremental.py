@@ -32,9 +32,21 @@ MAX_MEMO_ENTRIES: Final = 200_000
 
 class Cycles:
     """Runs cycles on a kept pool. A :class:`Cycle` it returns is good until the next call
-    of :meth:`cycle` (which takes its pool back)."""
+    of :meth:`cycle` (which takes its pool back).
 
-    def __init__(self) -> None:
+    ``arrivals_within``: when the last cycle changed nothing and the snapshot differs from its
+    own only by jobs that arrived at most this many seconds later, those jobs are decided on top
+    of that cycle (:meth:`Cycle.decide_arrivals`), as of its time, instead of deciding the whole
+    queue again; 0 (the default): only within the same instant, where it is exact."""
+
+    def __init__(self, arrivals_within: float = 0.0) -> None:
+        self.arrivals_within = arrivals_within
+        self._last: Cycle | None = None
+        """The last cycle returned, while it may still take arrivals."""
+        self._last_jobs: dict[str, Job] = {}
+        """Its snapshot's jobs by key."""
+        self.extended = 0
+        """Cycles that were the last one with arrivals decided on top."""
         self._pool: Pool | None = None
         self._nodes: tuple[Node, ...] = ()
         self._shape: tuple[object, ...] = ()
@@ -45,10 +57,53 @@ class Cycles:
         self.rebuilt_nodes = 0
         """Nodes rebuilt by the last :meth:`cycle` (all of them when it started over)."""
 
-    def cycle(self, snapshot: Snapshot) -> Cycle:
-        """A cycle over ``snapshot`` whose pool is the last one's, brought up to date."""
+    def cycle(self, snapshot: Snapshot, *, whole: bool = False) -> Cycle:
+        """A cycle over ``snapshot`` whose pool is the last one's, brought up to date; or the
+        last cycle with the jobs that arrived since decided on top of it, when exact (not with
+        ``whole``: a cycle whose order a forecast will play)."""
+        last, self._last = self._last, None
+        if last is not None and not whole:
+            arrivals = self._arrivals(last, snapshot)
+            if arrivals is not None and last.decide_arrivals(snapshot, arrivals):
+                self._last = last
+                self._last_jobs.update((j.key, j) for j in arrivals)
+                self.extended += 1
+                self.rebuilt_nodes = 0
+                return last
         jobs = sorted(snapshot.jobs, key=lambda j: j.key)
-        return Cycle(snapshot, pool=self._pool_for(snapshot, holders(jobs)), jobs=jobs)
+        cycle = Cycle(snapshot, pool=self._pool_for(snapshot, holders(jobs)), jobs=jobs)
+        self._last = cycle
+        self._last_jobs = {j.key: j for j in jobs}
+        return cycle
+
+    def _arrivals(self, last: Cycle, snapshot: Snapshot) -> list[Job] | None:
+        """The jobs ``snapshot`` adds to the last cycle's, if it adds nothing else."""
+        before = last.snapshot
+        if (
+            not last.unchanged_by_run()
+            or not before.now <= snapshot.now <= before.now + self.arrivals_within
+            or (last.wake_at is not None and snapshot.now >= last.wake_at)
+            or snapshot.config != before.config
+            or snapshot.tenants != before.tenants
+            or snapshot.levels != before.levels
+            or snapshot.down_labels != before.down_labels
+            or snapshot.arrivals
+            or before.arrivals
+            or not _same_nodes(snapshot.nodes, before.nodes)
+            or len(snapshot.jobs) < len(self._last_jobs)
+        ):
+            return None
+        known = self._last_jobs
+        arrivals: list[Job] = []
+        for job in snapshot.jobs:
+            found = known.get(job.key)
+            if found is None:
+                arrivals.append(job)
+            elif found is not job and found != job:
+                return None
+        if len(snapshot.jobs) - len(arrivals) != len(known):
+            return None
+        return arrivals
 
     def _pool_for(self, snapshot: Snapshot, holding: Sequence[Job]) -> Pool:
         pool = self._pool
