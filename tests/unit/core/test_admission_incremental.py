@@ -346,6 +346,32 @@ def test_an_arriving_job_that_claims_its_guarantee_searches_as_from_scratch() ->
     assert result == Cycle(arrived).run()
 
 
+def test_a_failed_search_of_an_arriving_job_counts_within_a_spent_budget() -> None:
+    """The last cycle spent its one search (tenant b's own victim frees too little); the
+    arriving job's reclaim fails too, and a cycle from scratch still counts one search."""
+    nodes = tuple(node(f"n{i}") for i in range(2))
+    running = [
+        job("b/np0", "b", 4, running_on=[("n0", (0, 1, 2, 3))], preemptible=False),
+        job("b/np1", "b", 4, running_on=[("n1", (0, 1, 2, 3))], preemptible=False),
+        job("b/p0", "b", 2, running_on=[("n1", (4, 5))]),
+    ]
+    snapshot = Snapshot(
+        now=100.0,
+        tenants=(Tenant("a", 8), Tenant("b", 8)),
+        jobs=(*running, job("b/big", "b", 8, priority=1, submitted=50.0)),
+        nodes=nodes,
+        config=CycleConfig(lending_hold_seconds=0.0, max_preemption_searches=1),
+    )
+    cycles = Cycles()
+    first = cycles.cycle(snapshot).run()
+    assert not first.admissions and first.preemption_searches == 1
+    arrived = replace(snapshot, jobs=(*snapshot.jobs, job("a/one", "a", 8, submitted=60.0)))
+    result = cycles.cycle(arrived).run()
+    assert cycles.extended == 1
+    assert result == Cycle(arrived).run()
+    assert result.preemption_searches == 1
+
+
 def test_an_arriving_job_that_claims_its_parents_guarantee_searches_as_from_scratch() -> None:
     """As above, one level up: the guarantee is the parent's, claimed below it in queue order."""
     nodes = tuple(node(f"n{i}") for i in range(2))
@@ -392,9 +418,10 @@ def test_an_arriving_job_over_its_submitters_cap_adds_nothing_to_its_tenants_dem
     assert [t.demand for t in result.tenants] == [4]
 
 
-def test_an_arriving_job_gets_a_whole_cycle_when_the_searches_may_run_out() -> None:
+def test_an_arriving_job_whose_reclaim_would_evict_gets_a_whole_cycle_though_the_budget_was_spent() -> None:
     """The last cycle spent its one search on a borrower's gang; the arriving job claims its
-    guarantee, so a cycle from scratch decides it first, and its reclaim succeeds."""
+    guarantee, so a cycle from scratch decides it first and gives it the search, and its
+    reclaim succeeds."""
     nodes = tuple(node(f"n{i}") for i in range(2))
     running = [
         job("b/p0", "b", 8, running_on=[("n0", ())]),

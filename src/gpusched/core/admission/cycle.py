@@ -291,6 +291,8 @@ class Cycle:
         self._candidates: dict[tuple[int, PreemptReason, bool], Candidate] = {}
         """Each running job as a candidate, per reason (its lost work is priced at ``now``)."""
         self.searches = 0
+        self._search_budget: float = snapshot.config.max_preemption_searches
+        """Victim searches this cycle may make (:meth:`decide_arrivals` lifts it)."""
         self._borrowed: dict[str, set[str]] = {}
         self._usable_gpus: dict[str, int] = {}
         self._sizes: dict[str, Counter[int]] = {}
@@ -723,20 +725,30 @@ class Cycle:
         arrival comes last in its tenant's queue (and in the queues below each of its tenant's
         ancestors), leaves the guarantee claims and the lenders' holds of everyone else as
         they were, and waits: then every job before it saw the same state, so decided the
-        same, and it sees the state a cycle from scratch shows it at its turn. Nor can the
-        victim-search budget run out for anyone it did not run out for: there is room for a
-        search per arrival. Returns False as soon as one of these fails (the cycle is then
-        spent: start a new one); True when every arrival waited.
+        same, and it sees the state a cycle from scratch shows it at its turn.
+
+        The victim-search budget is the one thing an arrival's turn can take from a job after
+        it: ahead of the jobs that searched, it would take a search from the last of them. So
+        each arrival may search whatever the budget says; a search that would evict ends the
+        attempt, and a search that fails changes nobody's decision (the job that would have
+        lost its search had failed with it, with the same reason) as long as no search turned
+        a reclaim down for its cost (whose reason says so). The count of searches is what a
+        cycle from scratch makes: the budget, or less.
+
+        Returns False as soon as one of these fails (the cycle is then spent: start a new
+        one); True when every arrival waited.
         """
-        config = self.snapshot.config
-        if (
-            not self.unchanged_by_run()
-            or self.searches + len(arrivals) > config.max_preemption_searches
-        ):
+        if not self.unchanged_by_run() or self._declined:
             return False
-        for job in sorted(arrivals, key=lambda j: (j.tenant or "", j.order)):
-            if not self._arrive(job):
-                return False
+        budget = self.snapshot.config.max_preemption_searches
+        self._search_budget = math.inf
+        try:
+            for job in sorted(arrivals, key=lambda j: (j.tenant or "", j.order)):
+                if not self._arrive(job) or self._declined:
+                    return False
+        finally:
+            self._search_budget = budget
+            self.searches = min(self.searches, budget)
         self.snapshot = replace(snapshot, now=self.now)
         return True
 
@@ -1843,7 +1855,7 @@ class Cycle:
         self._declined_now = memo in self._declined
         if memo in self.preemption_failures:
             return None
-        if self.searches >= self.snapshot.config.max_preemption_searches:
+        if self.searches >= self._search_budget:
             return None
         # Who may be evicted changes only when a job is admitted or evicted.
         if (memo, self._admitted_version) in self.no_candidates:

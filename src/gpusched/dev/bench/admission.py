@@ -46,6 +46,9 @@ NODES_PER_RACK = 20
 #: (model, wiring, share of nodes)
 NODE_TYPES = (("H100", "nvswitch", 0.5), ("V100", "dgx1", 0.3), ("L40S", "count", 0.2))
 SIZES = (1, 2, 4, 8)
+#: Snapshots whose cycles are followed until one changes nothing (each round a whole cycle).
+QUIET_TRIALS = 5
+QUIET_ROUNDS = 12
 SIZE_WEIGHTS = (0.3, 0.25, 0.25, 0.2)
 
 
@@ -248,6 +251,33 @@ def _arrival(snapshot: Snapshot, rng: random.Random) -> Snapshot:
     return replace(snapshot, jobs=(*snapshot.jobs, new))
 
 
+def _waiting_arrival(snapshot: Snapshot, result: CycleResult, rng: random.Random) -> Snapshot:
+    """The snapshot with one more queued job, at the same instant, asking what a job that
+    waited in ``result`` asked (a job like those already queued, behind them in the queue)."""
+    waited = rng.choice(sorted(result.wait_reasons))
+    like = next(j for j in snapshot.jobs if j.key == waited)
+    assert like.tenant is not None
+    new = replace(
+        like,
+        key=f"{like.tenant}/arrived-{rng.randrange(10**9)}",
+        priority=min(j.priority for j in snapshot.jobs),
+        submitted_at=snapshot.now,
+    )
+    return replace(snapshot, jobs=(*snapshot.jobs, new))
+
+
+def _quiet(cycles: Cycles, snapshot: Snapshot, rounds: int) -> tuple[Snapshot, CycleResult]:
+    """Cycles on a kept pool, each after the last one's decisions landed, until one changes
+    nothing (or ``rounds`` did not get there)."""
+    result = cycles.cycle(snapshot).run()
+    for _ in range(rounds):
+        if not result.admissions:
+            break
+        snapshot = settled(snapshot, result)
+        result = cycles.cycle(snapshot).run()
+    return snapshot, result
+
+
 def _side_by_side(cycles: Cycles, snapshot: Snapshot) -> tuple[float, float, CycleResult]:
     """CPU seconds of a cycle over ``snapshot`` on the kept pool, then of one from scratch
     (CPU time: these are compared as a ratio on a machine that may be busy)."""
@@ -276,6 +306,8 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
     scratch_next: list[float] = []
     kept_arrival: list[float] = []
     scratch_arrival: list[float] = []
+    kept_waiting: list[float] = []
+    scratch_waiting: list[float] = []
     rng = random.Random(seed)
     gc.collect()
     for trial in range(trials):
@@ -305,6 +337,14 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
             kept, scratch, _ = _side_by_side(cycles, _arrival(after, rng))
             kept_arrival.append(kept)
             scratch_arrival.append(scratch)
+            if trial < QUIET_TRIALS:
+                quiet, done = _quiet(cycles, after, QUIET_ROUNDS)
+                if not done.admissions:
+                    extended = cycles.extended
+                    kept, scratch, _ = _side_by_side(cycles, _waiting_arrival(quiet, done, rng))
+                    assert cycles.extended == extended + 1, "the arrival took a whole cycle"
+                    kept_waiting.append(kept)
+                    scratch_waiting.append(scratch)
         finally:
             gc.enable()
         assert again.admissions == result.admissions, "cycle is not deterministic"
@@ -334,6 +374,11 @@ def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
         "one_arrival_kept_pool_cpu_p99_ms": percentile_ms(kept_arrival, 0.99),
         "one_arrival_from_scratch_cpu_p50_ms": percentile_ms(scratch_arrival, 0.5),
         "one_arrival_from_scratch_cpu_p99_ms": percentile_ms(scratch_arrival, 0.99),
+        "quiet_snapshots": len(kept_waiting),
+        "one_waiting_arrival_kept_cpu_p50_ms": percentile_ms(kept_waiting, 0.5),
+        "one_waiting_arrival_kept_cpu_p99_ms": percentile_ms(kept_waiting, 0.99),
+        "one_waiting_arrival_from_scratch_cpu_p50_ms": percentile_ms(scratch_waiting, 0.5),
+        "one_waiting_arrival_from_scratch_cpu_p99_ms": percentile_ms(scratch_waiting, 0.99),
         "admissions_per_cycle": round(statistics.mean(admitted), 1),
         "preemptions_per_cycle": round(statistics.mean(preempted), 1),
         "preemption_searches_per_cycle": round(statistics.mean(searches), 1),
@@ -377,6 +422,11 @@ def admission(
     for label, name in (
         ("the next cycle (the first one's decisions landed)", "next_cycle"),
         ("a cycle after one job arrived", "one_arrival"),
+        (
+            f"a cycle after a job like the waiting ones arrived, once a cycle changed nothing "
+            f"({result['quiet_snapshots']} snapshots)",
+            "one_waiting_arrival",
+        ),
     ):
         click.echo(
             f"CPU time of {label}, kept pool: p50 {result[name + '_kept_pool_cpu_p50_ms']} ms, "
