@@ -413,7 +413,9 @@ def decide(
     )
     t2 = time.perf_counter()
     pool, cycles = memo.next_pool()
-    cycle = cycles.cycle(snapshot)
+    # Always a whole cycle: ``explain`` plays the kept cycle forward in its order, which a
+    # cycle extended by arrivals does not have exactly.
+    cycle = cycles.cycle(snapshot, whole=True)
     result = cycle.run()
     t3 = time.perf_counter()
     if forecast:

@@ -364,7 +364,8 @@ def test_a_failed_search_of_an_arriving_job_counts_within_a_spent_budget() -> No
     )
     cycles = Cycles()
     first = cycles.cycle(snapshot).run()
-    assert not first.admissions and first.preemption_searches == 1
+    assert not first.admissions
+    assert first.preemption_searches == 1
     arrived = replace(snapshot, jobs=(*snapshot.jobs, job("a/one", "a", 8, submitted=60.0)))
     result = cycles.cycle(arrived).run()
     assert cycles.extended == 1
@@ -418,7 +419,7 @@ def test_an_arriving_job_over_its_submitters_cap_adds_nothing_to_its_tenants_dem
     assert [t.demand for t in result.tenants] == [4]
 
 
-def test_an_arriving_job_whose_reclaim_would_evict_gets_a_whole_cycle_though_the_budget_was_spent() -> None:
+def test_an_arriving_job_whose_reclaim_would_evict_gets_a_whole_cycle_past_a_spent_budget() -> None:
     """The last cycle spent its one search on a borrower's gang; the arriving job claims its
     guarantee, so a cycle from scratch decides it first and gives it the search, and its
     reclaim succeeds."""
@@ -437,7 +438,8 @@ def test_an_arriving_job_whose_reclaim_would_evict_gets_a_whole_cycle_though_the
     )
     cycles = Cycles()
     first = cycles.cycle(snapshot).run()
-    assert not first.admissions and first.preemption_searches == 1
+    assert not first.admissions
+    assert first.preemption_searches == 1
     arrived = replace(snapshot, jobs=(*snapshot.jobs, job("a/one", "a", 8, submitted=60.0)))
     result = cycles.cycle(arrived).run()
     assert cycles.extended == 0

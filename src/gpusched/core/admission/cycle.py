@@ -1073,6 +1073,8 @@ class Cycle:
         it has none), nobody is preempted, the order stays. Jobs that can never run here get
         None.
         """
+        if self.arrived:
+            raise RuntimeError("arrivals decided on top of a cycle have no place in its order")
         if self._played is not None:
             if until is None and self._played != "all":
                 raise RuntimeError("the forecast stopped at one job; a cycle plays it once")

@@ -47,6 +47,11 @@ POLICIES: Final[dict[str, Build]] = {
     "gpusched-arrivals": lambda nodes, tenants, seed: GpuschedPolicy(
         nodes, tenants, arrivals_window=WINDOW_SECONDS
     ),
+    # Jobs arriving within 5 minutes of a cycle that changed nothing decided on top of it,
+    # as of its time, rather than by a whole cycle.
+    "gpusched-on-top": lambda nodes, tenants, seed: GpuschedPolicy(
+        nodes, tenants, arrivals_on_top=300.0
+    ),
     "kube-default": KubeDefaultPolicy,
     "kueue-like": KueueLikePolicy,
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),

@@ -102,6 +102,7 @@ class GpuschedPolicy:
         forecast_interval: float = FORECAST_INTERVAL,
         usage_half_life: float | None = None,
         arrivals_window: float = 0.0,
+        arrivals_on_top: float = 0.0,
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
@@ -117,8 +118,10 @@ class GpuschedPolicy:
         # Replays need only what starts; the reasons of jobs that never start are asked for by
         # one full cycle at the end (:meth:`reason`).
         self.config = replace(config or CycleConfig(), decisions_only=True)
-        self.cycles = Cycles()
-        """Keeps the pool of free GPUs from one cycle to the next, as the operator does."""
+        self.cycles = Cycles(arrivals_within=arrivals_on_top)
+        """Keeps the pool of free GPUs from one cycle to the next, as the operator does (and,
+        with ``arrivals_on_top``, decides jobs that arrived within so many seconds of a cycle
+        that changed nothing on top of it: :class:`~gpusched.core.admission.Cycles`)."""
         self.forecast_interval = forecast_interval
         self.queued: dict[str, Job] = {}
         self.admitted: dict[str, Job] = {}
@@ -203,7 +206,7 @@ class GpuschedPolicy:
             levels=self.levels,
             arrivals=self._arrivals(now) if forecast else (),
         )
-        cycle = self.cycles.cycle(snapshot)
+        cycle = self.cycles.cycle(snapshot, whole=forecast)
         result = cycle.run()
         preempted: list[str] = []
         starts: list[Start] = []
