@@ -89,6 +89,15 @@ def _labels(value: str) -> dict[str, str]:
     "its status is written once, with its pods running (0: before the pods are created).",
 )
 @click.option(
+    "--arrivals-on-top",
+    type=DURATION,
+    default="10s",
+    show_default=True,
+    help="Jobs that arrive within this long of a cycle that admitted, evicted and reserved "
+    "nothing (and nothing else changed) are decided on top of that cycle, as of its time, "
+    "instead of deciding the whole queue again (0: only within the same instant).",
+)
+@click.option(
     "--max-node-rejections",
     type=click.IntRange(min=0),
     default=5,
@@ -222,6 +231,7 @@ def operator(
     lease_namespace: str,
     status_refresh: float,
     record_delay: float,
+    arrivals_on_top: float,
     max_node_rejections: int,
     forecast_interval: float,
     forecast_arrivals_window: float,
@@ -269,6 +279,7 @@ def operator(
                 max_preemption_searches=max_preemption_searches,
                 status_refresh=status_refresh,
                 record_delay=record_delay,
+                arrivals_on_top=arrivals_on_top,
                 max_node_rejections=max_node_rejections,
                 forecast_interval=forecast_interval,
                 forecast_arrivals_window=forecast_arrivals_window,

@@ -91,6 +91,11 @@ class OperatorConfig:
     usage_half_life: float | None = None
     """Seconds over which a tenant's past borrowing halves in the order of borrowers (None:
     fair share has no memory)."""
+    arrivals_on_top: float = 10.0
+    """Seconds after a cycle that changed nothing within which jobs that arrived (and nothing
+    else) are decided on top of it, as of its time, instead of deciding the whole queue again
+    (:class:`~gpusched.core.admission.Cycles`; 0: only within the same instant). At most this
+    long, then, a queue that only grows goes without a whole cycle."""
 
     def lifecycle(self) -> LifecycleConfig:
         return LifecycleConfig(
@@ -413,9 +418,10 @@ def decide(
     )
     t2 = time.perf_counter()
     pool, cycles = memo.next_pool()
-    # Always a whole cycle: ``explain`` plays the kept cycle forward in its order, which a
-    # cycle extended by arrivals does not have exactly.
-    cycle = cycles.cycle(snapshot, whole=True)
+    # A forecast plays the cycle forward in its order, which arrivals decided on top of a
+    # cycle do not take exactly: a forecast gets a whole cycle.
+    cycles.arrivals_within = config.arrivals_on_top
+    cycle = cycles.cycle(snapshot, whole=forecast)
     result = cycle.run()
     t3 = time.perf_counter()
     if forecast:

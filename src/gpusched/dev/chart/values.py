@@ -378,6 +378,10 @@ class Operator(Placement):
     recordDelay: float = Field(15.0, ge=0, le=300)
     """Longest seconds an admission whose pods are created goes unwritten, so that the job's
     status is written once, with its pods running (0: written before the pods are created)."""
+    arrivalsOnTop: float = Field(10.0, ge=0, le=300)
+    """Seconds after an admission cycle that changed nothing within which jobs that arrived
+    (and nothing else) are decided on top of it, as of its time, instead of deciding the whole
+    queue again (0: only within the same instant)."""
     maxNodeRejections: int = Field(5, ge=0, le=1000)
     """Times in a row a node's kubelet may refuse to admit a job's pod (no container ran, e.g.
     after a kubelet restart) before the job fails; each refusal requeues the gang with backoff

@@ -55,6 +55,9 @@ ASSUMPTIONS = (
     "a preempted job loses the work since its start (no checkpoints) and queues again",
 )
 
+#: Seconds after a cycle that changed nothing within which arrivals are decided on top of it
+#: (the operator's ``--arrivals-on-top`` default).
+ARRIVALS_ON_TOP: Final = 10.0
 #: Seconds of virtual time between two forecasts of every waiting job's start (the operator's
 #: ``--forecast-interval`` default); reservations' starts are told every cycle.
 FORECAST_INTERVAL: Final = 300.0
@@ -102,7 +105,7 @@ class GpuschedPolicy:
         forecast_interval: float = FORECAST_INTERVAL,
         usage_half_life: float | None = None,
         arrivals_window: float = 0.0,
-        arrivals_on_top: float = 0.0,
+        arrivals_on_top: float = ARRIVALS_ON_TOP,
     ) -> None:
         self.nodes = tuple(core_node(n) for n in nodes)
         self.tenants = tuple(tenants)
