@@ -445,3 +445,63 @@ def test_an_arriving_job_whose_reclaim_would_evict_gets_a_whole_cycle_past_a_spe
     assert cycles.extended == 0
     assert [a.job for a in result.admissions] == ["a/one"]
     assert result == Cycle(arrived).run()
+
+
+def test_no_arrival_is_decided_on_top_of_a_cycle_that_turned_a_reclaim_down() -> None:
+    """Tenant a's job turned down reclaiming b's long-running borrower (its GPUs free in ten
+    minutes) and spent the one search; the arriving gang of c ranks ahead of it, so a cycle
+    from scratch gives the search to the gang, and a's job waits without saying it turned
+    anything down."""
+    nodes = tuple(node(f"n{i}") for i in range(2))
+    running = [
+        job("b/p0", "b", 8, running_on=[("n0", ())], started=0.0, expected_end=10_600.0),
+        job("d/np", "d", 8, running_on=[("n1", ())], started=0.0, preemptible=False),
+    ]
+    snapshot = Snapshot(
+        now=10_000.0,
+        tenants=(Tenant("a", 8), Tenant("b", 0), Tenant("c", 16), Tenant("d", 8)),
+        jobs=(*running, job("a/x", "a", 8, submitted=9_940.0)),
+        nodes=nodes,
+        config=CycleConfig(
+            lending_hold_seconds=0.0, max_preemption_searches=1, reclaim_patience_seconds=3600
+        ),
+    )
+    cycles = Cycles()
+    first = cycles.cycle(snapshot).run()
+    assert not first.admissions
+    assert first.preemption_searches == 1
+    assert first.wake_at is not None  # turned down: a's job decides again when patience ends
+    gang = job("c/gang", "c", 8, 2, priority=5, submitted=0.0)
+    arrived = replace(snapshot, jobs=(*snapshot.jobs, gang))
+    truth = Cycle(arrived).run()
+    assert truth.wake_at is None
+    assert cycles.cycle(arrived).run() == truth
+    assert cycles.extended == 0
+
+
+def test_an_arrival_that_would_turn_a_reclaim_down_past_a_spent_budget_gets_a_whole_cycle() -> None:
+    """Tenant a's gang spent the one search and found nothing; c's arriving job comes after
+    it, so a cycle from scratch gives it no search, and it does not say it turned a reclaim
+    down (on top of the cycle it would have searched, and turned b's borrower down)."""
+    nodes = tuple(node(f"n{i}") for i in range(2))
+    running = [
+        job("b/p0", "b", 8, running_on=[("n0", ())], started=0.0, expected_end=10_600.0),
+        job("d/np", "d", 8, running_on=[("n1", ())], started=0.0, preemptible=False),
+    ]
+    snapshot = Snapshot(
+        now=10_000.0,
+        tenants=(Tenant("a", 16), Tenant("b", 0), Tenant("c", 8), Tenant("d", 8)),
+        jobs=(*running, job("a/gang", "a", 8, 2, submitted=0.0)),
+        nodes=nodes,
+        config=CycleConfig(
+            lending_hold_seconds=0.0, max_preemption_searches=1, reclaim_patience_seconds=3600
+        ),
+    )
+    cycles = Cycles()
+    first = cycles.cycle(snapshot).run()
+    assert first.preemption_searches == 1
+    assert first.wake_at is None
+    arrived = replace(snapshot, jobs=(*snapshot.jobs, job("c/one", "c", 8, submitted=9_990.0)))
+    truth = Cycle(arrived).run()
+    assert cycles.cycle(arrived).run() == truth
+    assert cycles.extended == 0

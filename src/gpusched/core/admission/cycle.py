@@ -738,6 +738,7 @@ class Cycle:
         Returns False as soon as one of these fails (the cycle is then spent: start a new
         one); True when every arrival waited.
         """
+        # (A reclaim turned down already: the check after each arrival would find it too.)
         if not self.unchanged_by_run() or self._declined:
             return False
         budget = self.snapshot.config.max_preemption_searches
