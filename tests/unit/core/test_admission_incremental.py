@@ -320,82 +320,58 @@ def test_a_job_arriving_later_than_the_window_gets_a_whole_cycle() -> None:
     assert cycles.extended == 1
 
 
-def test_an_arriving_job_that_claims_its_guarantee_searches_as_from_scratch() -> None:
-    """The tenant's claims were worked out before it came (its 16-GPU gang claims none of
-    the guarantee); it claims the guarantee, so it may reclaim, and the search it makes counts."""
+def _fragmented(tenants: tuple[Tenant, ...], queued: Job, searches: int = 32) -> Snapshot:
+    """Two nodes half held by tenant b's jobs inside its guarantee, and a two-GPU borrower of
+    b's: evicting it frees too little for an 8-GPU job anywhere."""
     nodes = tuple(node(f"n{i}") for i in range(2))
     running = [
         job("b/np0", "b", 4, running_on=[("n0", (0, 1, 2, 3))], preemptible=False),
         job("b/np1", "b", 4, running_on=[("n1", (0, 1, 2, 3))], preemptible=False),
         job("b/p0", "b", 2, running_on=[("n1", (4, 5))]),
     ]
-    gang = job("a/gang", "a", 8, 2, submitted=50.0)
-    snapshot = Snapshot(
+    return Snapshot(
         now=100.0,
-        tenants=(Tenant("a", 8), Tenant("b", 8)),
-        jobs=(*running, gang),
+        tenants=tenants,
+        jobs=(*running, queued),
         nodes=nodes,
-        config=CycleConfig(lending_hold_seconds=0.0),
+        config=CycleConfig(lending_hold_seconds=0.0, max_preemption_searches=searches),
     )
+
+
+def _one_arrives_on_top(snapshot: Snapshot) -> CycleResult:
+    """Tenant a's 8-GPU job arrives after a cycle that changed nothing, and is decided on top
+    of it exactly as a cycle from scratch decides it."""
     cycles = Cycles()
     assert not cycles.cycle(snapshot).run().admissions
     arrived = replace(snapshot, jobs=(*snapshot.jobs, job("a/one", "a", 8, submitted=60.0)))
     result = cycles.cycle(arrived).run()
     assert cycles.extended == 1
-    assert result.preemption_searches == 1
     assert result == Cycle(arrived).run()
+    return result
+
+
+def test_an_arriving_job_that_claims_its_guarantee_searches_as_from_scratch() -> None:
+    """The tenant's claims were worked out before it came (its 16-GPU gang claims none of
+    the guarantee); it claims the guarantee, so it may reclaim, and the search it makes counts."""
+    gang = job("a/gang", "a", 8, 2, submitted=50.0)
+    result = _one_arrives_on_top(_fragmented((Tenant("a", 8), Tenant("b", 8)), gang))
+    assert result.preemption_searches == 1
 
 
 def test_a_failed_search_of_an_arriving_job_counts_within_a_spent_budget() -> None:
     """The last cycle spent its one search (tenant b's own victim frees too little); the
     arriving job's reclaim fails too, and a cycle from scratch still counts one search."""
-    nodes = tuple(node(f"n{i}") for i in range(2))
-    running = [
-        job("b/np0", "b", 4, running_on=[("n0", (0, 1, 2, 3))], preemptible=False),
-        job("b/np1", "b", 4, running_on=[("n1", (0, 1, 2, 3))], preemptible=False),
-        job("b/p0", "b", 2, running_on=[("n1", (4, 5))]),
-    ]
-    snapshot = Snapshot(
-        now=100.0,
-        tenants=(Tenant("a", 8), Tenant("b", 8)),
-        jobs=(*running, job("b/big", "b", 8, priority=1, submitted=50.0)),
-        nodes=nodes,
-        config=CycleConfig(lending_hold_seconds=0.0, max_preemption_searches=1),
-    )
-    cycles = Cycles()
-    first = cycles.cycle(snapshot).run()
-    assert not first.admissions
-    assert first.preemption_searches == 1
-    arrived = replace(snapshot, jobs=(*snapshot.jobs, job("a/one", "a", 8, submitted=60.0)))
-    result = cycles.cycle(arrived).run()
-    assert cycles.extended == 1
-    assert result == Cycle(arrived).run()
-    assert result.preemption_searches == 1
+    big = job("b/big", "b", 8, priority=1, submitted=50.0)
+    snapshot = _fragmented((Tenant("a", 8), Tenant("b", 8)), big, searches=1)
+    assert Cycle(snapshot).run().preemption_searches == 1
+    assert _one_arrives_on_top(snapshot).preemption_searches == 1
 
 
 def test_an_arriving_job_that_claims_its_parents_guarantee_searches_as_from_scratch() -> None:
     """As above, one level up: the guarantee is the parent's, claimed below it in queue order."""
-    nodes = tuple(node(f"n{i}") for i in range(2))
-    running = [
-        job("b/np0", "b", 4, running_on=[("n0", (0, 1, 2, 3))], preemptible=False),
-        job("b/np1", "b", 4, running_on=[("n1", (0, 1, 2, 3))], preemptible=False),
-        job("b/p0", "b", 2, running_on=[("n1", (4, 5))]),
-    ]
     gang = job("a/gang", "a", 8, 2, submitted=50.0)
-    snapshot = Snapshot(
-        now=100.0,
-        tenants=(Tenant("org", 8), Tenant("a", 0, parent="org"), Tenant("b", 8)),
-        jobs=(*running, gang),
-        nodes=nodes,
-        config=CycleConfig(lending_hold_seconds=0.0),
-    )
-    cycles = Cycles()
-    assert not cycles.cycle(snapshot).run().admissions
-    arrived = replace(snapshot, jobs=(*snapshot.jobs, job("a/one", "a", 8, submitted=60.0)))
-    result = cycles.cycle(arrived).run()
-    assert cycles.extended == 1
-    assert result.preemption_searches == 1
-    assert result == Cycle(arrived).run()
+    tenants = (Tenant("org", 8), Tenant("a", 0, parent="org"), Tenant("b", 8))
+    assert _one_arrives_on_top(_fragmented(tenants, gang)).preemption_searches == 1
 
 
 def test_an_arriving_job_over_its_submitters_cap_adds_nothing_to_its_tenants_demand() -> None:
