@@ -276,6 +276,8 @@ def test_a_restarted_probe_republishes_nothing(
         lambda: (o := topology(kube, node)) and o.status.gpus[2].reason == "RowRemapPending",
         "GPU 2 unschedulable",
     )
+    # The labels are written after the object's status: read them once they say it too.
+    wait_for(lambda: node_labels(kube, node)[keys.LABEL_GPU_HEALTHY] == "3", "gpu.healthy=3")
     before = topology(kube, node)
     labels_before = ours(node_labels(kube, node))
     probes.stop(first)
