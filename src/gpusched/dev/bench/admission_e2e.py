@@ -211,6 +211,7 @@ def run_e2e(
     steady_jobs: int = 0,
     *,
     record_delay: float | None = None,
+    arrivals_on_top: float | None = None,
     webhook: bool = True,
     node_heartbeats: float = 0.0,
 ) -> dict[str, Any]:
@@ -275,6 +276,11 @@ def run_e2e(
                         f"--explain-port={explain_port}",
                         "--resync=5",
                         *([f"--record-delay={record_delay}"] if record_delay is not None else []),
+                        *(
+                            [f"--arrivals-on-top={arrivals_on_top}"]
+                            if arrivals_on_top is not None
+                            else []
+                        ),
                         *webhook_args,
                     ],
                 )
@@ -332,6 +338,7 @@ def run_e2e(
             result: dict[str, Any] = {
                 "jobs": jobs,
                 "record_delay": record_delay,
+                "arrivals_on_top": arrivals_on_top,
                 "webhook": webhook,
                 "running": len(running),
                 "nodes": nodes,
@@ -697,6 +704,13 @@ def _explain_latency(api: Any, namespace: str, count: int, explain_port: int) ->
     "its pods, two status writes per job).",
 )
 @click.option(
+    "--arrivals-on-top",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="The operator's --arrivals-on-top in seconds (default: its own; 0: every cycle "
+    "decides the whole queue).",
+)
+@click.option(
     "--node-heartbeats",
     type=click.FloatRange(min=0),
     default=0.0,
@@ -714,6 +728,7 @@ def admission_e2e(
     workers: int,
     steady_jobs: int,
     record_delay: float | None,
+    arrivals_on_top: float | None,
     webhook: bool,
 ) -> None:
     """GpuJobs per second from apply to Running, through the operator, the extender and a
@@ -725,6 +740,7 @@ def admission_e2e(
         workers,
         steady_jobs,
         record_delay=record_delay,
+        arrivals_on_top=arrivals_on_top,
         webhook=webhook,
         node_heartbeats=node_heartbeats,
     )
