@@ -423,24 +423,32 @@ def test_an_arriving_job_whose_reclaim_would_evict_gets_a_whole_cycle_past_a_spe
     assert result == Cycle(arrived).run()
 
 
-def test_no_arrival_is_decided_on_top_of_a_cycle_that_turned_a_reclaim_down() -> None:
-    """Tenant a's job turned down reclaiming b's long-running borrower (its GPUs free in ten
-    minutes) and spent the one search; the arriving gang of c ranks ahead of it, so a cycle
-    from scratch gives the search to the gang, and a's job waits without saying it turned
-    anything down."""
+def _costly_borrower(tenants: tuple[Tenant, ...], queued: Job) -> Snapshot:
+    """Tenant b's borrower has run 10,000 s on n0 and ends in ten minutes; d holds n1 inside
+    its guarantee. One search a cycle, reclaims weighed for an hour after submission."""
     nodes = tuple(node(f"n{i}") for i in range(2))
     running = [
         job("b/p0", "b", 8, running_on=[("n0", ())], started=0.0, expected_end=10_600.0),
         job("d/np", "d", 8, running_on=[("n1", ())], started=0.0, preemptible=False),
     ]
-    snapshot = Snapshot(
+    return Snapshot(
         now=10_000.0,
-        tenants=(Tenant("a", 8), Tenant("b", 0), Tenant("c", 16), Tenant("d", 8)),
-        jobs=(*running, job("a/x", "a", 8, submitted=9_940.0)),
+        tenants=(*tenants, Tenant("b", 0), Tenant("d", 8)),
+        jobs=(*running, queued),
         nodes=nodes,
         config=CycleConfig(
             lending_hold_seconds=0.0, max_preemption_searches=1, reclaim_patience_seconds=3600
         ),
+    )
+
+
+def test_no_arrival_is_decided_on_top_of_a_cycle_that_turned_a_reclaim_down() -> None:
+    """Tenant a's job turned down reclaiming b's long-running borrower (its GPUs free in ten
+    minutes) and spent the one search; the arriving gang of c ranks ahead of it, so a cycle
+    from scratch gives the search to the gang, and a's job waits without saying it turned
+    anything down."""
+    snapshot = _costly_borrower(
+        (Tenant("a", 8), Tenant("c", 16)), job("a/x", "a", 8, submitted=9_940.0)
     )
     cycles = Cycles()
     first = cycles.cycle(snapshot).run()
@@ -459,20 +467,7 @@ def test_an_arrival_that_would_turn_a_reclaim_down_past_a_spent_budget_gets_a_wh
     """Tenant a's gang spent the one search and found nothing; c's arriving job comes after
     it, so a cycle from scratch gives it no search, and it does not say it turned a reclaim
     down (on top of the cycle it would have searched, and turned b's borrower down)."""
-    nodes = tuple(node(f"n{i}") for i in range(2))
-    running = [
-        job("b/p0", "b", 8, running_on=[("n0", ())], started=0.0, expected_end=10_600.0),
-        job("d/np", "d", 8, running_on=[("n1", ())], started=0.0, preemptible=False),
-    ]
-    snapshot = Snapshot(
-        now=10_000.0,
-        tenants=(Tenant("a", 16), Tenant("b", 0), Tenant("c", 8), Tenant("d", 8)),
-        jobs=(*running, job("a/gang", "a", 8, 2, submitted=0.0)),
-        nodes=nodes,
-        config=CycleConfig(
-            lending_hold_seconds=0.0, max_preemption_searches=1, reclaim_patience_seconds=3600
-        ),
-    )
+    snapshot = _costly_borrower((Tenant("a", 16), Tenant("c", 8)), job("a/gang", "a", 8, 2))
     cycles = Cycles()
     first = cycles.cycle(snapshot).run()
     assert first.preemption_searches == 1
