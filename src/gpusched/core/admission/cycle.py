@@ -251,9 +251,7 @@ class Cycle:
         self.demand: dict[str, int] = {}
         if self.report:
             for name in self.tenants:
-                self.demand[name] = sum(j.total_gpus for j in self._admitted_at_start[name]) + sum(
-                    j.total_gpus for j in self._feasible(name)
-                )
+                self.demand[name] = self._demand_of(name)
         self.positions = (
             {j.key: i + 1 for queue in self.queued.values() for i, j in enumerate(queue)}
             if self.report
@@ -430,16 +428,10 @@ class Cycle:
             if feasible[requests[j.key]] and j.key not in capped and not self._beyond_a_limit(j)
         ]
 
-    def _feasible_now(self, job: Job) -> bool:
-        """Whether a queued job is one of :meth:`_feasible`'s."""
-        assert job.tenant is not None
-        return (
-            self._feasible_request[self.requests[job.key]]
-            and job.key not in self._over_cap_at_start
-            and not self._beyond_a_limit(job)
-            and not any(
-                self.tenants[lv].budget_exhausted(self.now) for lv in self._levels[job.tenant]
-            )
+    def _demand_of(self, tenant: str) -> int:
+        """GPUs the tenant holds and asks for with jobs that could start (as the cycle began)."""
+        return sum(j.total_gpus for j in self._admitted_at_start[tenant]) + sum(
+            j.total_gpus for j in self._feasible(tenant)
         )
 
     # --- per-user caps and budgets -------------------------------------------------------
@@ -783,8 +775,7 @@ class Cycle:
             self._over_cap_at_start.add(job.key)
         if self.report:
             self.positions[job.key] = len(queue)
-            if self._feasible_now(job):
-                self.demand[tenant] += job.total_gpus
+            self.demand[tenant] = self._demand_of(tenant)
         self._entitlements = None
         for name in moved:
             self.claims.pop(name, None)
@@ -1269,11 +1260,7 @@ class Cycle:
                 (slot.node.topology.placeable_mask & ~slot.foreign).bit_count()
                 for slot in self.pool.slots.values()
             )
-            demand = self.demand or {
-                name: sum(j.total_gpus for j in self._admitted_at_start[name])
-                + sum(j.total_gpus for j in self._feasible(name))
-                for name in self.tenants
-            }
+            demand = self.demand or {name: self._demand_of(name) for name in self.tenants}
             self._entitlements = fair_shares(capacity, list(self.tenants.values()), demand)
         return self._entitlements.get(tenant, 0.0)
 
