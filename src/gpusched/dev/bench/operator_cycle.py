@@ -7,10 +7,15 @@ NodeGpuTopologies, TenantQuotas, PriorityClasses) and loaded into its store. The
 :func:`gpusched.operator.decide.decide` (settle every job, build the snapshot, run the admission
 core, plan the writes) is timed three ways: cold (first cycle after a start: nothing settled
 before), at steady state (the first cycle's writes landed, then nothing changed), and with one
-job changed. Nodes
-without a NodeGpuTopology (the count-only ones of the core benchmark) are left out of admission by
-the operator, as in a cluster, so this world has about 800 nodes. Figures to record, never
-assertions.
+job changed. Nodes without a NodeGpuTopology (the count-only ones of the core benchmark) are left
+out of admission by the operator, as in a cluster, so this world has about 800 nodes.
+
+That world never settles (the admitted jobs' pods are never created here, the victims never
+leave), so every cycle decides every queued job again. A second world, :func:`quiet_world`,
+holds its queue in a tenant that may not borrow: nothing can change, as at the steady state of
+``gpusched bench admission-e2e --steady-jobs``, and its cycles are timed with nothing changed
+and after one job arrived (what a cycle costs when its work follows what changed). Figures to
+record, never assertions.
 """
 
 from __future__ import annotations
@@ -20,14 +25,14 @@ import json
 import random
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 
 from gpusched.api import keys
 from gpusched.core import parse_topo_matrix
-from gpusched.core.admission import Job, JobState, Snapshot
+from gpusched.core.admission import Job, JobState, Snapshot, Tenant
 from gpusched.dev.bench.admission import (
     Workload,
     _nvswitch_matrix,
@@ -41,6 +46,12 @@ from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store, World
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+#: The tenant of :func:`quiet_world`'s queue.
+WAITING = "waiting"
+
+#: Cycles timed per world of :func:`run_quiet` (each kind).
+QUIET_ROUNDS = 10
 
 
 def _stamp(seconds: float) -> str:
@@ -191,7 +202,7 @@ def load_store(snapshot: Snapshot, kinds: dict[str, str]) -> Store:
                 "namespaces": [t.name],
                 "guaranteedGpus": t.guaranteed,
                 "guaranteedGpusByModel": dict(t.guaranteed_by_model),
-                **({"borrowingLimit": t.borrowing_limit} if t.borrowing_limit else {}),
+                **({"borrowingLimit": t.borrowing_limit} if t.borrowing_limit is not None else {}),
                 "weight": t.weight,
                 "preemption": {
                     "withinTenant": t.within_tenant.value,
@@ -255,6 +266,101 @@ class _Timed:
         gc.collect()
         self.collect.append(time.perf_counter() - started)
         return found
+
+
+def quiet_world(workload: Workload, seed: int) -> Snapshot:
+    """The busy cluster with every queued job in one more tenant, ``waiting``, that is
+    guaranteed nothing and may not borrow: each waits (QuotaExceeded), no cycle can admit or
+    evict anything, as in a cluster whose queue waits for a quota to grow."""
+    snapshot = build_snapshot(workload, seed)
+    waiting = Tenant(WAITING, guaranteed=0, borrowing_limit=0)
+    return replace(
+        snapshot,
+        tenants=(*snapshot.tenants, waiting),
+        jobs=tuple(
+            job
+            if job.state is JobState.ADMITTED
+            else replace(job, key=f"{WAITING}/{job.key.split('/')[1]}", tenant=WAITING)
+            for job in snapshot.jobs
+        ),
+    )
+
+
+def _arrival(index: int, at: float) -> dict[str, Any]:
+    """A new one-GPU GpuJob of the ``waiting`` tenant, as its watch delivers it."""
+    raw = _job_object(
+        Job(key=f"{WAITING}/arrival-{index}", tenant=WAITING, replicas=1, gpus_per_replica=1),
+        1_000_000 + index,
+    )
+    raw["metadata"]["creationTimestamp"] = _stamp(at)
+    del raw["status"]
+    return raw
+
+
+def _assumed(store: Store, decision: Decision, now: datetime) -> World:
+    """The store's world once the decision's status writes are on their way (the operator's
+    store assumes each write it sends)."""
+    for key, status in decision.final.items():
+        store.assume_status(key, status)
+    return store.world(now)
+
+
+def run_quiet(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
+    """Cycles over :func:`quiet_world` once both kept pools have had their first cycles: with
+    nothing changed, and after one job arrived (created in the store as its watch would, the
+    store's read of the world timed apart)."""
+    quiet, arrival = _Timed(), _Timed()
+    world_reads: list[float] = []
+    stages: dict[str, dict[str, list[float]]] = {"quiet": {}, "one_arrival": {}}
+    config = OperatorConfig()
+    for trial in range(trials):
+        snapshot = quiet_world(workload, seed + trial)
+        kinds = {
+            n.name: ("count" if n.count_only else "nvswitch" if n.model == "H100" else "dgx1")
+            for n in snapshot.nodes
+        }
+        store = load_store(snapshot, kinds)
+        reader, memo = NodeReader(), Memo()
+        now = NOW
+        world = store.world(now)
+        first = decide(world, {}, config, reader, memo=memo)
+        freeze_long_lived()
+        world = _assumed(store, first, now)
+        # Each pool's first cycle is a whole one; the ones after find nothing changed.
+        for _ in range(3):
+            now += timedelta(seconds=1)
+            world = replace(world, now=now)
+            decide(world, {}, config, reader, memo=memo)
+        for index in range(QUIET_ROUNDS):
+            now += timedelta(seconds=1)
+            found = quiet(replace(world, now=now), config, reader, memo)
+            for stage, seconds in found.seconds.items():
+                stages["quiet"].setdefault(stage, []).append(seconds)
+            store.upsert_job(
+                _arrival(trial * QUIET_ROUNDS + index, now.timestamp() - NOW.timestamp() + 40_000)
+            )
+            started = time.perf_counter()
+            world = store.world(now)
+            world_reads.append(time.perf_counter() - started)
+            found = arrival(world, config, reader, memo)
+            for stage, seconds in found.seconds.items():
+                stages["one_arrival"].setdefault(stage, []).append(seconds)
+            world = _assumed(store, found, now)
+        gc.unfreeze()
+    return {
+        "quiet_queued_jobs": workload.queued,
+        "quiet_p50_ms": percentile_ms(quiet.wall, 0.5),
+        "quiet_p99_ms": percentile_ms(quiet.wall, 0.99),
+        "quiet_cpu_p50_ms": percentile_ms(quiet.cpu, 0.5),
+        "one_arrival_p50_ms": percentile_ms(arrival.wall, 0.5),
+        "one_arrival_p99_ms": percentile_ms(arrival.wall, 0.99),
+        "one_arrival_cpu_p50_ms": percentile_ms(arrival.cpu, 0.5),
+        "store_world_read_p50_ms": percentile_ms(world_reads, 0.5),
+        "quiet_stages_p50_ms": {k: percentile_ms(v, 0.5) for k, v in stages["quiet"].items()},
+        "one_arrival_stages_p50_ms": {
+            k: percentile_ms(v, 0.5) for k, v in stages["one_arrival"].items()
+        },
+    }
 
 
 def run(workload: Workload, trials: int, seed: int) -> dict[str, Any]:
@@ -328,7 +434,8 @@ def operator_cycle(
     *, as_json: bool, nodes: int, tenants: int, queued: int, fill: float, trials: int, seed: int
 ) -> None:
     """The operator's whole cycle (settle, snapshot, admission, plan) over its store at scale."""
-    result = run(Workload(nodes, tenants, queued, fill), trials, seed)
+    workload = Workload(nodes, tenants, queued, fill)
+    result = {**run(workload, trials, seed), **run_quiet(workload, trials, seed)}
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -342,3 +449,9 @@ def operator_cycle(
             f"p99 {result[name + '_p99_ms']} ms"
         )
     click.echo(f"steady-state stages (p50 ms): {result['steady_stages_p50_ms']}")
+    for name in ("quiet", "one_arrival"):
+        click.echo(
+            f"queue that waits for quota, {name.replace('_', ' ')}: "
+            f"p50 {result[name + '_p50_ms']} ms, p99 {result[name + '_p99_ms']} ms, "
+            f"stages (p50 ms) {result[name + '_stages_p50_ms']}"
+        )
