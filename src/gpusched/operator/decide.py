@@ -6,13 +6,23 @@ worker thread so watches and the lease keep being served, and ``gpusched explain
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
-from gpusched.core.admission import Cycle, CycleConfig, CycleResult, Cycles, Job, Snapshot
+from gpusched.core.admission import (
+    Cycle,
+    CycleConfig,
+    CycleResult,
+    Cycles,
+    Job,
+    Node,
+    Snapshot,
+    Waiting,
+)
 from gpusched.core.admission.arrivals import expected_arrivals
 from gpusched.core.admission.model import GuaranteeRounding
 from gpusched.core.lifecycle import (
@@ -20,7 +30,9 @@ from gpusched.core.lifecycle import (
     JobFacts,
     LifecycleConfig,
     Plan,
+    PodFacts,
     Protection,
+    QuietJob,
     Refresh,
     Settled,
     TenantMap,
@@ -40,6 +52,7 @@ from gpusched.core.lifecycle import (
     submitted_job,
     tenant_map,
 )
+from gpusched.core.lifecycle.snapshot import Busy
 from gpusched.core.lifecycle.spend import Pricing
 from gpusched.core.runtime import JobKind, Prediction, RuntimeHistory, family_of
 from gpusched.operator.nodes import NodeReader
@@ -139,12 +152,26 @@ class Decision:
         return self.final.get(key) or self.settled[key].status
 
 
+#: A settled answer :meth:`Memo.settle` gives again only after checking it in full.
+_CHECK = datetime.min.replace(tzinfo=UTC)
+
+#: A settled answer no deadline ends.
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
 @dataclass
 class Memo:
     """What earlier cycles settled, kept while a job, its pods and its context stay the same:
-    at steady state a cycle settles only the jobs that changed (or whose deadline came)."""
+    at steady state a cycle settles only the jobs that changed (or whose deadline came).
 
-    settled: dict[str, tuple[JobFacts, JobContext, Settled]] = field(default_factory=dict)
+    Each stage of a cycle goes over every job in the store, and at 10,000 queued jobs a pass
+    that does real work per job costs tens of milliseconds: so each stage first asks, per job,
+    whether the same objects as last cycle came in (identity, not equality), and does its work
+    only for the jobs that changed, or whose time came."""
+
+    settled: dict[str, tuple[JobFacts, JobContext, Settled, datetime]] = field(default_factory=dict)
+    """Per job: what it was settled from, the answer, and until when that answer stands for
+    the same job and context without a further look (:data:`_CHECK`: not without one)."""
     jobs: dict[str, tuple[Settled, JobContext, Job | None]] = field(default_factory=dict)
     contexts: dict[str, JobContext] = field(default_factory=dict)
     context_inputs: dict[str, tuple[JobFacts, Verdict | None, object, bool]] = field(
@@ -154,6 +181,41 @@ class Memo:
     context_tables: tuple[object, ...] = ()
     """The tables every context was worked out from (priorities, TenantQuotas, run-time
     history): while they stay the same, an unchanged job keeps its context without a lookup."""
+    verdicts: dict[str, Verdict | None] = field(default_factory=dict)
+    """The dry-run verdicts the last contexts were worked out with."""
+    leaving: frozenset[str] = frozenset()
+    """The jobs whose victims were still leaving then."""
+    refusals: dict[tuple[str, int], object] = field(default_factory=dict)
+    """The refusals then."""
+    keys: dict[str, JobFacts] = field(default_factory=dict)
+    """The last cycle's jobs by key (to find the ones gone)."""
+    foreign: tuple[tuple[PodFacts, ...], dict[str, str], tuple[list[Job], Busy], int] | None = None
+    """The last cycle's pods, namespace owners, (pods charged as jobs, foreign pods' GPUs) and
+    count of accounted jobs: kept while the pods and every job's own pods stay the same."""
+    accounted: dict[str, tuple[str, str, str, int]] = field(default_factory=dict)
+    """Per job taking part in admission: (namespace, UID, name, admission), which of its pods
+    count as its own."""
+    nodes: (
+        tuple[
+            NodeReader,
+            tuple[Mapping[str, Any], ...],
+            dict[str, Mapping[str, Any]],
+            Busy,
+            list[Node],
+            list[dict[str, str]],
+        ]
+        | None
+    ) = None
+    """The last cycle's reader, Node objects, topologies and foreign pods' GPUs, and the
+    admission core's nodes and down labels read from them."""
+    merged: tuple[dict[str, tuple[Waiting, float | None, Waiting]], ...] = field(
+        default_factory=lambda: ({}, {})
+    )
+    """Per pool, per waiting job: the cycle's entry, the forecast's start, and the entry with
+    it (each pool's cycle has entries of its own)."""
+    quiet: tuple[dict[str, QuietJob], ...] = field(default_factory=lambda: ({}, {}))
+    """Per pool, the jobs the last plans found nothing to do for
+    (:func:`~gpusched.core.lifecycle.plan`)."""
     forecast_at: datetime | None = None
     """When the last forecast of expected starts was made."""
     forecast: dict[str, float | None] = field(default_factory=dict)
@@ -205,17 +267,30 @@ class Memo:
         )
         same_tables = tables == self.context_tables
         self.context_tables = tables
+        dirty = self._dirty(world, verdicts, leaving) if same_tables else None
         kept: dict[str, JobContext | None] = {}
         changed: list[JobFacts] = []
+        contexts, context_inputs = self.contexts, self.context_inputs
         for job in world.jobs:
+            key = job.key
+            before = context_inputs.get(key)
+            found = contexts.get(key)
+            if (
+                dirty is not None
+                and found is not None
+                and before is not None
+                and before[0] is job
+                and key not in dirty
+            ):
+                # Nothing it reads changed since its inputs were last compared.
+                kept[key] = found
+                continue
             inputs = (
                 job,
-                verdicts.get(job.key),
+                verdicts.get(key),
                 world.refusals.get((job.uid, job.status.admission)),
-                bool(leaving.get(job.key)),
+                bool(leaving.get(key)),
             )
-            before = self.context_inputs.get(job.key)
-            found = self.contexts.get(job.key)
             if (
                 same_tables
                 and found is not None
@@ -223,10 +298,10 @@ class Memo:
                 and before[0] is job
                 and before[1:] == inputs[1:]
             ):
-                kept[job.key] = found
+                kept[key] = found
                 continue
-            self.context_inputs[job.key] = inputs
-            kept[job.key] = None
+            context_inputs[key] = inputs
+            kept[key] = None
             changed.append(job)
         made = (
             job_contexts(replace(world, jobs=tuple(changed)), tenants, verdicts, leaving, history)
@@ -238,26 +313,44 @@ class Memo:
             for key, found in kept.items()
         }
 
+    def _dirty(
+        self,
+        world: World,
+        verdicts: Mapping[str, Verdict | None],
+        leaving: Mapping[str, list[str]],
+    ) -> set[str] | None:
+        """The jobs whose verdict or victims leaving changed since the last cycle (None: the
+        refusals changed, every job is looked at), and those become the last cycle's."""
+        last_verdicts, last_leaving, last_refusals = self.verdicts, self.leaving, self.refusals
+        now_leaving = frozenset(key for key, victims in leaving.items() if victims)
+        self.verdicts, self.leaving = dict(verdicts), now_leaving
+        if world.refusals != last_refusals:
+            self.refusals = dict(world.refusals)
+            return None
+        dirty = set(now_leaving ^ last_leaving)
+        if verdicts != last_verdicts:
+            dirty.update(
+                key
+                for key in verdicts.keys() | last_verdicts.keys()
+                if verdicts.get(key) != last_verdicts.get(key)
+            )
+        return dirty
+
     def settle(
         self, job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig
     ) -> Settled:
         found = self.settled.get(job.key)
+        if found is not None and found[0] is job and found[1] is context and now < found[3]:
+            return found[2]
         if found is not None and found[0] is job and _settles_alike(found[1], context):
             done = found[2]
-            # Reused only when settling changed nothing, or the job is new and its first
-            # status not written yet (thousands of them after a burst: the first answer, its
-            # submittedAt included, stands until it is written), and no deadline has come since.
-            if (
-                (done.status is job.status or job.status.phase is None)
-                and not done.actions
-                and not done.needs_verdict
-                and (done.wake_at is None or now < done.wake_at)
-            ):
+            if _reusable(job, done) and (done.wake_at is None or now < done.wake_at):
                 if found[1] is not context:
-                    self.settled[job.key] = (job, context, done)
+                    self.settled[job.key] = (job, context, done, found[3])
                 return done
         done = settle(job, context, now, config)
-        self.settled[job.key] = (job, context, done)
+        until = (done.wake_at or _NEVER) if _reusable(job, done) else _CHECK
+        self.settled[job.key] = (job, context, done, until)
         return done
 
     def core_job(
@@ -273,11 +366,117 @@ class Memo:
         self.jobs[job.key] = (done, context, made)
         return made
 
-    def forget_except(self, keys: Collection[str]) -> None:
+    def account(self, job: JobFacts, done: Settled) -> bool:
+        """Record which pods count as the job's own now; whether that moved."""
+        before = self.accounted.get(job.key)
+        if done.state is None:
+            if before is None:
+                return False
+            del self.accounted[job.key]
+            return True
+        now = (job.namespace, job.uid, job.name, done.status.admission)
+        if now == before:
+            return False
+        self.accounted[job.key] = now
+        return True
+
+    def pods_outside_jobs(
+        self,
+        world: World,
+        settled: Mapping[str, Settled],
+        tenants: TenantMap,
+        accounted_moved: bool,
+    ) -> tuple[list[Job], Busy]:
+        """GPU pods no job accounts for (:func:`foreign_pods`): those in a tenant's namespace
+        charged to it as jobs, and per node the GPUs the others hold. The last cycle's while
+        the pods and every job's own pods are the same."""
+        kept = self.foreign
+        if (
+            kept is not None
+            and not accounted_moved
+            and kept[0] == world.pods
+            and kept[1] == tenants.owner
+            and kept[3] == len(self.accounted)
+        ):
+            return kept[2]
+        foreign = foreign_pods(world.pods, world.jobs, settled)
+        charged = [
+            charged_pod(pod, tenants.owner[pod.namespace])
+            for pod in foreign
+            if pod.namespace in tenants.owner and not pod.controller_uid
+        ]
+        busy_gpus = foreign_busy(
+            p for p in foreign if p.namespace not in tenants.owner or p.controller_uid
+        )
+        self.foreign = (world.pods, dict(tenants.owner), (charged, busy_gpus), len(self.accounted))
+        return charged, busy_gpus
+
+    def read_nodes(
+        self, world: World, reader: NodeReader, busy: Busy
+    ) -> tuple[list[Node], list[dict[str, str]]]:
+        """The admission core's nodes and the labels of nodes out of service: the last
+        cycle's objects while the Node objects, topologies and foreign pods' GPUs are."""
+        kept = self.nodes
+        if (
+            kept is not None
+            and kept[0] is reader
+            and kept[1] == world.nodes
+            and kept[2] == world.topologies
+            and kept[3] == busy
+        ):
+            return list(kept[4]), list(kept[5])
+        found = reader.nodes(world.nodes, world.topologies, busy)
+        down = reader.down_labels(world.nodes, world.topologies)
+        self.nodes = (reader, world.nodes, dict(world.topologies), busy, found, down)
+        return list(found), list(down)
+
+    def with_forecast(self, waiting: Sequence[Waiting], pool: int) -> tuple[Waiting, ...]:
+        """The cycle's waiting jobs, each without an expected start of its own given the
+        last forecast's (the same objects as the pool's last cycle gave, for the jobs whose
+        entries are)."""
+        merged, forecast = self.merged[pool], self.forecast
+        out: list[Waiting] = []
+        for w in waiting:
+            if w.expected_start is not None:
+                out.append(w)
+                continue
+            start = forecast.get(w.job)
+            found = merged.get(w.job)
+            if found is not None and found[0] is w and found[1] == start:
+                out.append(found[2])
+                continue
+            made = replace(w, expected_start=start)
+            merged[w.job] = (w, start, made)
+            out.append(made)
+        return tuple(out)
+
+    def forget_except(self, keys: Mapping[str, JobFacts]) -> None:
         """Drop jobs that are gone."""
-        for table in (self.settled, self.jobs, self.contexts, self.context_inputs):
-            for key in [k for k in table if k not in keys]:
-                del table[key]
+        gone = self.keys.keys() - keys.keys() if self.keys else None
+        self.keys = dict(keys)
+        tables: tuple[dict[str, Any], ...] = (
+            self.settled,
+            self.jobs,
+            self.contexts,
+            self.context_inputs,
+            self.accounted,
+            *self.merged,
+            *self.quiet,
+        )
+        for table in tables:
+            for key in gone if gone is not None else [k for k in table if k not in keys]:
+                table.pop(key, None)
+
+
+def _reusable(job: JobFacts, done: Settled) -> bool:
+    """Whether settling the same job again gives ``done`` until its deadline: settling changed
+    nothing, or the job is new and its first status not written yet (thousands of them after a
+    burst: the first answer, its submittedAt included, stands until it is written)."""
+    return (
+        (done.status is job.status or job.status.phase is None)
+        and not done.actions
+        and not done.needs_verdict
+    )
 
 
 def _settles_alike(before: JobContext, now: JobContext) -> bool:
@@ -373,22 +572,24 @@ def decide(
     lifecycle = config.lifecycle()
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
     memo.forget_except(by_key)
-    settled = {key: memo.settle(job, contexts[key], now, lifecycle) for key, job in by_key.items()}
+    settled: dict[str, Settled] = {}
+    kept_settled = memo.settled
+    accounted_moved = False
+    for key, job in by_key.items():
+        context = contexts[key]
+        before = kept_settled.get(key)
+        if before is not None and before[0] is job and before[1] is context and now < before[3]:
+            settled[key] = before[2]
+            continue
+        done = settled[key] = memo.settle(job, context, now, lifecycle)
+        accounted_moved |= memo.account(job, done)
     t1 = time.perf_counter()
     jobs = [
         found
         for key, job in by_key.items()
         if (found := memo.core_job(job, settled[key], contexts[key], now)) is not None
     ]
-    foreign = foreign_pods(world.pods, world.jobs, settled)
-    charged = [
-        charged_pod(pod, tenants.owner[pod.namespace])
-        for pod in foreign
-        if pod.namespace in tenants.owner and not pod.controller_uid
-    ]
-    busy_gpus = foreign_busy(
-        p for p in foreign if p.namespace not in tenants.owner or p.controller_uid
-    )
+    charged, busy_gpus = memo.pods_outside_jobs(world, settled, tenants, accounted_moved)
     if forecast is None:
         forecast = memo.forecast_at is None or (now - memo.forecast_at).total_seconds() >= (
             config.forecast_interval
@@ -400,10 +601,11 @@ def decide(
             now.timestamp(),
             config.forecast_arrivals_window,
         )
+    core_nodes, down_labels = memo.read_nodes(world, nodes, busy_gpus)
     snapshot = build_snapshot(
         [*jobs, *charged],
         world.quotas,
-        nodes.nodes(world.nodes, world.topologies, busy_gpus),
+        core_nodes,
         now,
         CycleConfig(
             max_preemption_searches=config.max_preemption_searches,
@@ -413,7 +615,7 @@ def decide(
             reclaim_patience_seconds=config.reclaim_patience_seconds,
         ),
         levels=core_levels(world.network),
-        down_labels=nodes.down_labels(world.nodes, world.topologies),
+        down_labels=down_labels,
         arrivals=memo.arrivals,
     )
     t2 = time.perf_counter()
@@ -431,15 +633,7 @@ def decide(
     elif memo.forecast:
         # Between forecasts a waiting job keeps the last one's answer (reservations excepted:
         # the cycle works their starts out every time).
-        result = replace(
-            result,
-            waiting=tuple(
-                w
-                if w.expected_start is not None
-                else replace(w, expected_start=memo.forecast.get(w.job))
-                for w in result.waiting
-            ),
-        )
+        result = replace(result, waiting=memo.with_forecast(result.waiting, pool))
     t_forecast = time.perf_counter()
     planned = plan(
         by_key,
@@ -451,6 +645,7 @@ def decide(
         refresh=refresh,
         defer=config.record_delay > 0,
         protections={key: context.protection for key, context in contexts.items()},
+        quiet=memo.quiet[pool],
     )
     t4 = time.perf_counter()
     wakes = [s.wake_at for s in settled.values() if s.wake_at is not None]

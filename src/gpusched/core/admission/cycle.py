@@ -340,6 +340,9 @@ class Cycle:
         self.arrived: list[str] = []
         """Jobs :meth:`decide_arrivals` added after the run (their place in :attr:`order`
         is not the one a cycle from scratch would give them)."""
+        self._result: CycleResult | None = None
+        """:meth:`result` as last worked out, until arrivals or a forecast add to it (a kept
+        cycle that nothing arrived on answers every later cycle with it)."""
         self._carry()
 
     def _asks_within(self, window: float, jobs: Sequence[Job]) -> dict[str, tuple[int, float]]:
@@ -668,6 +671,7 @@ class Cycle:
         if self.ran:
             return self.result()
         self.ran = True
+        self._result = None
         for job in self.orphans:
             parent = job.tenant is not None and self.tree.is_parent(job.tenant)
             self._wait(job, WaitReason.NO_TENANT, _no_tenant_text(job, parent=parent))
@@ -733,6 +737,8 @@ class Cycle:
         # (A reclaim turned down already: the check after each arrival would find it too.)
         if not self.unchanged_by_run() or self._declined:
             return False
+        if arrivals:
+            self._result = None
         budget = self.snapshot.config.max_preemption_searches
         self._search_budget = math.inf
         try:
@@ -814,14 +820,16 @@ class Cycle:
 
     def result(self) -> CycleResult:
         """The decisions so far (after :meth:`run`; again after :meth:`forecast` for the
-        expected starts)."""
+        expected starts). The same object while nothing was decided since."""
+        if self._result is not None:
+            return self._result
         waiting = sorted(self.waiting, key=lambda w: w.job)
         if self.expected:
             waiting = [
                 replace(w, expected_start=self.expected.get(w.job, w.expected_start))
                 for w in waiting
             ]
-        return CycleResult(
+        self._result = CycleResult(
             admissions=tuple(self.admissions),
             waiting=tuple(waiting),
             tenants=self._usage() if self.report else (),
@@ -831,6 +839,7 @@ class Cycle:
             largest_free=self.pool.largest_free() if self.report else (),
             wake_at=self._wake_at,
         )
+        return self._result
 
     def _wait_alike(self, tenant: str, job: Job, any_before: bool = False) -> bool:
         """Park ``job`` with the reason of the job before it in its tenant's queue, when that job
@@ -1067,6 +1076,7 @@ class Cycle:
         """
         if self.arrived:
             raise RuntimeError("arrivals decided on top of a cycle have no place in its order")
+        self._result = None
         if self._played is not None:
             if until is None and self._played != "all":
                 raise RuntimeError("the forecast stopped at one job; a cycle plays it once")

@@ -30,7 +30,7 @@ from gpusched.core.lifecycle.facts import (
     parse_time,
 )
 from gpusched.core.lifecycle.patch import merge_patch
-from gpusched.core.lifecycle.plan import Plan, Refresh, plan, write_status
+from gpusched.core.lifecycle.plan import Plan, QuietJob, Refresh, plan, write_status
 from gpusched.core.lifecycle.settle import (
     JobContext,
     LifecycleConfig,
@@ -77,6 +77,7 @@ __all__ = [
     "Plan",
     "PodFacts",
     "Protection",
+    "QuietJob",
     "QuotaUpdate",
     "Refresh",
     "Refusal",

@@ -12,7 +12,8 @@ and events settling asked for.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import math
+from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -68,6 +69,20 @@ class Refresh:
 
 
 @dataclass(frozen=True)
+class QuietJob:
+    """A job a plan found nothing to write or do for, and what it found that from: while the
+    same objects come again, before ``until``, the next plan finds the same (whatever the
+    refresh allows: nothing was held back)."""
+
+    job: JobFacts
+    settled: Settled
+    waiting: Waiting | None
+    reservation: Reservation | None
+    until: float
+    """Epoch seconds: the shown expected start starts moving with the clock then."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The groups of one cycle and what they do, for metrics and logs."""
 
@@ -119,13 +134,16 @@ def plan(
     refresh: Refresh | None = None,
     defer: bool = False,
     protections: Mapping[str, Protection] | None = None,
+    quiet: MutableMapping[str, QuietJob] | None = None,
 ) -> Plan:
     """Groups of actions for one cycle. ``busy`` jobs have writes in flight: nothing is
     planned for them (an admission touching one waits for the next cycle). With ``defer``, an
     admission that creates its pods at once is written with the job's next status change, at
     the latest when settling says so (``LifecycleConfig.record_delay``; see
     :class:`~gpusched.core.lifecycle.facts.Unwritten`). ``protections``: each job's tenant's
-    bounds on grace periods (victims' pods are deleted within them)."""
+    bounds on grace periods (victims' pods are deleted within them). ``quiet``: the jobs
+    earlier plans found nothing to do for, kept and brought up to date here (a cycle over
+    10,000 waiting jobs looks again only at those whose objects changed)."""
     leaving = leaving or {}
     protections = protections or {}
     refresh = refresh or Refresh()
@@ -157,27 +175,77 @@ def plan(
     # every cycle never keeps a new job from its first status.
     recent = refresh.recent
     order = [k for k in settled if k not in recent] + [k for k in settled if k in recent]
+    kept = quiet if quiet is not None else {}
+    at = now.timestamp()
     for key in order:
         done = settled[key]
         if key in planned or key in busy:
             continue
         job = jobs[key]
+        entry, reservation = waiting.get(key), reserved.get(key)
+        found = kept.get(key)
+        if (
+            found is not None
+            and found.job is job
+            and found.settled is done
+            and found.waiting is entry
+            and found.reservation is reservation
+            and at < found.until
+        ):
+            continue
         if done.write_waits:
             group = _group(job, None, list(done.actions))
         else:
             group = _settled(
                 job,
                 done,
-                waiting.get(key),
+                entry,
                 now,
                 recent=recent,
                 budget=budget,
                 reports=reports,
-                reservation=reserved.get(key),
+                reservation=reservation,
             )
         if group is not None:
             groups.append(group)
+            kept.pop(key, None)
+            continue
+        until = _nothing_until(job, done, entry, reservation, now)
+        if until is None:
+            kept.pop(key, None)
+        else:
+            kept[key] = QuietJob(job, done, entry, reservation, until)
     return Plan(tuple(groups), tuple(admitted), reports.deferred)
+
+
+def _nothing_until(
+    job: JobFacts,
+    done: Settled,
+    waiting: Waiting | None,
+    reservation: Reservation | None,
+    now: datetime,
+) -> float | None:
+    """Until when (epoch seconds) :func:`_settled` finds nothing to do for these same
+    objects whatever the refresh allows; None: it may find something sooner (a rewrite the
+    refresh held back, a report without room, a shown expected start within the tolerance
+    but not equal, which the clock alone can move out of it)."""
+    if done.write_waits or done.actions:
+        return None
+    status = done.status
+    if waiting is None or done.state is not JobState.QUEUED:
+        return math.inf if write_status(job, status) is None else None
+    held = st.reserved_gpus(reservation) if reservation is not None else None
+    expected = _expected(waiting, now)
+    before = status.reservation
+    if (
+        not _says(status, waiting, expected, held, now)
+        or status.expected_start != expected
+        or (before is not None and held is not None and before.start != held.start)
+        or write_status(job, status) is not None
+    ):
+        return None
+    # Past its expected start, the start shown follows the clock (never before now).
+    return waiting.expected_start if waiting.expected_start is not None else math.inf
 
 
 @dataclass
