@@ -24,12 +24,12 @@ from prometheus_client import Gauge
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
-from gpusched.api.meta import ConditionStatus
-from gpusched.api.tenantquota import TenantQuota, TenantQuotaStatus
+from gpusched.api.tenantquota import TenantQuota, TenantQuotaSpec, TenantQuotaStatus
 from gpusched.core.admission import AdmitReason, PreemptReason, TenantUsage
 from gpusched.core.admission.tree import TenantTree
 from gpusched.core.lifecycle import (
     CreatePod,
+    JobFacts,
     MeteredJob,
     Refresh,
     Refusal,
@@ -44,6 +44,7 @@ from gpusched.core.lifecycle.tenants import QuotaEvent, QuotaUpdate, meterable, 
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
+from gpusched.operator.counts import JobCounts, queued_since
 from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
 from gpusched.operator.executor import Executor
 from gpusched.operator.heap import freeze_long_lived
@@ -105,6 +106,11 @@ class AdmissionLoop:
         self.clock = clock
         self.nodes = NodeReader(self.config.node_selector)
         self.memo = Memo()
+        self.counts = JobCounts()
+        self._checked: dict[str, JobFacts] = {}
+        """Per job, the object last found to need no dry run (needing one is a property of
+        the object alone)."""
+        self._counted_tenants: set[str] = set()
         self.checker = TemplateChecker(api)
         self.executor = Executor(
             api,
@@ -321,11 +327,20 @@ class AdmissionLoop:
     async def _verdicts(self, world: World) -> dict[str, Verdict | None]:
         """Dry-run verdicts of the jobs to be checked before they are queued."""
         owners = tenant_map(world.quotas).owner
-        return await self.checker.verdicts(
-            (job.key, job.job, owners.get(job.namespace))
-            for job in world.jobs
-            if job.job is not None and needs_validation(job)
-        )
+        checked = self._checked
+        needed = []
+        for job in world.jobs:
+            if checked.get(job.key) is job:
+                continue  # this same object needed no check last time
+            if job.job is not None and needs_validation(job):
+                needed.append((job.key, job.job, owners.get(job.namespace)))
+            else:
+                checked[job.key] = job
+        if len(checked) > len(world.jobs):
+            present = {job.key for job in world.jobs}
+            for key in [k for k in checked if k not in present]:
+                del checked[key]
+        return await self.checker.verdicts(needed)
 
     def _refused(self, action: CreatePod, refusal: Refusal) -> None:
         """A pod was refused as invalid: other jobs with the same template are checked again."""
@@ -521,22 +536,26 @@ class AdmissionLoop:
         finally:
             self._quota_busy.discard(name)
 
+    def _tenant_gauges(
+        self, usage: TenantUsage, specs: Mapping[str | None, TenantQuotaSpec]
+    ) -> None:
+        m = self.metrics
+        m.gpus_used.labels(usage.name).set(usage.used)
+        m.gpus_borrowed.labels(usage.name).set(usage.borrowed)
+        spec = specs.get(usage.name)
+        m.gpus_guaranteed.labels(usage.name).set(spec.guaranteed_gpus if spec is not None else 0)
+        m.fair_share.labels(usage.name).set(usage.fair_share)
+
     def _count(self, decision: Decision) -> None:
         m = self.metrics
         now = decision.world.now
-        counts: dict[tuple[str, str], int] = {}
-        for job in decision.world.jobs:
-            phase = decision.final_status(job.key).phase
-            tenant = decision.contexts[job.key].tenant or ""
-            key = (tenant, phase.value if phase else "New")
-            counts[key] = counts.get(key, 0) + 1
-            requeued = decision.settled[job.key].requeued
-            if requeued is not None:
-                m.requeues.labels(tenant, requeued).inc()
+        counts = self.counts
+        for tenant, reason in counts.update(decision):
+            m.requeues.labels(tenant, reason).inc()
         m.jobs.clear()
-        for (tenant, name), n in counts.items():
+        for (tenant, name), n in counts.phases.items():
             m.jobs.labels(tenant, name).set(n)
-        jobs = {job.key: job for job in decision.world.jobs}
+        jobs = {j.key: j for j in decision.world.jobs} if decision.plan.admitted else {}
         for admission in decision.plan.admitted:
             m.admissions.labels(admission.tenant, admission.reason.value).inc()
             for victim in admission.victims:
@@ -549,7 +568,7 @@ class AdmissionLoop:
             if told is not None:
                 error = (now - told).total_seconds()
                 m.expected_start_error.labels("late" if error > 0 else "early").observe(abs(error))
-            since = _queued_since(job.status)
+            since = queued_since(job.status)
             if since is not None:
                 priority = decision.contexts[admission.job].priority
                 m.queue_wait.labels(admission.tenant, str(priority)).observe(
@@ -557,6 +576,10 @@ class AdmissionLoop:
                 )
         specs = {q.metadata.name: q.spec for q in decision.world.quotas}
         for u in decision.result.tenants:
+            if u.name in self._counted_tenants:
+                self._tenant_gauges(u, specs)
+                continue
+            self._counted_tenants.add(u.name)
             # Each tenant's counters exist from its first cycle at 0, so its first admission,
             # preemption or requeue shows in rate() and increase().
             for admit in AdmitReason:
@@ -570,23 +593,10 @@ class AdmissionLoop:
                 st.Reason.PODS_REFUSED,
             ):
                 m.requeues.labels(u.name, requeue.value)
-            m.gpus_used.labels(u.name).set(u.used)
-            m.gpus_borrowed.labels(u.name).set(u.borrowed)
-            m.gpus_guaranteed.labels(u.name).set(
-                specs[u.name].guaranteed_gpus if u.name in specs else 0
-            )
-            m.fair_share.labels(u.name).set(u.fair_share)
-        pending: dict[str, float] = {u.name: 0 for u in decision.result.tenants}
-        oldest: dict[str, float] = dict.fromkeys(pending, 0.0)
-        for job in decision.world.jobs:
-            status = decision.final_status(job.key)
-            if status.phase is not JobPhase.QUEUED:
-                continue
-            tenant = decision.contexts[job.key].tenant or ""
-            pending[tenant] = pending.get(tenant, 0) + job.gpus
-            since = _queued_since(status)
-            waited = max(0.0, (now - since).total_seconds()) if since else 0.0
-            oldest[tenant] = max(oldest.get(tenant, 0.0), waited)
+            self._tenant_gauges(u, specs)
+        named = [u.name for u in decision.result.tenants]
+        pending = counts.pending(named)
+        oldest = counts.oldest_wait(named, now)
         reservations: dict[str, float] = dict.fromkeys(pending, 0)
         idle: dict[str, float] = dict.fromkeys(pending, 0)
         for reservation in decision.result.reservations:
@@ -635,13 +645,6 @@ def _gpus_by_model(status: GpuJobStatus, models: Mapping[str, str]) -> dict[str,
         model = models.get(replica.node, "")
         out[model] = out.get(model, 0) + len(replica.gpu_indices)
     return out
-
-
-def _queued_since(status: GpuJobStatus) -> datetime | None:
-    for c in status.conditions:
-        if c.type == st.Cond.QUOTA_RESERVED.value and c.status == ConditionStatus.FALSE:
-            return c.last_transition_time
-    return status.submitted_at
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -1,16 +1,21 @@
 """A cycle's stages around the admission core (settling, the snapshot's tables, the forecast's
-starts, the plan) look again only at the jobs whose objects changed: over generated histories
-played through the operator's store, every decision made with the memo kept from cycle to cycle
-is the decision a memo that starts empty makes of the same world."""
+starts, the plan) and the queue gauges after it look again only at the jobs whose objects
+changed: over generated histories played through the operator's store, every decision made with
+the memo kept from cycle to cycle is the decision a memo that starts empty makes of the same
+world, and the gauges kept per job are those counted over every job."""
 
 from __future__ import annotations
 
 import copy
 import random
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from gpusched.api import keys
+from gpusched.api.gpujob import JobPhase
 from gpusched.core.lifecycle import (
     CreatePod,
     DeletePod,
@@ -27,6 +32,7 @@ from gpusched.core.lifecycle.settle import needs_validation
 from gpusched.core.runtime import RuntimeHistory
 from gpusched.dev.bench.admission import Workload, build_snapshot
 from gpusched.dev.bench.operator_cycle import NOW, _job_object, load_store
+from gpusched.operator.counts import JobCounts, queued_since
 from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store, World
@@ -268,11 +274,39 @@ def _plans_later_alike(
         assert planned(dict(quiet)) == planned(None), f"{where}, +{seconds} s"
 
 
+def _counted_alike(counts: JobCounts, decision: Decision, where: str) -> None:
+    """The queue gauges kept per job against the same counted over every job."""
+    requeued = counts.update(decision)
+    phases: Counter[tuple[str, str]] = Counter()
+    pending: dict[str, float] = {u.name: 0.0 for u in decision.result.tenants}
+    oldest = dict(pending)
+    truth_requeued = []
+    for job in decision.world.jobs:
+        status = decision.final_status(job.key)
+        tenant = decision.contexts[job.key].tenant or ""
+        phases[(tenant, status.phase.value if status.phase else "New")] += 1
+        done = decision.settled[job.key]
+        if done.requeued is not None:
+            truth_requeued.append((tenant, done.requeued))
+        if status.phase is not JobPhase.QUEUED:
+            continue
+        pending[tenant] = pending.get(tenant, 0.0) + job.gpus
+        since = queued_since(status)
+        waited = max(0.0, (decision.world.now - since).total_seconds()) if since else 0.0
+        oldest[tenant] = max(oldest.get(tenant, 0.0), waited)
+    named = [u.name for u in decision.result.tenants]
+    assert counts.phases == phases, f"{where}: phases"
+    assert counts.pending(named) == pending, f"{where}: pending"
+    assert counts.oldest_wait(named, decision.world.now) == pytest.approx(oldest), where
+    assert sorted(requeued) == sorted(truth_requeued), f"{where}: requeued"
+
+
 def _history(seed: int, steps: int = 40) -> None:
     history = _History(seed)
     memo = Memo()
     runtimes = RuntimeHistory()
     reader = NodeReader()
+    counts = JobCounts()
     for step in range(steps):
         world, verdicts, busy, refresh = history.inputs()
         forecast = step == 0 or history.rng.random() < 0.15
@@ -302,6 +336,7 @@ def _history(seed: int, steps: int = 40) -> None:
         )
         _same(kept, fresh, f"seed {seed}, step {step}")
         _plans_later_alike(kept, memo.quiet[kept.pool], busy, refresh, f"seed {seed}, step {step}")
+        _counted_alike(counts, kept, f"seed {seed}, step {step}")
         history.land(kept)
         history.change()
 
