@@ -474,3 +474,25 @@ def test_an_arrival_that_would_turn_a_reclaim_down_past_a_spent_budget_gets_a_wh
     truth = Cycle(arrived).run()
     assert cycles.cycle(arrived).run() == truth
     assert cycles.extended == 0
+
+
+def test_a_whole_cycle_hands_out_the_last_ones_waiting_entries_where_it_says_the_same() -> None:
+    """Readers keep things per waiting entry (the operator's plan skips a job whose entry is the
+    one it saw): a whole cycle that says the same of a job gives the same object, and a new
+    one where it says something else."""
+    snapshot = _waiting_queue()
+    cycles = Cycles()
+    first = cycles.cycle(snapshot).run()
+    later = replace(snapshot, now=snapshot.now + 60.0)
+    again = cycles.cycle(later).run()
+    assert cycles.extended == 0
+    assert again.waiting
+    assert all(a is b for a, b in zip(first.waiting, again.waiting, strict=True))
+    # The head of the queue gone: every job behind it moves up one place.
+    fewer = replace(
+        later, now=later.now + 60.0, jobs=tuple(j for j in snapshot.jobs if j.key != "a/q0")
+    )
+    moved = {w.job: w for w in cycles.cycle(fewer).run().waiting}
+    before = {w.job: w for w in again.waiting}
+    assert any(moved[k] is not before[k] and moved[k] != before[k] for k in moved)
+    assert all(moved[k] is before[k] for k in moved if moved[k] == before[k])

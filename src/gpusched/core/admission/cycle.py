@@ -162,10 +162,14 @@ class Cycle:
         *,
         pool: Pool | None = None,
         jobs: Sequence[Job] | None = None,
+        previous: Mapping[str, Waiting] | None = None,
     ) -> None:
         """``pool``: the free GPUs of ``snapshot`` already built (by
         :class:`~gpusched.core.admission.incremental.Cycles`); ``jobs``: the snapshot's jobs
-        already sorted by key."""
+        already sorted by key; ``previous``: the waiting entries of an earlier cycle, whose
+        objects :meth:`result` hands out again where this cycle says the same (so that what
+        readers keep per entry, as the operator's plan does, stays good)."""
+        self._previous: Mapping[str, Waiting] = previous or {}
         self.snapshot = snapshot
         self.now = snapshot.now
         self.tenants: dict[str, Tenant] = {
@@ -818,6 +822,10 @@ class Cycle:
         held, _ = self._held_for_lenders()
         return {name: (gpus, self._recent_asks[name][1]) for name, gpus in held.items()}
 
+    def waiting_entries(self) -> dict[str, Waiting]:
+        """The waiting entries of the last :meth:`result` by job (none before one)."""
+        return {w.job: w for w in self._result.waiting} if self._result is not None else {}
+
     def result(self) -> CycleResult:
         """The decisions so far (after :meth:`run`; again after :meth:`forecast` for the
         expected starts). The same object while nothing was decided since."""
@@ -827,6 +835,12 @@ class Cycle:
         if self.expected:
             waiting = [
                 replace(w, expected_start=self.expected.get(w.job, w.expected_start))
+                for w in waiting
+            ]
+        if self._previous:
+            previous = self._previous
+            waiting = [
+                w if (before := previous.get(w.job)) is None or before != w else before
                 for w in waiting
             ]
         self._result = CycleResult(

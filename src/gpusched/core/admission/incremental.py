@@ -71,7 +71,10 @@ class Cycles:
                 self.rebuilt_nodes = 0
                 return last
         jobs = sorted(snapshot.jobs, key=lambda j: j.key)
-        cycle = Cycle(snapshot, pool=self._pool_for(snapshot, holders(jobs)), jobs=jobs)
+        previous = last.waiting_entries() if last is not None else None
+        cycle = Cycle(
+            snapshot, pool=self._pool_for(snapshot, holders(jobs)), jobs=jobs, previous=previous
+        )
         self._last = cycle
         self._last_jobs = {j.key: j for j in jobs}
         return cycle
