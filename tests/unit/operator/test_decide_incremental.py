@@ -38,8 +38,9 @@ from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store, World
 
 #: Cycles kept for up to five minutes while nothing but time and arrivals changes (the
-#: longest ``--arrivals-on-top``): the plan's quiet jobs then meet the clock.
-CONFIG = OperatorConfig(max_preemption_searches=8, arrivals_on_top=300.0)
+#: longest ``--arrivals-on-top``): the plan's quiet jobs then meet the clock. Reservations
+#: on: their starts are shown too.
+CONFIG = OperatorConfig(max_preemption_searches=8, arrivals_on_top=300.0, reservations_per_tenant=1)
 
 #: Tenants of the generated worlds (``build_snapshot`` names them so).
 TENANTS = ("tenant-00", "tenant-01", "tenant-02")

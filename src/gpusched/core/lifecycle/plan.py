@@ -194,9 +194,9 @@ def plan(
         ):
             continue
         if done.write_waits:
-            group = _group(job, None, list(done.actions))
+            group, until = _group(job, None, list(done.actions)), None
         else:
-            group = _settled(
+            group, until = _settled(
                 job,
                 done,
                 entry,
@@ -208,44 +208,11 @@ def plan(
             )
         if group is not None:
             groups.append(group)
-            kept.pop(key, None)
-            continue
-        until = _nothing_until(job, done, entry, reservation, now)
         if until is None:
             kept.pop(key, None)
         else:
             kept[key] = QuietJob(job, done, entry, reservation, until)
     return Plan(tuple(groups), tuple(admitted), reports.deferred)
-
-
-def _nothing_until(
-    job: JobFacts,
-    done: Settled,
-    waiting: Waiting | None,
-    reservation: Reservation | None,
-    now: datetime,
-) -> float | None:
-    """Until when (epoch seconds) :func:`_settled` finds nothing to do for these same
-    objects whatever the refresh allows; None: it may find something sooner (a rewrite the
-    refresh held back, a report without room, a shown expected start within the tolerance
-    but not equal, which the clock alone can move out of it)."""
-    if done.write_waits or done.actions:
-        return None
-    status = done.status
-    if waiting is None or done.state is not JobState.QUEUED:
-        return math.inf if write_status(job, status) is None else None
-    held = st.reserved_gpus(reservation) if reservation is not None else None
-    expected = _expected(waiting, now)
-    before = status.reservation
-    if (
-        not _says(status, waiting, expected, held, now)
-        or status.expected_start != expected
-        or (before is not None and held is not None and before.start != held.start)
-        or write_status(job, status) is not None
-    ):
-        return None
-    # Past its expected start, the start shown follows the clock (never before now).
-    return waiting.expected_start if waiting.expected_start is not None else math.inf
 
 
 @dataclass
@@ -368,7 +335,11 @@ def _settled(
     budget: list[int],
     reports: _Reports,
     reservation: Reservation | None = None,
-) -> Group | None:
+) -> tuple[Group | None, float | None]:
+    """The job's group (None: nothing to do), and, when there is nothing to do whatever the
+    refresh allows, until when (epoch seconds) the same objects keep it so: the shown
+    expected start follows the clock once it has passed; a start shown within the tolerance
+    but not equal can leave it with the clock alone (None: not known to keep)."""
     status = done.status
     actions = list(done.actions)
     # A waiting job with nothing to do but say why it waits: a report, sent behind the cycle's
@@ -395,9 +366,9 @@ def _settled(
             and _idle(server.reservation) == _idle(held)
         )
         if cosmetic and (job.key in recent or budget[0] <= 0):
-            return None if not actions else _group(job, status, actions)
+            return (None if not actions else _group(job, status, actions)), None
         if report and not reports.take():
-            return None
+            return None, None
         if cosmetic:
             budget[0] -= 1
         if status.reason != waiting.reason.value:
@@ -422,7 +393,17 @@ def _settled(
             expected_start=expected,
             reservation=held,
         ).status
-    return _group(job, status, actions, Urgency.REPORT if report else Urgency.SETTLE)
+        return _group(job, status, actions, Urgency.REPORT if report else Urgency.SETTLE), None
+    group = _group(job, status, actions, Urgency.REPORT if report else Urgency.SETTLE)
+    if group is not None:
+        return group, None
+    if waiting is None or done.state is not JobState.QUEUED:
+        return None, math.inf
+    # (A reserved job's expected start is its reservation's start: one check covers both.)
+    if status.expected_start != expected:
+        return None, None
+    # Past its expected start, the start shown follows the clock (never before now).
+    return None, (waiting.expected_start if waiting.expected_start is not None else math.inf)
 
 
 #: Event reasons of a waiting job's reservation.
