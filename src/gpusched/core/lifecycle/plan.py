@@ -16,6 +16,7 @@ import math
 from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus, JobPhase, ReservedGpus
@@ -68,11 +69,10 @@ class Refresh:
     jobs not reported stay free to be admitted (the rest are reported in later cycles)."""
 
 
-@dataclass(frozen=True)
-class QuietJob:
+class QuietJob(NamedTuple):
     """A job a plan found nothing to write or do for, and what it found that from: while the
     same objects come again, before ``until``, the next plan finds the same (whatever the
-    refresh allows: nothing was held back)."""
+    refresh allows: nothing was held back). A tuple: one is made per job and cycle."""
 
     job: JobFacts
     settled: Settled
