@@ -68,14 +68,12 @@ class JobCounts:
             decision.settled,
             decision.contexts,
         )
-        seen = 0
         for job in decision.world.jobs:
             key = job.key
             done = settled[key]
             status = final.get(key) or done.status
             context = contexts[key]
             before = jobs.get(key)
-            seen += 1
             if (
                 before is not None
                 and before.job is job
@@ -89,7 +87,7 @@ class JobCounts:
             if before is not None:
                 self._remove(key, before)
             self._add(key, counted)
-        if seen != len(jobs):
+        if len(jobs) > len(decision.world.jobs):
             present = {job.key for job in decision.world.jobs}
             for key in [k for k in jobs if k not in present]:
                 self._remove(key, jobs[key])

@@ -336,12 +336,33 @@ class Memo:
             )
         return dirty
 
+    def settle_all(
+        self,
+        jobs: Mapping[str, JobFacts],
+        contexts: Mapping[str, JobContext],
+        now: datetime,
+        config: LifecycleConfig,
+    ) -> tuple[dict[str, Settled], bool]:
+        """Every job settled (:meth:`settle`, with the check that keeps an answer for the same
+        job and context before its time made inline: most jobs stop there); whether any job's
+        own pods moved (:meth:`account`)."""
+        settled: dict[str, Settled] = {}
+        kept = self.settled
+        moved = False
+        for key, job in jobs.items():
+            context = contexts[key]
+            before = kept.get(key)
+            if before is not None and before[0] is job and before[1] is context and now < before[3]:
+                settled[key] = before[2]
+                continue
+            done = settled[key] = self.settle(job, context, now, config)
+            moved |= self.account(job, done)
+        return settled, moved
+
     def settle(
         self, job: JobFacts, context: JobContext, now: datetime, config: LifecycleConfig
     ) -> Settled:
         found = self.settled.get(job.key)
-        if found is not None and found[0] is job and found[1] is context and now < found[3]:
-            return found[2]
         if found is not None and found[0] is job and _settles_alike(found[1], context):
             done = found[2]
             if _reusable(job, done) and (done.wake_at is None or now < done.wake_at):
@@ -572,17 +593,7 @@ def decide(
     lifecycle = config.lifecycle()
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
     memo.forget_except(by_key)
-    settled: dict[str, Settled] = {}
-    kept_settled = memo.settled
-    accounted_moved = False
-    for key, job in by_key.items():
-        context = contexts[key]
-        before = kept_settled.get(key)
-        if before is not None and before[0] is job and before[1] is context and now < before[3]:
-            settled[key] = before[2]
-            continue
-        done = settled[key] = memo.settle(job, context, now, lifecycle)
-        accounted_moved |= memo.account(job, done)
+    settled, accounted_moved = memo.settle_all(by_key, contexts, now, lifecycle)
     t1 = time.perf_counter()
     jobs = [
         found

@@ -24,7 +24,7 @@ from prometheus_client import Gauge
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
-from gpusched.api.tenantquota import TenantQuota, TenantQuotaSpec, TenantQuotaStatus
+from gpusched.api.tenantquota import TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import AdmitReason, PreemptReason, TenantUsage
 from gpusched.core.admission.tree import TenantTree
 from gpusched.core.lifecycle import (
@@ -111,6 +111,7 @@ class AdmissionLoop:
         """Per job, the object last found to need no dry run (needing one is a property of
         the object alone)."""
         self._counted_tenants: set[str] = set()
+        """Tenants whose counters exist (made once, at 0)."""
         self.checker = TemplateChecker(api)
         self.executor = Executor(
             api,
@@ -536,16 +537,6 @@ class AdmissionLoop:
         finally:
             self._quota_busy.discard(name)
 
-    def _tenant_gauges(
-        self, usage: TenantUsage, specs: Mapping[str | None, TenantQuotaSpec]
-    ) -> None:
-        m = self.metrics
-        m.gpus_used.labels(usage.name).set(usage.used)
-        m.gpus_borrowed.labels(usage.name).set(usage.borrowed)
-        spec = specs.get(usage.name)
-        m.gpus_guaranteed.labels(usage.name).set(spec.guaranteed_gpus if spec is not None else 0)
-        m.fair_share.labels(usage.name).set(usage.fair_share)
-
     def _count(self, decision: Decision) -> None:
         m = self.metrics
         now = decision.world.now
@@ -576,24 +567,27 @@ class AdmissionLoop:
                 )
         specs = {q.metadata.name: q.spec for q in decision.world.quotas}
         for u in decision.result.tenants:
-            if u.name in self._counted_tenants:
-                self._tenant_gauges(u, specs)
-                continue
-            self._counted_tenants.add(u.name)
-            # Each tenant's counters exist from its first cycle at 0, so its first admission,
-            # preemption or requeue shows in rate() and increase().
-            for admit in AdmitReason:
-                m.admissions.labels(u.name, admit.value)
-            for preempt in PreemptReason:
-                m.preemptions.labels(u.name, preempt.value)
-                m.preempted_gpu_seconds.labels(u.name, preempt.value)
-            for requeue in (
-                st.Reason.PODS_READY_TIMEOUT,
-                st.Reason.PODS_LOST,
-                st.Reason.PODS_REFUSED,
-            ):
-                m.requeues.labels(u.name, requeue.value)
-            self._tenant_gauges(u, specs)
+            if u.name not in self._counted_tenants:
+                self._counted_tenants.add(u.name)
+                # Each tenant's counters exist from its first cycle at 0, so its first
+                # admission, preemption or requeue shows in rate() and increase().
+                for admit in AdmitReason:
+                    m.admissions.labels(u.name, admit.value)
+                for preempt in PreemptReason:
+                    m.preemptions.labels(u.name, preempt.value)
+                    m.preempted_gpu_seconds.labels(u.name, preempt.value)
+                for requeue in (
+                    st.Reason.PODS_READY_TIMEOUT,
+                    st.Reason.PODS_LOST,
+                    st.Reason.PODS_REFUSED,
+                ):
+                    m.requeues.labels(u.name, requeue.value)
+            m.gpus_used.labels(u.name).set(u.used)
+            m.gpus_borrowed.labels(u.name).set(u.borrowed)
+            m.gpus_guaranteed.labels(u.name).set(
+                specs[u.name].guaranteed_gpus if u.name in specs else 0
+            )
+            m.fair_share.labels(u.name).set(u.fair_share)
         named = [u.name for u in decision.result.tenants]
         pending = counts.pending(named)
         oldest = counts.oldest_wait(named, now)
