@@ -39,7 +39,8 @@ def snap(tenants: list[Tenant], jobs: list[Any], nodes: list[Any]) -> Snapshot:
 
 def test_priority_preemption_waits_when_the_victim_ends_sooner_than_its_work_is_worth() -> None:
     """A low-priority job 10 h into its run, expected to end in 10 minutes: evicting it would
-    throw away 80 GPU-hours to save the high-priority job 80 GPU-minutes of waiting."""
+    throw away 80 GPU-hours to save the high-priority job, just submitted, 80 GPU-minutes of
+    waiting."""
     tenants = [Tenant("a", guaranteed=8)]
     low = job(
         "a/low",
@@ -49,7 +50,7 @@ def test_priority_preemption_waits_when_the_victim_ends_sooner_than_its_work_is_
         started=NOW - 36_000,
         expected_end=NOW + 600,
     )
-    high = job("a/high", "a", 8, priority=10, submitted=1)
+    high = job("a/high", "a", 8, priority=10, submitted=NOW)
     result = run_cycle(snap(tenants, [low, high], [node("n0")]))
     assert result.admission_of("a/high") is None
     # The same victim expected to run for another week is worth evicting.
@@ -57,6 +58,82 @@ def test_priority_preemption_waits_when_the_victim_ends_sooner_than_its_work_is_
     admission = run_cycle(snap(tenants, [for_long, high], [node("n0")])).admission_of("a/high")
     assert admission is not None
     assert [v.victim for v in admission.victims] == ["a/low"]
+
+
+@st.composite
+def own_victims(draw: st.DrawFn) -> tuple[list[tuple[int, int]], int, int]:
+    """Lower-priority one-GPU jobs filling a node (seconds run, seconds to their expected
+    end), the GPUs the higher-priority job asks, and how long it has waited."""
+    count = draw(st.integers(1, 8))
+    running = draw(
+        st.lists(
+            st.tuples(st.integers(0, 20_000), st.integers(60, 20_000)),
+            min_size=count,
+            max_size=count,
+        )
+    )
+    gpus = draw(st.integers(1, 8))
+    waited = draw(st.integers(0, 30_000))
+    return running, gpus, waited
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(own_victims())
+@example(([(0, 60)] * 8, 1, 300))  # waited exactly what one victim's restart costs
+@example(([(36_000, 600)] * 8, 8, 0))  # just submitted: the expected wait alone
+def test_priority_preemption_pays_up_to_the_longer_of_the_expected_wait_and_the_time_waited(
+    case: tuple[list[tuple[int, int]], int, int],
+) -> None:
+    """Truth worked out here: the high-priority job needs ``short`` of the node's GPUs; waiting,
+    it starts when the ``short``-th soonest of the low-priority jobs ends; the cheapest
+    eviction takes the ``short`` that ran least, each losing its run time plus the restart
+    penalty. It evicts exactly when that costs no more than its GPUs times the longer of that
+    wait and the time it has waited since its submission; turned down, when the clock makes
+    that so."""
+    running, gpus, waited = case
+    tenants = [Tenant("a", guaranteed=8)]
+    jobs = [
+        job(
+            f"a/low{i}",
+            "a",
+            1,
+            running_on=[("n0", (i,))],
+            started=NOW - ran,
+            expected_end=NOW + left,
+        )
+        for i, (ran, left) in enumerate(running)
+    ]
+    jobs.append(job("a/high", "a", gpus, priority=10, submitted=NOW - waited))
+    result = run_cycle(snap(tenants, jobs, [node("n0")]))
+    admission = result.admission_of("a/high")
+    short = gpus - (8 - len(running))
+    if short <= 0:
+        assert admission is not None
+        assert not admission.victims
+        return
+    wait = sorted(left for _, left in running)[short - 1]
+    penalty = CycleConfig().restart_penalty_seconds
+    cost = sum(sorted(ran + penalty for ran, _ in running)[:short])
+    expected = cost <= gpus * max(wait, waited)
+    assert (admission is not None) == expected, (cost, gpus * wait, gpus * waited)
+    if admission is not None:
+        assert len(admission.victims) == short
+        return
+
+    # Turned down. The victims' work grows by ``short`` GPU-seconds a second, the time waited
+    # by ``gpus``: with free GPUs for the rest, waiting pays for the set at ``due``; with none,
+    # it never does while nothing else changes.
+    def admitted_at(now: float) -> bool:
+        later = replace(snap(tenants, jobs, [node("n0")]), now=now)
+        return run_cycle(later).admission_of("a/high") is not None
+
+    if gpus == short:
+        assert not admitted_at(NOW + 30 * 86_400)
+        return
+    due = NOW + (cost - gpus * waited) / (gpus - short)
+    assert admitted_at(due + 1)
+    if due - 1 > NOW:
+        assert not admitted_at(due - 1)
 
 
 def test_priority_preemption_with_no_known_end_evicts_as_before() -> None:
