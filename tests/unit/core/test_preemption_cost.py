@@ -60,6 +60,26 @@ def test_priority_preemption_waits_when_the_victim_ends_sooner_than_its_work_is_
     assert [v.victim for v in admission.victims] == ["a/low"]
 
 
+def test_explain_tells_the_expected_wait_the_time_waited_and_the_bound_they_give() -> None:
+    """Half an hour into its wait, the high-priority job may throw away 8 GPUs x 0.5 h of its
+    own tenant's work (its expected wait, 10 minutes, gives less); the victim's 80 GPU-hours
+    are more, so it waits, and explain says why in figures."""
+    tenants = [Tenant("a", guaranteed=8)]
+    low = job(
+        "a/low",
+        "a",
+        8,
+        running_on=[("n0", tuple(range(8)))],
+        started=NOW - 36_000,
+        expected_end=NOW + 600,
+    )
+    high = job("a/high", "a", 8, priority=10, submitted=NOW - 1_800)
+    assert run_cycle(snap(tenants, [low, high], [node("n0")])).admission_of("a/high") is None
+    said = " ".join(explain(snap(tenants, [low, high], [node("n0")]), "a/high").preemption)
+    assert "times how long it has waited already if longer" in said
+    assert "0.2 h expected, 0.5 h waited, so at most 4.0 GPU-hours now" in said
+
+
 @st.composite
 def own_victims(draw: st.DrawFn) -> tuple[list[tuple[int, int]], int, int]:
     """Lower-priority one-GPU jobs filling a node (seconds run, seconds to their expected
