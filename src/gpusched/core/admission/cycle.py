@@ -1806,24 +1806,6 @@ class Cycle:
             return float("inf")
         return job.total_gpus * self._wait_without_preemption(job, request)
 
-    def priority_budget(self, job: Job, gain: float) -> float:
-        """GPU-seconds the tenant's own lower-priority victims of ``job`` may lose: its
-        :meth:`gain`, or its GPUs times the time it has waited since its submission when that
-        is more. The expected wait counts only the running jobs' ends, as if the GPUs they free
-        went to this job; when they go to others (smaller jobs that fit one freed GPU at a
-        time), it stays short however long the job waits, and the job would wait on
-        lower-priority work forever. What it has already waited is the better guess of what is
-        to come then.
-
-        The victims' lost work grows by their GPUs each second and this budget by the job's,
-        so waiting never pays for lower-priority work that was running when the job came and
-        frees all it needs (that stays weighed against the expected wait): it pays for work
-        that started after the job, on GPUs it could not yet use, once that has run longer
-        than the job waited before it started, plus a restart; and for victims that free part
-        of what it needs while free GPUs give the rest. Time alone turns such a refusal; the
-        job is decided again at the next cycle."""
-        return max(gain, job.total_gpus * max(0.0, self.now - job.submitted_at))
-
     def weighs_reclaim(self, job: Job) -> bool:
         """Whether a reclaim for ``job`` may be weighed against its wait: it was submitted
         less than :attr:`CycleConfig.reclaim_patience_seconds` ago."""
@@ -1873,9 +1855,8 @@ class Cycle:
         tenant = self.tenants[job.tenant]
         ledger = self.ledgers[tenant.name]
         claiming = self.claim_level(job)
-        # Neither the patience left (:meth:`weighs_reclaim`) nor the time waited
-        # (:meth:`priority_budget`) is part of the key: alike jobs of a tenant come oldest
-        # first, and more patience left or less time waited only turns more sets down, so a
+        # The patience left (:meth:`weighs_reclaim`) is not part of the key: alike jobs of a
+        # tenant come oldest first, and more patience left only turns more sets down, so a
         # younger job never finds a set where an older one found none.
         memo = (
             tenant.name,
@@ -1946,7 +1927,7 @@ class Cycle:
                 return True
             if not budget:
                 budget.append(self.gain(job, request, candidates))
-            if own > self.priority_budget(job, budget[0]):
+            if own > budget[0]:
                 return False
             # A reclaim waits only for GPUs expected to free within the job's patience:
             # past it, the borrowers would be evicted anyway, having lost more.

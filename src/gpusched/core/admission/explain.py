@@ -249,20 +249,15 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
         )
     own = [c for c in candidates if c.reason.value == "HigherPriority"]
     if own:
-        gain = cycle.gain(job, Request.of(job), candidates)
-        budget = cycle.priority_budget(job, gain)
-        if gain == float("inf"):
-            verdict = "no running job's end is known, so any such eviction is worth it"
-        else:
-            waited = max(0.0, cycle.now - job.submitted_at)
-            verdict = (
-                f"{gain / job.total_gpus / 3600:.1f} h expected, {waited / 3600:.1f} h waited, "
-                f"so at most {budget / 3600:.1f} GPU-hours now"
-            )
+        budget = cycle.gain(job, Request.of(job), candidates)
         lines.append(
             "may evict its own tenant's lower-priority jobs only if the work they lose (plus a "
-            "restart each) is less than its GPUs times the wait it would have without them, or "
-            f"times how long it has waited already if longer: {verdict}"
+            "restart each) is less than its GPUs times the wait it would have without them: "
+            + (
+                "no running job's end is known, so any such eviction is worth it"
+                if budget == float("inf")
+                else f"at most {budget / 3600:.1f} GPU-hours now"
+            )
         )
     if candidates:
         names = ", ".join(f"{c.job.key} ({c.reason.value})" for c in by_cost(candidates)[:5])

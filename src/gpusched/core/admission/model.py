@@ -539,11 +539,9 @@ class CycleResult:
     largest gang each level can still take. Empty in ``decisions_only`` cycles."""
     wake_at: float | None = None
     """When a job that waits may start without anything else changing: the first hold a job
-    waited for (``HeldForLenders``) lapses, the first job that turned a reclaim down for its
+    waited for (``HeldForLenders``) lapses, or the first job that turned a reclaim down for its
     cost runs out of patience (``CycleConfig.reclaim_patience_seconds``); the caller decides
-    again by that time. (A job that turned its own tenant's lower-priority jobs down for their
-    price pays more as it waits, ``Cycle.priority_budget``, and is decided again at the next
-    cycle: the operator's come at least every resync interval.)"""
+    again by that time."""
 
     @property
     def preemptions(self) -> tuple[Preemption, ...]:
