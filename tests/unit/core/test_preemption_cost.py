@@ -34,6 +34,37 @@ def snap(tenants: list[Tenant], jobs: list[Any], nodes: list[Any]) -> Snapshot:
     return Snapshot(now=NOW, tenants=tuple(tenants), jobs=tuple(jobs), nodes=tuple(nodes))
 
 
+def _one_gpu_jobs_on_n0(tenant: str, rows: Sequence[tuple[int, int]]) -> list[Any]:
+    """One-GPU jobs of ``tenant`` running on n0, one per (seconds run, seconds to their
+    expected end)."""
+    return [
+        job(
+            f"{tenant}/r{i}",
+            tenant,
+            1,
+            running_on=[("n0", (i,))],
+            started=NOW - ran,
+            expected_end=NOW + left,
+        )
+        for i, (ran, left) in enumerate(rows)
+    ]
+
+
+def _wait_and_cheapest_eviction(
+    rows: Sequence[tuple[int, int]], gpus: int
+) -> tuple[int, float, int] | None:
+    """Truth for a job of ``gpus`` GPUs on n0 beside the one-GPU jobs ``rows``: None when the
+    free GPUs hold it; else the GPUs it lacks (``short``), its wait (when the ``short``-th
+    soonest of them ends) and the price of the cheapest eviction (the ``short`` that ran
+    least, each losing its run time plus the restart penalty), as (wait, price, short)."""
+    short = gpus - (8 - len(rows))
+    if short <= 0:
+        return None
+    wait = sorted(left for _, left in rows)[short - 1]
+    penalty = CycleConfig().restart_penalty_seconds
+    return wait, sum(sorted(ran + penalty for ran, _ in rows)[:short]), short
+
+
 # --- priority preemption weighs its cost against the wait it saves ---------------------------
 
 
@@ -53,31 +84,15 @@ def test_priority_preemption_waits_when_the_victim_ends_sooner_than_its_work_is_
     high = job("a/high", "a", 8, priority=10, submitted=NOW)
     result = run_cycle(snap(tenants, [low, high], [node("n0")]))
     assert result.admission_of("a/high") is None
+    # explain says why, in figures: 8 GPUs x the 10 minutes it expects to wait.
+    said = " ".join(explain(snap(tenants, [low, high], [node("n0")]), "a/high").preemption)
+    assert "may evict its own tenant's lower-priority jobs only if" in said
+    assert "at most 1.3 GPU-hours now" in said
     # The same victim expected to run for another week is worth evicting.
     for_long = replace(low, expected_end=NOW + 7 * 86_400)
     admission = run_cycle(snap(tenants, [for_long, high], [node("n0")])).admission_of("a/high")
     assert admission is not None
     assert [v.victim for v in admission.victims] == ["a/low"]
-
-
-def test_explain_tells_the_bound_the_expected_wait_gives() -> None:
-    """The high-priority job expects to wait 10 minutes for the low-priority job to end: it may
-    throw away 8 GPUs x 10 minutes of its own tenant's work, and the victim's 80 GPU-hours are
-    more, so it waits, and explain says why in figures."""
-    tenants = [Tenant("a", guaranteed=8)]
-    low = job(
-        "a/low",
-        "a",
-        8,
-        running_on=[("n0", tuple(range(8)))],
-        started=NOW - 36_000,
-        expected_end=NOW + 600,
-    )
-    high = job("a/high", "a", 8, priority=10, submitted=NOW - 1_800)
-    assert run_cycle(snap(tenants, [low, high], [node("n0")])).admission_of("a/high") is None
-    said = " ".join(explain(snap(tenants, [low, high], [node("n0")]), "a/high").preemption)
-    assert "may evict its own tenant's lower-priority jobs only if" in said
-    assert "at most 1.3 GPU-hours now" in said
 
 
 @st.composite
@@ -111,33 +126,22 @@ def test_priority_preemption_is_made_exactly_when_the_cheapest_set_costs_no_more
     long it has waited already."""
     running, gpus, waited = case
     tenants = [Tenant("a", guaranteed=8)]
-    jobs = [
-        job(
-            f"a/low{i}",
-            "a",
-            1,
-            running_on=[("n0", (i,))],
-            started=NOW - ran,
-            expected_end=NOW + left,
-        )
-        for i, (ran, left) in enumerate(running)
-    ]
-    jobs.append(job("a/high", "a", gpus, priority=10, submitted=NOW - waited))
+    jobs = [*_one_gpu_jobs_on_n0("a", running), job("a/high", "a", gpus, priority=10)]
+    jobs[-1] = replace(jobs[-1], submitted_at=NOW - waited)
     admission = run_cycle(snap(tenants, jobs, [node("n0")])).admission_of("a/high")
-    short = gpus - (8 - len(running))
-    if short <= 0:
+    truth = _wait_and_cheapest_eviction(running, gpus)
+    if truth is None:
         assert admission is not None
         assert not admission.victims
         return
-    wait = sorted(left for _, left in running)[short - 1]
-    penalty = CycleConfig().restart_penalty_seconds
-    cost = sum(sorted(ran + penalty for ran, _ in running)[:short])
+    wait, cost, short = truth
     assert (admission is not None) == (cost <= gpus * wait), (cost, gpus * wait)
     if admission is not None:
         assert len(admission.victims) == short
-        assert sorted(v.gpu_seconds_lost for v in admission.victims) == sorted(
-            float(ran) for ran, _ in running
-        )[:short]
+        assert (
+            sorted(v.gpu_seconds_lost for v in admission.victims)
+            == sorted(float(ran) for ran, _ in running)[:short]
+        )
 
 
 def test_priority_preemption_with_no_known_end_evicts_as_before() -> None:
@@ -281,26 +285,16 @@ def test_a_reclaim_is_made_exactly_when_the_cheapest_set_costs_no_more_than_the_
     wait, or if the wait outlasts the patience left; past it, always."""
     borrowers, gpus, waited = case
     jobs = [
-        job(
-            f"borrower/b{i}",
-            "borrower",
-            1,
-            running_on=[("n0", (i,))],
-            started=NOW - ran,
-            expected_end=NOW + left,
-        )
-        for i, (ran, left) in enumerate(borrowers)
+        *_one_gpu_jobs_on_n0("borrower", borrowers),
+        job("owner/o", "owner", gpus, submitted=NOW - waited),
     ]
-    jobs.append(job("owner/o", "owner", gpus, submitted=NOW - waited))
     admission = run_cycle(_patient(OWNER_AND_BORROWER, jobs, [node("n0")])).admission_of("owner/o")
-    short = gpus - (8 - len(borrowers))
-    if short <= 0:
+    truth = _wait_and_cheapest_eviction(borrowers, gpus)
+    if truth is None:
         assert admission is not None
         assert not admission.victims
         return
-    wait = sorted(left for _, left in borrowers)[short - 1]
-    penalty = CycleConfig().restart_penalty_seconds
-    cost = sum(sorted(ran + penalty for ran, _ in borrowers)[:short])
+    wait, cost, short = truth
     expected = waited >= PATIENCE or cost <= gpus * wait or wait >= PATIENCE - waited
     assert (admission is not None) == expected, (cost, gpus * wait)
     if admission is not None:
