@@ -126,8 +126,10 @@ def test_priority_preemption_is_made_exactly_when_the_cheapest_set_costs_no_more
     long it has waited already."""
     running, gpus, waited = case
     tenants = [Tenant("a", guaranteed=8)]
-    jobs = [*_one_gpu_jobs_on_n0("a", running), job("a/high", "a", gpus, priority=10)]
-    jobs[-1] = replace(jobs[-1], submitted_at=NOW - waited)
+    jobs = [
+        *_one_gpu_jobs_on_n0("a", running),
+        job("a/high", "a", gpus, priority=10, submitted=NOW - waited),
+    ]
     admission = run_cycle(snap(tenants, jobs, [node("n0")])).admission_of("a/high")
     truth = _wait_and_cheapest_eviction(running, gpus)
     if truth is None:
