@@ -142,7 +142,8 @@ class GpuschedPolicy:
         that runs past it."""
         self.next_forecast = -math.inf
         self.told: set[str] = set()
-        """Jobs told an expected start (the first one counts)."""
+        """Jobs told an expected start, or started before (only the first expected start of a
+        job that never ran is recorded)."""
         self.wake: float = math.inf
         self.arrivals_window = arrivals_window
         """Submissions of this many seconds back are expected to go on over as many ahead,
@@ -227,6 +228,8 @@ class GpuschedPolicy:
                     preemptions=job.preemptions + 1,
                 )
                 preempted.append(job_id)
+                # A job that ran is not told an expected start again (the first one counts).
+                self.told.add(job_id)
             job_id = self.ids[admission.job]
             job = self.queued.pop(job_id)
             placement = tuple(Assignment(p.node, p.gpus) for p in admission.placement)
@@ -249,7 +252,9 @@ class GpuschedPolicy:
         estimates: dict[str, float] = {}
         for reservation in result.reservations:
             estimates[self.ids[reservation.job]] = reservation.start
-        if forecast:
+        if forecast and any(self.ids[key] not in self.told for key in result.wait_reasons):
+            # Only a job's first expected start is recorded: a forecast in which every
+            # waiting job was told before would be played for nothing (it feeds no decision).
             for key, when in cycle.forecast().items():
                 if when is not None:
                     estimates.setdefault(self.ids[key], when)
