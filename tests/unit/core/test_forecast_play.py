@@ -361,24 +361,33 @@ def test_expected_starts_are_those_of_trying_every_job_at_every_change(case: Cas
     cycle = _build(case)
     truth = _play(cycle)
     assert cycle.forecast() == truth
-    # Played only until one job is decided (as explain asks), that job's answer is the same.
+    # Played only until one job is decided (as explain asks), that job's answer is the same;
+    # so are those of a set of jobs played until each is decided (as a replay asks).
     for key in list(truth)[-1:]:
         assert _build(case).forecast(until=key)[key] == truth[key]
+    some = frozenset(list(truth)[::3])
+    stopped = _build(case).forecast(until=some)
+    assert {k: stopped[k] for k in some} == {k: truth[k] for k in some}
 
 
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=list(HealthCheck))
 @given(cases(), st.integers(0, 12))
-def test_a_play_stopped_at_one_job_answers_as_the_whole_play_past_its_budget_too(
+def test_a_play_stopped_at_some_jobs_answers_as_the_whole_play_past_its_budget_too(
     case: Case, tries: int
 ) -> None:
-    """``explain`` plays only until its job is decided, under the budget of the whole play: a
-    play that runs out of tries plans the rest in turn, and the job's answer is the same."""
+    """``explain`` plays only until its job is decided (a replay until the jobs it has not
+    told yet are), under the budget of the whole play: a play that runs out of tries plans the
+    rest in turn, and the answers are the same."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cycle_module, "_PLAY_TRIES_PER_JOB", 0)
         patch.setattr(cycle_module, "_PLAY_TRIES", tries)
         whole = _build(case).forecast()
         for key, start in whole.items():
             assert _build(case).forecast(until=key)[key] == start, key
+        for first in range(3):
+            some = frozenset(list(whole)[first::3])
+            stopped = _build(case).forecast(until=some)
+            assert {k: stopped[k] for k in some} == {k: whole[k] for k in some}
 
 
 def test_a_forecast_stopped_at_one_job_cannot_then_answer_for_all() -> None:

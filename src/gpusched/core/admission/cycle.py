@@ -1070,13 +1070,14 @@ class Cycle:
     # --- expected starts -----------------------------------------------------------------
 
     def forecast(
-        self, limit: int | None = None, *, until: str | None = None
+        self, limit: int | None = None, *, until: str | frozenset[str] | None = None
     ) -> dict[str, float | None]:
         """Expected start of the jobs that waited in :meth:`run` (at most ``limit`` of them
         beyond the reservations, first in the cycle's order; None: all). With ``until`` (a
-        waiting job's key) the play stops once that job is decided: ``explain`` asks for one
-        job, and the rest of the queue's future does not change its answer. The forecast is
-        played once per cycle: later calls return its answers.
+        waiting job's key, or a set of them) the play stops once that job (each of them) is
+        decided: ``explain`` asks for one job, a replay for the jobs not told yet, and the rest
+        of the queue's future does not change their answers. The forecast is played once per
+        cycle: later calls return its answers.
 
         A reserving job starts with its reservation. The others are planned by playing the
         cycle forward on the running jobs' expected ends (:mod:`gpusched.core.admission.forecast`):
@@ -1095,7 +1096,8 @@ class Cycle:
             if until is None and self._played != "all":
                 raise RuntimeError("the forecast stopped at one job; a cycle plays it once")
             return dict(self.expected)
-        self._played = until or "all"
+        self._played = "all" if until is None else "part"
+        wanted = frozenset((until,)) if isinstance(until, str) else until
         config = self.snapshot.config
         profile = self.profile()
         held: dict[str, list[float]] = {}
@@ -1140,14 +1142,16 @@ class Cycle:
             entries.append(Entry(job, self.requests.get(key) or Request.of(job), self._floor(job)))
         if self.snapshot.arrivals:
             entries = self._with_arrivals(entries)
-        # The same budget with ``until``: the play stopped at one job is then exactly the first
-        # part of the whole play, so it answers as the whole play would, and costs no more.
+        # The same budget with ``until``: the play stopped at some jobs is then exactly the
+        # first part of the whole play, so it answers as the whole play would, and costs no
+        # more. (A job that is no entry has its answer already, or none.)
         budget = _PLAY_TRIES_PER_JOB * len(entries) + _PLAY_TRIES
-        starts = play.run(entries, until, budget)
+        stop = None if wanted is None else wanted & {e.job.key for e in entries}
+        starts = play.run(entries, stop, budget)
         self.expected.update((k, t) for k, t in starts.items() if not is_arrival(k))
         # Past its budget the play stopped: the rest is planned in turn (up to ``until``).
         for entry in play.left:
-            if until is not None and until in self.expected:
+            if stop is not None and stop <= self.expected.keys():
                 break
             if is_arrival(entry.job.key):
                 continue

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpusched.core.admission.model import Job, Tenant
@@ -224,10 +224,13 @@ class Forecast:
         return tuple(out)
 
     def run(
-        self, entries: Sequence[Entry], until: str | None = None, budget: int | None = None
+        self,
+        entries: Sequence[Entry],
+        until: Collection[str] | None = None,
+        budget: int | None = None,
     ) -> dict[str, float | None]:
         """Each entry's expected start (None: it never starts as far as the profile knows).
-        With ``until``, only until that entry is decided: the others decided by then. Past
+        With ``until``, only until those entries are decided: the others decided by then. Past
         ``budget`` tries the play stops at the moment it is in: :attr:`left` lists the
         entries it did not decide (the caller plans them in turn)."""
         kinds: dict[tuple[object, ...], _Kind] = {}
@@ -243,9 +246,13 @@ class Forecast:
             kind_of[key] = kind
             heapq.heappush(arrivals, (max(self.now, entry.floor), position, key))
         tick = itertools.count()
+        undecided = None if until is None else list(until)
         while arrivals or self._sleeping:
-            if until is not None and until in self.starts:
-                return self.starts
+            if undecided is not None:
+                while undecided and undecided[-1] in self.starts:
+                    undecided.pop()
+                if not undecided:
+                    return self.starts
             if budget is not None and self.tries > budget:
                 self._stop(entries)
                 return self.starts

@@ -252,11 +252,16 @@ class GpuschedPolicy:
         estimates: dict[str, float] = {}
         for reservation in result.reservations:
             estimates[self.ids[reservation.job]] = reservation.start
-        if forecast and any(self.ids[key] not in self.told for key in result.wait_reasons):
-            # Only a job's first expected start is recorded: a forecast in which every
-            # waiting job was told before would be played for nothing (it feeds no decision).
-            for key, when in cycle.forecast().items():
-                if when is not None:
+        untold = (
+            frozenset(key for key in result.wait_reasons if self.ids[key] not in self.told)
+            if forecast
+            else frozenset()
+        )
+        if untold:
+            # Only a job's first expected start is recorded, and expected starts feed no
+            # decision: the forecast is played until every job not told yet is decided.
+            for key, when in cycle.forecast(until=untold).items():
+                if when is not None and key in untold:
                     estimates.setdefault(self.ids[key], when)
         told = tuple((j, t) for j, t in estimates.items() if j not in self.told)
         self.told.update(j for j, _ in told)
