@@ -201,6 +201,10 @@ class GpuschedPolicy:
         if forecast:
             self._refresh_predictions()
             self.next_forecast = now + self.forecast_interval
+        # Only a job's first expected start is recorded, and expected starts feed no decision:
+        # the forecast is played (on a whole cycle, its order) only for waiting jobs not told
+        # yet, which can only be among the queued ones.
+        play = forecast and any(job_id not in self.told for job_id in self.queued)
         snapshot = Snapshot(
             now=now,
             tenants=self._remembering(now),
@@ -208,9 +212,9 @@ class GpuschedPolicy:
             nodes=self.nodes,
             config=self.config,
             levels=self.levels,
-            arrivals=self._arrivals(now) if forecast else (),
+            arrivals=self._arrivals(now) if play else (),
         )
-        cycle = self.cycles.cycle(snapshot, whole=forecast)
+        cycle = self.cycles.cycle(snapshot, whole=play)
         result = cycle.run()
         preempted: list[str] = []
         starts: list[Start] = []
@@ -254,12 +258,11 @@ class GpuschedPolicy:
             estimates[self.ids[reservation.job]] = reservation.start
         untold = (
             frozenset(key for key in result.wait_reasons if self.ids[key] not in self.told)
-            if forecast
+            if play
             else frozenset()
         )
         if untold:
-            # Only a job's first expected start is recorded, and expected starts feed no
-            # decision: the forecast is played until every job not told yet is decided.
+            # Played until every job not told yet is decided.
             for key, when in cycle.forecast(until=untold).items():
                 if when is not None and key in untold:
                     estimates.setdefault(self.ids[key], when)
