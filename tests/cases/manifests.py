@@ -124,6 +124,13 @@ INVALID: tuple[Invalid, ...] = (
         "spec.template.spec.nodeName",
     ),
     Invalid(
+        "gpujob-pods-restarted-forever",
+        gpujob(
+            template=_template(restartPolicy="Always", containers=[{"name": "c", "image": "i"}])
+        ),
+        "spec.template.spec.restartPolicy",
+    ),
+    Invalid(
         "gpujob-container-without-name",
         gpujob(template=_template(containers=[{"image": "busybox"}])),
         "spec.template.spec.containers[0].name",

@@ -114,6 +114,14 @@ _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
             "reason": "FieldValueRequired",
         },
         {
+            "rule": "!has(self.spec) || !has(self.spec.restartPolicy) "
+            "|| self.spec.restartPolicy != 'Always'",
+            "message": "a GpuJob's pods run to completion: restartPolicy Never (the default) or "
+            "OnFailure",
+            "fieldPath": ".spec.restartPolicy",
+            "reason": "FieldValueNotSupported",
+        },
+        {
             "rule": "!has(self.spec) || !has(self.spec.nodeName)",
             "message": "nodeName is chosen by gpusched; leave it empty",
             "fieldPath": ".spec.nodeName",
@@ -268,6 +276,11 @@ class GpuJobSpec(ApiModel):
             )
         if spec.get("nodeName"):
             raise ValueError("spec.template.spec.nodeName is chosen by gpusched; leave it empty")
+        if spec.get("restartPolicy") == "Always":
+            raise ValueError(
+                "spec.template.spec.restartPolicy: a GpuJob's pods run to completion: Never "
+                "(the default) or OnFailure"
+            )
         if spec.get("schedulerName") not in (None, keys.SCHEDULER_NAME):
             raise ValueError("spec.template.spec.schedulerName is set by the operator")
         if "priorityClassName" in spec or "priority" in spec:

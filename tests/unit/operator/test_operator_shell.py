@@ -359,6 +359,24 @@ def test_a_template_never_passes_gpu_ownership_annotations_to_its_pods() -> None
     assert annotations["a"] == "b"
 
 
+def test_pods_run_to_completion_unless_the_template_restarts_failed_containers() -> None:
+    """Kubernetes' default restartPolicy (Always) would restart a finished trainer for ever:
+    a pod that does not say is made Never; OnFailure is kept; Always (refused by the CRD, so only
+    from a job stored before that rule) becomes Never too."""
+
+    def restart_policy(template_policy: str | None) -> str:
+        job = gpujob()
+        if template_policy is not None:
+            job.spec.template["spec"]["restartPolicy"] = template_policy
+        pod = pod_manifest(job, tenant="t", admission=1, replica=0, placement=None)
+        return str(pod["spec"]["restartPolicy"])
+
+    assert restart_policy(None) == "Never"
+    assert restart_policy("OnFailure") == "OnFailure"
+    assert restart_policy("Never") == "Never"
+    assert restart_policy("Always") == "Never"
+
+
 def test_a_gpu_pod_outside_gpujobs_is_charged_to_the_tenant_of_its_namespace() -> None:
     """A pod asking nvidia.com/gpu directly in a tenant's namespace (made before the chart's
     admission policy, or without it) counts against the tenant: its usage and its borrowing
