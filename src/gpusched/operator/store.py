@@ -207,8 +207,32 @@ class Store:
             # older event: nothing new, not even worth parsing.
             return
         facts = JobFacts.from_api(raw)
+        if old is not None and old.uid != uid:
+            # The job under this name was deleted and created again while the watch was away:
+            # nothing decided for the old one (an unwritten admission, a write in flight, a
+            # refusal) is the new one's.
+            self._bury(old.uid)
+            self._forget(old)
+        elif old is not None:
+            self._carry_unwritten(old, facts)
         self.jobs[facts.key] = facts
         self._touch(facts.key)
+
+    def _carry_unwritten(self, old: JobFacts, new: JobFacts) -> None:
+        """Keep an unwritten admission's write valid across a change of the job's metadata
+        alone (a workload's checkpoint annotation, a label): its precondition moves to the new
+        version. A change of spec (the generation), of status (another writer), or a deletion
+        or a new object under the name still refuses the write, which drops the admission."""
+        pending = self.unwritten.get(old.key)
+        if (
+            pending is not None
+            and pending[1] == old.resource_version
+            and new.uid == old.uid
+            and new.generation == old.generation
+            and not new.deleting
+            and new.status == old.status
+        ):
+            self.unwritten[old.key] = (pending[0], new.resource_version)
 
     def delete_job(self, raw: Mapping[str, Any]) -> None:
         meta = raw.get("metadata") or {}
@@ -218,11 +242,15 @@ class Store:
         if old is None or old.uid != meta.get("uid"):
             return
         del self.jobs[key]
-        self.assumed.pop(key, None)
-        self.unwritten.pop(key, None)
+        self._forget(old)
+        self._touch(key)
+
+    def _forget(self, old: JobFacts) -> None:
+        """What the store keeps for a job besides its object, for a job that is gone."""
+        self.assumed.pop(old.key, None)
+        self.unwritten.pop(old.key, None)
         for refusal in [r for r in self.refusals if r[0] == old.uid]:
             del self.refusals[refusal]
-        self._touch(key)
         if self.on_job_deleted is not None:
             self.on_job_deleted(old)
 
@@ -233,11 +261,16 @@ class Store:
             facts = JobFacts.from_api(raw)
             previous = old.get(facts.key)
             if previous is not None and previous.uid == facts.uid:
-                facts = previous if previous.version > facts.version else facts
+                if previous.version > facts.version:
+                    facts = previous
+                else:
+                    self._carry_unwritten(previous, facts)
+            elif previous is not None:
+                self._bury(previous.uid)
+                self._forget(previous)
             self.jobs[facts.key] = facts
         for key in set(old) - set(self.jobs):
-            self.assumed.pop(key, None)
-            self.unwritten.pop(key, None)
+            self._forget(old[key])
         self._assembled.clear()
         self.synced.add("gpujobs")
         self._touch()

@@ -4,6 +4,7 @@ loses one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -149,6 +150,67 @@ def test_an_unwritten_admission_refused_by_the_api_server_is_dropped() -> None:
     store.settle_status("ns/a", admitted, None, refused=True)
     assert store.world(NOW).jobs[0].unwritten is None
     assert phase_of(store) is JobPhase.QUEUED
+
+
+def _changed(version: int, **meta: Any) -> dict[str, Any]:
+    """The job at ``version`` with ``meta`` merged into its metadata."""
+    raw = job(version, phase="Queued")
+    raw["metadata"].update(meta)
+    return raw
+
+
+def test_an_unwritten_admission_is_written_over_a_change_of_metadata_alone() -> None:
+    """A workload annotating its GpuJob (its checkpoint) or a label changed while the
+    admission waits to be written does not undo it: the write's precondition follows."""
+    store = Store()
+    store.upsert_job(job(5, phase="Queued"))
+    admitted = GpuJobStatus(phase=JobPhase.ADMITTED, admission=1)
+    store.defer_status("ns/a", admitted, "5")
+    store.upsert_job(_changed(6, annotations={keys.ANNOTATION_LAST_CHECKPOINT: NOW.isoformat()}))
+    store.upsert_job(_changed(7, labels={"team": "x"}))
+    facts = store.world(NOW).jobs[0]
+    assert facts.status is admitted
+    assert facts.unwritten is not None
+    assert facts.unwritten.resource_version == "7"
+    store.replace_jobs([_changed(8, labels={"team": "y"})])  # a relist after a missed event
+    assert store.world(NOW).jobs[0].unwritten == replace(facts.unwritten, resource_version="8")
+
+
+def test_an_unwritten_admission_keeps_its_precondition_over_a_change_of_spec_or_status() -> None:
+    """A new spec (the generation), another writer's status or a deletion under way: the
+    write on the version the admission was decided on is refused, as it must be."""
+    for change in (
+        _changed(6, generation=2),
+        job(6, phase="Failed"),
+        _changed(6, deletionTimestamp="2026-03-01T12:00:00Z"),
+    ):
+        store = Store()
+        store.upsert_job(job(5, phase="Queued"))
+        store.defer_status("ns/a", GpuJobStatus(phase=JobPhase.ADMITTED, admission=1), "5")
+        store.upsert_job(change)
+        unwritten = store.world(NOW).jobs[0].unwritten
+        assert unwritten is not None
+        assert unwritten.resource_version == "5", change["metadata"]
+
+
+def test_a_job_created_again_while_the_watch_was_away_inherits_nothing_of_the_old_one() -> None:
+    deleted: list[str] = []
+    store = Store(on_job_deleted=lambda old: deleted.append(old.uid))
+    store.upsert_job(job(5, phase="Queued"))
+    store.defer_status("ns/a", GpuJobStatus(phase=JobPhase.ADMITTED, admission=1), "5")
+    store.upsert_job(job(9, uid="uid-b"))  # the delete and the create of uid-b were missed
+    (only,) = store.world(NOW).jobs
+    assert only.uid == "uid-b"
+    assert only.unwritten is None
+    assert only.status.phase is None
+    assert deleted == ["uid-a"]  # its pods are deleted
+    store.upsert_job(job(6, phase="Queued"))  # a late event of the old job is no news
+    assert store.world(NOW).jobs[0].uid == "uid-b"
+    # The same through a relist.
+    store.defer_status("ns/a", GpuJobStatus(phase=JobPhase.ADMITTED, admission=1), "9")
+    store.replace_jobs([job(12, uid="uid-c")])
+    assert store.world(NOW).jobs[0].unwritten is None
+    assert deleted == ["uid-a", "uid-b"]
 
 
 def test_a_deleted_job_forgets_its_unwritten_admission() -> None:

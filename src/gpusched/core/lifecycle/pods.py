@@ -69,8 +69,8 @@ def pod_manifest(
     pod_spec["schedulerName"] = keys.SCHEDULER_NAME
     # A pod left to Kubernetes' default (Always) would be restarted when its work is done and
     # never end; the CRD refuses Always, and a job stored before that rule runs to completion
-    # too.
-    if pod_spec.get("restartPolicy") not in ("Never", "OnFailure"):
+    # too. (Any other value goes to the API server as written, which judges it.)
+    if pod_spec.get("restartPolicy") in (None, "Always"):
         pod_spec["restartPolicy"] = "Never"
     # The pods run at the job's priority, so the kubelet's and the scheduler's preemption, and
     # ResourceQuotas scoped by PriorityClass, see what admission saw.
