@@ -18,6 +18,8 @@ def parse_indices(value: str | None) -> tuple[int, ...] | None:
     if not value:
         return None
     parts = [part.strip() for part in value.split(",")]
-    if not all(part.isdigit() for part in parts):
+    # ASCII digits only: str.isdigit() also accepts superscripts and other scripts' digits,
+    # which int() refuses.
+    if not all(part.isascii() and part.isdigit() for part in parts):
         return None
     return tuple(sorted(int(part) for part in parts))

@@ -205,10 +205,12 @@ class AdmissionLoop:
             self.metrics.leading.set(1)
             if not self.store.ready:
                 continue
-            if self.runtimes is not None and not self.runtimes.loaded:
-                await self.runtimes.load()
-            self._published = True
             try:
+                # Read on leading; a connection lost on the way is retried like a cycle that
+                # failed (the history is the persisted one, not one started over).
+                if self.runtimes is not None and not self.runtimes.loaded:
+                    await self.runtimes.load()
+                self._published = True
                 report = await self.cycle()
             except Exception:
                 log.exception("admission cycle failed; retrying")
