@@ -30,6 +30,24 @@ def test_a_tenant_updating_itself_does_not_conflict_with_its_own_namespaces() ->
     assert namespace_claim_refusal("vision", ["cv", "cv-new"], others) is None
 
 
+def _created(quota: TenantQuota, when: str) -> TenantQuota:
+    raw = quota.model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["metadata"]["creationTimestamp"] = when
+    return TenantQuota.model_validate(raw)
+
+
+def test_a_namespace_listed_twice_stays_with_its_older_tenant_which_stays_editable() -> None:
+    """A newer TenantQuota listed ``ml`` while the webhook was down: the older one owns it (as
+    admission counts it) and may still be changed; the newer one is told the owner."""
+    older = _created(_quota("research", "ml"), "2026-01-01T00:00:00Z")
+    newer = _created(_quota("intruder", "ml"), "2026-02-01T00:00:00Z")
+    stored = [newer, older]
+    assert namespace_claim_refusal("research", ["ml", "ml-eval"], stored) is None
+    refusal = namespace_claim_refusal("intruder", ["ml"], stored)
+    assert refusal is not None
+    assert "'research'" in refusal
+
+
 def test_fresh_namespaces_are_accepted() -> None:
     assert namespace_claim_refusal("nlp", ["nlp"], [_quota("vision", "cv")]) is None
 

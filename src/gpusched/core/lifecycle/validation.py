@@ -13,22 +13,23 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 
 from gpusched.api.tenantquota import TenantQuota
+from gpusched.core.lifecycle.tenants import tenant_map
 
 
 def namespace_claim_refusal(
     name: str, namespaces: Sequence[str], others: Iterable[TenantQuota]
 ) -> str | None:
     """Why TenantQuota ``name`` may not claim ``namespaces``: one of them belongs to another
-    TenantQuota (a namespace has one tenant, else whose guarantee would its jobs use?)."""
-    owners = {
-        namespace: other.metadata.name
-        for other in others
-        if other.metadata.name != name
-        for namespace in other.spec.namespaces
-    }
+    TenantQuota (a namespace has one tenant, else whose guarantee would its jobs use?).
+
+    ``others``: the TenantQuotas stored, this one's stored version among them when it is
+    updated. A namespace belongs to the oldest TenantQuota listing it (:func:`tenant_map`):
+    when two list it (one applied while the webhook was down), the owner stays editable and
+    the other is told who owns it."""
+    owners = tenant_map(others).owner
     for index, namespace in enumerate(namespaces):
         owner = owners.get(namespace)
-        if owner is not None:
+        if owner is not None and owner != name:
             return (
                 f"spec.namespaces[{index}]: namespace {namespace!r} belongs to TenantQuota "
                 f"{owner!r}; a namespace has one tenant (remove it there first)"
