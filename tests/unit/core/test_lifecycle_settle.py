@@ -168,6 +168,43 @@ def test_all_pods_succeeded_is_success_and_meters_the_run() -> None:
     assert done.state is None
 
 
+def test_a_gang_whose_first_replica_finished_before_the_last_ran_is_running() -> None:
+    """Replica 0 succeeded while replica 1 was still starting: the gang ran, it is not
+    released at the pods-ready timeout."""
+    facts = job(status=admitted_status())
+    early = NOW - timedelta(seconds=400)  # past the 300 s pods-ready timeout
+    facts = with_pods(
+        facts,
+        pod(facts, 0, phase="Succeeded", created=early),
+        pod(facts, 1, created=early),
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.status.phase, done.status.started_at) == (JobPhase.RUNNING, NOW)
+    assert done.requeued is None
+    assert _of(done.actions, DeletePod) == []
+
+
+def test_a_gang_that_ended_between_two_cycles_is_metered_from_its_pods_creation() -> None:
+    facts = job(status=admitted_status())
+    created = NOW - timedelta(seconds=100)
+    facts = with_pods(
+        facts,
+        pod(facts, 0, phase="Succeeded", created=created),
+        pod(facts, 1, phase="Succeeded", created=created + timedelta(seconds=5)),
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    assert done.status.phase is JobPhase.SUCCEEDED
+    assert done.status.gpu_seconds == 800.0  # 2 replicas x 4 GPUs x 100 s
+    failing = with_pods(
+        facts,
+        pod(facts, 0, phase="Failed", exit_code=1, created=created),
+        pod(facts, 1, phase="Pending", created=created),
+    )
+    failed = settle(failing, OK, NOW, CONFIG)
+    assert failed.status.phase is JobPhase.FAILED
+    assert failed.status.gpu_seconds == 800.0
+
+
 def test_running_gang_that_lost_a_pod_is_released_and_requeued() -> None:
     facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW)))
     facts = with_pods(facts, pod(facts, 0))

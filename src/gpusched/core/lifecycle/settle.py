@@ -350,13 +350,13 @@ class _Settle:
             pod = failed[0]
             text = f"pod {pod.name} failed" + (f": {pod.message}" if pod.message else "")
             self.delete(current, None)
-            self.move(st.finished(self.transition(), False, text, gpus))
+            self.move(st.finished(self._ran(current), False, text, gpus))
             self.event("Failed", text, warning=True)
             self.terminating(current, None)
             return
         if len(current) == replicas and all(p.phase == "Succeeded" for p in current):
             text = f"all {replicas} pods succeeded" if replicas > 1 else "its pod succeeded"
-            self.move(st.finished(self.transition(), True, text, gpus))
+            self.move(st.finished(self._ran(current), True, text, gpus))
             self.event("Succeeded", text)
             return
 
@@ -395,7 +395,10 @@ class _Settle:
         # The clock starts when the pods were created, or at admission if none could be: a
         # gang never sits Admitted forever.
         waiting_since = min(created) if created else self.status.admitted_at
-        all_running = len(present) == replicas and all(p.phase == "Running" for p in current)
+        # A replica that already finished ran: the gang started (and is metered) all the same.
+        all_running = len(present) == replicas and all(
+            p.phase in ("Running", "Succeeded") for p in current
+        )
         if self.status.phase is JobPhase.ADMITTED and not all_running and waiting_since:
             deadline = waiting_since + timedelta(seconds=self.config.pods_ready_timeout)
             if self.now > deadline:
@@ -409,6 +412,17 @@ class _Settle:
             # No event: the PodsReady condition and status.placement say it, and an event per
             # job start would be the operator's most numerous write.
             self.move(st.running(self.transition(), replicas, bound=current))
+
+    def _ran(self, current: list[PodFacts]) -> st.Transition:
+        """The transition of a job whose pods ran to their end: one never seen with all its
+        pods running (they ended between two cycles) is metered from its pods' creation."""
+        t = self.transition()
+        if t.status.started_at is None:
+            created = [p.created for p in current if p.created is not None]
+            since = min(created) if created else self.status.admitted_at
+            if since is not None:
+                t.set(started_at=since)
+        return t
 
     def past_limit(self, current: list[PodFacts], limit: int) -> None:
         """The job ran for its declared ``spec.maxRuntimeSeconds``: it fails, and its pods go
