@@ -109,6 +109,7 @@ def pod(
     tenant: str = "t",
     exit_code: int | None = None,
     rejected: str | None = None,
+    status_extra: dict[str, Any] | None = None,
 ) -> PodFacts:
     """A pod of the job's gang (``rejected``: the kubelet's reason for refusing to admit it,
     which fails the pod before any container is created)."""
@@ -149,6 +150,7 @@ def pod(
         status["containerStatuses"] = [
             {"name": "main", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
         ]
+    status.update(status_extra or {})
     raw = {
         "metadata": meta,
         "spec": {

@@ -387,6 +387,33 @@ def test_a_pod_whose_container_ran_and_failed_still_fails_the_job() -> None:
     assert settle(facts, OK, NOW, CONFIG).status.phase is JobPhase.FAILED
 
 
+def test_a_pod_the_cluster_stopped_requeues_the_gang_instead_of_failing_it() -> None:
+    """A drain or the eviction API (the pod deleted: its container exits on SIGTERM), the
+    kubelet's eviction under node pressure, a graceful node shutdown: the work did not fail,
+    the gang is released and queued again. A container that failed by itself still fails the
+    job (test above)."""
+    shutdown = {
+        "reason": "Terminated",
+        "message": "Pod was terminated in response to imminent node shutdown.",
+    }
+    marked = {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    for stopped in (
+        {"deleting": True},
+        {"status_extra": {"reason": "Evicted", "message": "The node was low on memory."}},
+        {"status_extra": shutdown},
+        {"status_extra": marked},
+    ):
+        facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW)))
+        facts = with_pods(
+            facts, pod(facts, 0, phase="Failed", exit_code=143, **stopped), pod(facts, 1)
+        )
+        done = settle(facts, OK, NOW, CONFIG)
+        assert (done.status.phase, done.status.reason) == (JobPhase.QUEUED, "PodsLost"), stopped
+        assert done.requeued == "PodsLost"
+        assert "train-1-0 was stopped on n0" in (done.status.message or "")
+        assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-1"]
+
+
 def test_kubelet_refusals_in_a_row_fail_the_job_at_the_bound() -> None:
     facts = job(status=admitted_status(nodeRejections=CONFIG.max_node_rejections - 1))
     facts = with_pods(facts, pod(facts, 0, rejected="OutOfnvidia.com/gpu"), pod(facts, 1))

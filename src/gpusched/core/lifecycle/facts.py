@@ -55,6 +55,25 @@ def _refused_by_kubelet(status: Mapping[str, Any]) -> bool:
     return True
 
 
+#: Pod status reasons the kubelet gives a pod it stopped for the node's sake, not the work's:
+#: evicted under node pressure, or shut down with its node (graceful node shutdown).
+DISRUPTION_REASONS: Final = frozenset({"Evicted", "Terminated", "Shutdown", "NodeShutdown"})
+
+
+def _disrupted(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a Failed pod was stopped by the cluster rather than failing: deleted (a drain,
+    the eviction API: its container then exits on SIGTERM), evicted or shut down with its node
+    by the kubelet, or marked a ``DisruptionTarget`` by Kubernetes."""
+    if status.get("phase") != "Failed":
+        return False
+    if meta.get("deletionTimestamp") or status.get("reason") in DISRUPTION_REASONS:
+        return True
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
 def _number(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() else None
 
@@ -89,6 +108,9 @@ class PodFacts:
     such a pod's plan (``planned-*``) is the operator's."""
     reason: str = ""
     """``status.reason`` (e.g. the kubelet's ``UnexpectedAdmissionError``)."""
+    disrupted: bool = False
+    """Failed because the cluster stopped it (a drain, an eviction, its node shutting down),
+    not because its work failed."""
     never_started: bool = False
     """Failed before any container was created: the kubelet refused to admit it (a device
     plugin, resources, a node restart), so the workload never ran."""
@@ -132,6 +154,7 @@ class PodFacts:
             scheduler=str(spec.get("schedulerName") or ""),
             controller_uid=controlling_gpujob(pod) or "",
             never_started=_refused_by_kubelet(status),
+            disrupted=_disrupted(meta, status),
             reason=str(status.get("reason") or ""),
             name=meta.get("name", ""),
             namespace=meta.get("namespace", ""),

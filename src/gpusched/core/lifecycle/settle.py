@@ -346,6 +346,13 @@ class _Settle:
         if failed and all(p.never_started for p in failed):
             self.rejected_by_node(failed[0], current)
             return
+        if failed and all(p.disrupted or p.never_started for p in failed):
+            # Stopped by the cluster (a drain, an eviction, a node shutting down), not by its
+            # work: the gang is released and queued again, as when a pod disappears.
+            pod = next(p for p in failed if p.disrupted)
+            why = pod.message or pod.reason or "deleted"
+            self.lost(current, f"pod {pod.name} was stopped on {pod.node or 'its node'} ({why})")
+            return
         if failed:
             pod = failed[0]
             text = f"pod {pod.name} failed" + (f": {pod.message}" if pod.message else "")
@@ -364,12 +371,7 @@ class _Settle:
         present = {p.replica for p in current}
         if started and len(present) < replicas:
             # A running gang lost a pod (deleted, node gone): release and queue it again.
-            text = f"{replicas - len(present)} of {replicas} pods disappeared; gang released"
-            self.delete(current, self.context.protection.grace(spec))
-            self.move(st.requeued(self.transition(), st.Reason.PODS_LOST, text, gpus))
-            self.event(st.Reason.PODS_LOST.value, text, warning=True)
-            self.requeued = st.Reason.PODS_LOST.value
-            self.terminating(current, None)
+            self.lost(current, f"{replicas - len(present)} of {replicas} pods disappeared")
             return
 
         started_at = self.status.started_at
@@ -412,6 +414,17 @@ class _Settle:
             # No event: the PodsReady condition and status.placement say it, and an event per
             # job start would be the operator's most numerous write.
             self.move(st.running(self.transition(), replicas, bound=current))
+
+    def lost(self, current: list[PodFacts], why: str) -> None:
+        """The gang lost a pod to the cluster, not to its work: released (its other pods
+        with their grace period) and queued again."""
+        assert self.job.job is not None
+        text = f"{why}; gang released"
+        self.delete(current, self.context.protection.grace(self.job.job.spec))
+        self.move(st.requeued(self.transition(), st.Reason.PODS_LOST, text, self.job.gpus))
+        self.event(st.Reason.PODS_LOST.value, text, warning=True)
+        self.requeued = st.Reason.PODS_LOST.value
+        self.terminating(current, None)
 
     def _ran(self, current: list[PodFacts]) -> st.Transition:
         """The transition of a job whose pods ran to their end: one never seen with all its
