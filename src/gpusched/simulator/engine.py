@@ -311,11 +311,13 @@ class Replay:
                 )
             self._take(job_id, placed)
         run.placed.extend(replicas)
-        self.held_by_tenant[run.job.tenant] += run.job.gpus_per_replica * len(replicas)
         if len(run.placed) > run.job.replicas:
             raise PolicyError(f"{self.policy.name} placed too many replicas of {job_id}")
         if len(run.placed) < run.job.replicas:
+            # Replicas bound while others wait (a scheduler without gangs) hold their GPUs
+            # without running: not allocated to work, and not free either.
             return
+        self.held_by_tenant[run.job.tenant] += run.job.gpus_per_replica * len(run.placed)
         self._unqueue(run.job)
         waited = now - run.queued_at
         if waited > run.longest_wait:

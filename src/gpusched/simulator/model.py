@@ -205,7 +205,8 @@ class Sample:
     queued_jobs: int
     queued_gpus: int
     by_tenant: Mapping[str, int]
-    """GPUs held per tenant."""
+    """GPUs held by each tenant's running jobs (not by replicas of a gang still waiting for
+    the rest)."""
     stranded: int
     """Free GPUs that no waiting job can use (fragmentation)."""
     queued_by_tenant: Mapping[str, int] = field(default_factory=dict)

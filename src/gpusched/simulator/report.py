@@ -410,7 +410,7 @@ def _summary(figs: Sequence[Figures]) -> list[str]:
         "stranded %",
         "Jain (share / entitlement)",
         "rho p99",
-        "preemptions (GPU-h thrown away, %)",
+        "preemptions (% of GPU-h thrown away)",
         "makespan (h)",
         "finished / never started",
     )
@@ -480,8 +480,16 @@ def takeaways(figs: Sequence[Figures]) -> list[str]:
         "waiting): "
         + "; ".join(
             f"{f.policy} {_num(f.jain, 3)}"
-            + (f", {t.name} {_num(t.longest_below_hours, 0)} h" if t is not None else "")
-            + (f", {u.name} {_num(u.longest_below_fitting_hours, 0)} h" if u is not None else "")
+            + (
+                f", {t.name} {_num(t.longest_below_hours, 0)} h"
+                if t is not None and t.longest_below_hours > 0
+                else ", none below"
+            )
+            + (
+                f", {u.name} {_num(u.longest_below_fitting_hours, 0)} h"
+                if u is not None and u.longest_below_fitting_hours > 0
+                else ", none"
+            )
             for (f, t), (_, u) in zip(worst, fit, strict=True)
         )
         + "."

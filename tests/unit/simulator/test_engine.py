@@ -346,3 +346,21 @@ def test_samples_name_each_tenants_smallest_waiting_job() -> None:
     assert smallest[10] == {tenant: 4}
     assert smallest[20] == {tenant: 2}
     assert smallest[100] == {}
+
+
+def test_replicas_bound_while_the_rest_of_their_gang_waits_count_as_no_allocation() -> None:
+    """A scheduler without gangs binds a replica of a two-node job and waits for room for the
+    other: those GPUs are neither free nor running anything, so neither the cluster's
+    allocation nor the tenant's share counts them; a job that runs does."""
+    nodes = cluster((H100, "h1"), (H100, "h2"))
+    where = {
+        "half": (Placed("h1", tuple(range(8))),),  # one of its two replicas, for good
+        "whole": (Placed("h2", tuple(range(8))),),
+    }
+    jobs = workload(
+        trace_job("half", 0, 8, 100, replicas=2), trace_job("whole", 10, 8, 100, tenant="u")
+    )
+    result = replay(jobs, nodes, _Placing(where), speed=speed)
+    by_time = {s.time: s for s in result.samples}
+    assert (by_time[0].allocated, dict(by_time[0].by_tenant)) == (0, {})
+    assert (by_time[10].allocated, dict(by_time[10].by_tenant)) == (8, {"u": 8})
