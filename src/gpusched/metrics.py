@@ -8,7 +8,7 @@ can create fresh registries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -595,6 +595,33 @@ class OperatorMetrics:
             self.lending_hold_gpus,
         ):
             gauge.clear()
+
+    def forget_tenants(self, kept: Collection[str]) -> None:
+        """Drop the tenant gauges' series of tenants not ``kept`` (their TenantQuota was
+        deleted): a deleted tenant over its budget, or borrowing, would otherwise go on firing
+        alerts until the operator restarts."""
+        for gauge in (
+            self.gpus_used,
+            self.gpus_guaranteed,
+            self.gpus_borrowed,
+            self.fair_share,
+            self.gpu_seconds,
+            self.tenant_cost,
+            self.tenant_gpu_hours,
+            self.tenant_budget_cap,
+            self.tenant_recent_borrowed,
+            self.user_gpus,
+            self.user_cost,
+        ):
+            # A sample's labels come in the gauge's label order (what ``remove`` takes).
+            gone = {
+                tuple(sample.labels.values())
+                for family in gauge.collect()
+                for sample in family.samples
+                if sample.labels["tenant"] not in kept
+            }
+            for labels in gone:
+                gauge.remove(*labels)
 
     def count_request(self, verb: str, path: str, code: int) -> None:
         """Count one request of the operator's API client."""

@@ -607,6 +607,10 @@ class AdmissionLoop:
         set_tenant_series(m.below_guarantee, below_guarantee(decision.result.tenants))
         set_tenant_series(m.oldest_wait, oldest)
         set_series(m.largest_free_domain, "level", dict(decision.result.largest_free))
+        live = {q.metadata.name or "" for q in decision.world.quotas}
+        m.forget_tenants(live)
+        for gone in set(self._user_series) - live:
+            del self._user_series[gone]
 
 
 def below_guarantee(tenants: Sequence[TenantUsage]) -> dict[str, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Gauge
 
 from gpusched.core.admission import TenantUsage
+from gpusched.metrics import OperatorMetrics
 from gpusched.operator.loop import below_guarantee, set_tenant_series
 
 
@@ -49,3 +50,18 @@ def test_a_tenant_is_below_its_guarantee_only_while_it_wants_more_and_another_bo
     # Its own borrowing does not count (per-model guarantees: it borrows A100s while short of
     # its H100 guarantee).
     assert below_guarantee([_usage("solo", 16, 8, 24, borrowed=2)]) == {"solo": 0.0}
+
+
+def test_a_deleted_tenant_leaves_no_series_behind_in_its_spending_and_usage_gauges() -> None:
+    """A TenantQuota deleted over its budget cap, or while borrowing, would otherwise keep its
+    alerts firing until the operator restarts."""
+    m = OperatorMetrics()
+    for tenant in ("kept", "gone"):
+        m.gpus_borrowed.labels(tenant).set(4)
+        m.tenant_cost.labels(tenant, "7d").set(100.0)
+        m.tenant_budget_cap.labels(tenant, "soft").set(50.0)
+        m.user_gpus.labels(tenant, "alice").set(2)
+    m.forget_tenants({"kept"})
+    for gauge in (m.gpus_borrowed, m.tenant_cost, m.tenant_budget_cap, m.user_gpus):
+        left = {s.labels["tenant"] for family in gauge.collect() for s in family.samples}
+        assert left == {"kept"}, gauge
