@@ -577,30 +577,18 @@ class OperatorMetrics:
         self.leading.set(0)
         for gauge in (
             self.jobs,
-            self.gpus_used,
-            self.gpus_guaranteed,
-            self.gpus_borrowed,
-            self.fair_share,
             self.gpus_pending,
             self.oldest_wait,
-            self.gpu_seconds,
-            self.tenant_cost,
-            self.tenant_gpu_hours,
-            self.tenant_budget_cap,
-            self.tenant_recent_borrowed,
-            self.user_gpus,
-            self.user_cost,
+            *self._tenant_gauges(),
             self.reservations,
             self.reserved_idle_gpus,
             self.lending_hold_gpus,
         ):
             gauge.clear()
 
-    def forget_tenants(self, kept: Collection[str]) -> None:
-        """Drop the tenant gauges' series of tenants not ``kept`` (their TenantQuota was
-        deleted): a deleted tenant over its budget, or borrowing, would otherwise go on firing
-        alerts until the operator restarts."""
-        for gauge in (
+    def _tenant_gauges(self) -> tuple[Gauge, ...]:
+        """The gauges of a tenant's usage and spending, labelled by tenant (and more)."""
+        return (
             self.gpus_used,
             self.gpus_guaranteed,
             self.gpus_borrowed,
@@ -612,7 +600,13 @@ class OperatorMetrics:
             self.tenant_recent_borrowed,
             self.user_gpus,
             self.user_cost,
-        ):
+        )
+
+    def forget_tenants(self, kept: Collection[str]) -> None:
+        """Drop the tenant gauges' series of tenants not ``kept`` (their TenantQuota was
+        deleted): a deleted tenant over its budget, or borrowing, would otherwise go on firing
+        alerts until the operator restarts."""
+        for gauge in self._tenant_gauges():
             # A sample's labels come in the gauge's label order (what ``remove`` takes).
             gone = {
                 tuple(sample.labels.values())

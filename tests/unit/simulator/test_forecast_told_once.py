@@ -16,11 +16,8 @@ H100 = "hgx-h100-sxm-8gpu-8nic"
 HOUR = 3600.0
 
 
-def _replay(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], dict[str, tuple[float, float]]]:
-    """Whole-node jobs of two hours, one after the other on one node: ``p`` from 0 h teaches
-    the run time; ``a`` (1 h) waits before any run time is known, so is told nothing; ``b``
-    (3 h) and ``c`` (3.5 h) wait behind ``a`` and are told 4 h and 6 h. When ``a`` ends, ``c``
-    still waits, told already."""
+def _plays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The times of the forecasts played from now on."""
     played: list[float] = []
     forecast = Cycle.forecast
 
@@ -29,6 +26,15 @@ def _replay(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], dict[str, tup
         return forecast(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Cycle, "forecast", counted)
+    return played
+
+
+def _replay(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], dict[str, tuple[float, float]]]:
+    """Whole-node jobs of two hours, one after the other on one node: ``p`` from 0 h teaches
+    the run time; ``a`` (1 h) waits before any run time is known, so is told nothing; ``b``
+    (3 h) and ``c`` (3.5 h) wait behind ``a`` and are told 4 h and 6 h. When ``a`` ends, ``c``
+    still waits, told already."""
+    played = _plays(monkeypatch)
     tenants = (Tenant("t", guaranteed=8),)
     jobs = workload(
         trace_job("p", 0.0, 8, 2 * HOUR),
@@ -68,14 +74,7 @@ def test_a_job_that_ran_before_is_not_told_again_so_its_wait_plays_no_forecast(
 ) -> None:
     """``x1`` borrows ``h1`` until ``y1`` takes its guarantee back at 1 h; at 2 h one of ``z``'s
     jobs ends (4 GPUs free, too few for ``x1``), with ``x1`` the only job waiting."""
-    played: list[float] = []
-    forecast = Cycle.forecast
-
-    def counted(self: Cycle, *args: object, **kwargs: object) -> dict[str, float | None]:
-        played.append(self.now)
-        return forecast(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Cycle, "forecast", counted)
+    played = _plays(monkeypatch)
     tenants = (Tenant("x", guaranteed=0), Tenant("y", guaranteed=8), Tenant("z", guaranteed=8))
     jobs = workload(
         trace_job("x1", 0.0, 8, 10 * HOUR, "x"),
