@@ -45,6 +45,7 @@ from gpusched.core.lifecycle import (
     core_levels,
     foreign_busy,
     foreign_pods,
+    leaving_deadlines,
     leaving_victims,
     plan,
     protection_of,
@@ -174,8 +175,8 @@ class Memo:
     the same job and context without a further look (:data:`_CHECK`: not without one)."""
     jobs: dict[str, tuple[Settled, JobContext, Job | None]] = field(default_factory=dict)
     contexts: dict[str, JobContext] = field(default_factory=dict)
-    context_inputs: dict[str, tuple[JobFacts, Verdict | None, object, bool]] = field(
-        default_factory=dict
+    context_inputs: dict[str, tuple[JobFacts, Verdict | None, object, bool, datetime | None]] = (
+        field(default_factory=dict)
     )
     """Per job, what its context in :attr:`contexts` was worked out from besides the tables."""
     context_tables: tuple[object, ...] = ()
@@ -183,8 +184,8 @@ class Memo:
     history): while they stay the same, an unchanged job keeps its context without a lookup."""
     verdicts: dict[str, Verdict | None] = field(default_factory=dict)
     """The dry-run verdicts the last contexts were worked out with."""
-    leaving: frozenset[str] = frozenset()
-    """The jobs whose victims were still leaving then."""
+    leaving: dict[str, datetime | None] = field(default_factory=dict)
+    """The jobs whose victims were still leaving then, with when their pods were due gone."""
     refusals: dict[tuple[str, int], object] = field(default_factory=dict)
     """The refusals then."""
     keys: dict[str, JobFacts] = field(default_factory=dict)
@@ -251,6 +252,8 @@ class Memo:
         verdicts: Mapping[str, Verdict | None],
         leaving: Mapping[str, list[str]],
         history: RuntimeHistory | None = None,
+        *,
+        until: Mapping[str, datetime | None] | None = None,
     ) -> dict[str, JobContext]:
         """:func:`job_contexts`, working out again only the jobs whose inputs changed.
 
@@ -267,7 +270,8 @@ class Memo:
         )
         same_tables = tables == self.context_tables
         self.context_tables = tables
-        dirty = self._dirty(world, verdicts, leaving) if same_tables else None
+        until = until or {}
+        dirty = self._dirty(world, verdicts, leaving, until) if same_tables else None
         kept: dict[str, JobContext | None] = {}
         changed: list[JobFacts] = []
         contexts, context_inputs = self.contexts, self.context_inputs
@@ -290,6 +294,7 @@ class Memo:
                 verdicts.get(key),
                 world.refusals.get((job.uid, job.status.admission)),
                 bool(leaving.get(key)),
+                until.get(key),
             )
             if (
                 same_tables
@@ -304,7 +309,14 @@ class Memo:
             kept[key] = None
             changed.append(job)
         made = (
-            job_contexts(replace(world, jobs=tuple(changed)), tenants, verdicts, leaving, history)
+            job_contexts(
+                replace(world, jobs=tuple(changed)),
+                tenants,
+                verdicts,
+                leaving,
+                history,
+                until=until,
+            )
             if changed
             else {}
         )
@@ -318,16 +330,23 @@ class Memo:
         world: World,
         verdicts: Mapping[str, Verdict | None],
         leaving: Mapping[str, list[str]],
+        until: Mapping[str, datetime | None],
     ) -> set[str] | None:
         """The jobs whose verdict or victims leaving changed since the last cycle (None: the
         refusals changed, every job is looked at), and those become the last cycle's."""
         last_verdicts, last_leaving, last_refusals = self.verdicts, self.leaving, self.refusals
-        now_leaving = frozenset(key for key, victims in leaving.items() if victims)
+        now_leaving = {key: until.get(key) for key, victims in leaving.items() if victims}
         self.verdicts, self.leaving = dict(verdicts), now_leaving
         if world.refusals != last_refusals:
             self.refusals = dict(world.refusals)
             return None
-        dirty = set(now_leaving ^ last_leaving)
+        dirty = {
+            key
+            for key in now_leaving.keys() | last_leaving.keys()
+            if key not in now_leaving
+            or key not in last_leaving
+            or now_leaving[key] != last_leaving[key]
+        }
         if verdicts != last_verdicts:
             dirty.update(
                 key
@@ -520,9 +539,11 @@ def job_contexts(
     verdicts: Mapping[str, Verdict | None],
     leaving: Mapping[str, list[str]],
     history: RuntimeHistory | None = None,
+    *,
+    until: Mapping[str, datetime | None] | None = None,
 ) -> dict[str, JobContext]:
     """Per job: its tenant, priority, dry-run verdict, refusal, whether it waits for victims
-    to leave, and its predicted run time."""
+    to leave (and until when their pods are due gone), and its predicted run time."""
     out: dict[str, JobContext] = {}
     quotas = {q.metadata.name: q for q in world.quotas}
     protections = {name: protection_of(quota) for name, quota in quotas.items()}
@@ -544,6 +565,7 @@ def job_contexts(
             verdict=verdicts.get(job.key),
             refusal=world.refusals.get((job.uid, job.status.admission)),
             leaving=bool(leaving.get(job.key)),
+            leaving_until=(until or {}).get(job.key),
             protection=protections.get(tenant or "", Protection()),
             class_not_allowed=class_not_allowed(quotas.get(tenant or ""), class_name),
             runtime=predicted.seconds if predicted is not None else None,
@@ -589,9 +611,10 @@ def decide(
     now = world.now
     tenants = tenant_map(world.quotas)
     leaving = leaving_victims(world.jobs)
-    contexts = memo.job_contexts(world, tenants, verdicts, leaving, history)
-    lifecycle = config.lifecycle()
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
+    until = leaving_deadlines(leaving, by_key)
+    contexts = memo.job_contexts(world, tenants, verdicts, leaving, history, until=until)
+    lifecycle = config.lifecycle()
     memo.forget_except(by_key)
     settled, accounted_moved = memo.settle_all(by_key, contexts, now, lifecycle)
     t1 = time.perf_counter()

@@ -104,6 +104,7 @@ def pod(
     phase: str = "Running",
     node: str | None = "n0",
     deleting: bool = False,
+    due: datetime = NOW,
     created: datetime = NOW - timedelta(seconds=50),
     annotations: dict[str, str] | None = None,
     tenant: str = "t",
@@ -138,7 +139,7 @@ def pod(
         ],
     }
     if deleting:
-        meta["deletionTimestamp"] = stamp(NOW)
+        meta["deletionTimestamp"] = stamp(due)  # the deletion's time plus its grace period
     status: dict[str, Any] = {"phase": phase}
     if rejected is not None:
         status.update(

@@ -17,6 +17,8 @@ from gpusched.core.lifecycle import (
     Protection,
     Refusal,
     Verdict,
+    gone_by,
+    leaving_deadlines,
     settle,
 )
 from tests.unit.core.lifecycle_testdata import (
@@ -322,6 +324,52 @@ def test_preempted_job_keeps_its_gpus_for_the_preemptor_until_its_pods_are_gone(
         JobPhase.QUEUED,
         "Requeued",
     )
+
+
+def test_victims_pods_that_outstay_their_deletion_release_the_preemptor_and_its_gpus() -> None:
+    """A victim's pods stuck Terminating (a finalizer, a node that does not answer): once
+    the pods-ready timeout has passed after their deletion was due, the preemptor is released
+    and queued again, and the stuck pods' GPUs (still held) are no longer kept for it."""
+    preemptor = job(status=admitted_status())
+    due = NOW - timedelta(seconds=250)
+    waiting = settle(preemptor, replace(OK, leaving=True, leaving_until=due), NOW, CONFIG)
+    assert (waiting.state, waiting.status.phase) == (JobState.ADMITTED, JobPhase.ADMITTED)
+    assert waiting.wake_at == due + timedelta(seconds=300)
+    unknown = settle(preemptor, replace(OK, leaving=True), NOW, CONFIG)  # not deleted yet
+    assert (unknown.status.phase, unknown.wake_at) == (JobPhase.ADMITTED, None)
+    late = NOW - timedelta(seconds=301)
+    released = settle(preemptor, replace(OK, leaving=True, leaving_until=late), NOW, CONFIG)
+    assert (released.status.phase, released.status.reason) == (JobPhase.QUEUED, "PodsReadyTimeout")
+    assert "victims were still there 301s after their grace period ended" in (
+        released.status.message or ""
+    )
+
+    status = {
+        "phase": "Preempted",
+        "admission": 1,
+        "preemptions": [{"time": stamp(NOW), "preemptor": "ns/urgent", "reason": "HigherPriority"}],
+    }
+    victim = job(status=status)
+    for deleted, kept_for in ((due, "ns/urgent"), (late, None)):
+        stuck = with_pods(
+            victim,
+            pod(victim, 0, deleting=True, due=deleted),
+            pod(victim, 1, deleting=True, due=deleted),
+        )
+        done = settle(stuck, OK, NOW, CONFIG)
+        assert (done.state, done.reserved_for) == (JobState.TERMINATING, kept_for)
+
+
+def test_pods_are_due_gone_at_their_latest_deletion_deadline_once_all_are_deleted() -> None:
+    victim = job(status={"phase": "Preempted", "admission": 1})
+    early, later = NOW - timedelta(seconds=60), NOW + timedelta(seconds=30)
+    both = [pod(victim, 0, deleting=True, due=early), pod(victim, 1, deleting=True, due=later)]
+    assert gone_by(both) == later
+    assert gone_by([both[0], pod(victim, 1)]) is None  # one not deleted yet
+    assert gone_by([both[0], pod(victim, 1, phase="Succeeded")]) == early  # only live pods
+    jobs = {"ns/train": with_pods(victim, *both)}
+    assert leaving_deadlines({"ns/urgent": ["ns/train"]}, jobs) == {"ns/urgent": later}
+    assert leaving_deadlines({"ns/urgent": ["ns/train", "ns/gone"]}, jobs) == {"ns/urgent": None}
 
 
 def test_queued_job_waits_for_the_pods_of_its_released_gang() -> None:

@@ -108,6 +108,7 @@ def test_kept_job_contexts_are_those_worked_out_afresh_through_every_kind_of_cha
     memo = Memo()
     verdicts: dict[str, Verdict | None] = {}
     leaving: dict[str, list[str]] = {}
+    until: dict[str, datetime | None] = {}
     b_key = jobs[1].key
 
     def changes() -> Iterator[World]:
@@ -123,6 +124,10 @@ def test_kept_job_contexts_are_those_worked_out_afresh_through_every_kind_of_cha
         yield now
         leaving[b_key] = ["victim"]
         yield now
+        until[b_key] = NOW + timedelta(seconds=30)  # the victim's pods were deleted
+        yield now
+        until[b_key] = NOW + timedelta(seconds=60)  # and one more, with a longer grace
+        yield now
         refused = Refusal(admission=jobs[0].status.admission, code=403, message="quota")
         yield (now := replace(now, refusals={(jobs[0].uid, refused.admission): refused}))
         yield (now := replace(now, jobs=(jobs[0], _named("b-1", "high"), jobs[2])))
@@ -130,7 +135,7 @@ def test_kept_job_contexts_are_those_worked_out_afresh_through_every_kind_of_cha
 
     for step, changed in enumerate(changes()):
         tenants = tenant_map(changed.quotas)
-        kept = memo.job_contexts(changed, tenants, verdicts, leaving, history)
-        fresh = job_contexts(changed, tenants, verdicts, leaving, history)
+        kept = memo.job_contexts(changed, tenants, verdicts, leaving, history, until=until)
+        fresh = job_contexts(changed, tenants, verdicts, leaving, history, until=until)
         assert kept == fresh, f"change {step}"
         assert list(kept) == list(fresh), f"change {step}: order"

@@ -108,6 +108,9 @@ class PodFacts:
     such a pod's plan (``planned-*``) is the operator's."""
     reason: str = ""
     """``status.reason`` (e.g. the kubelet's ``UnexpectedAdmissionError``)."""
+    deletion_at: datetime | None = None
+    """When a deleted pod is due gone (``deletionTimestamp``: the deletion's time plus its
+    grace period)."""
     disrupted: bool = False
     """Failed because the cluster stopped it (a drain, an eviction, its node shutting down),
     not because its work failed."""
@@ -161,6 +164,7 @@ class PodFacts:
             phase=status.get("phase") or "Pending",
             node=spec.get("nodeName") or None,
             deleting=bool(meta.get("deletionTimestamp")),
+            deletion_at=parse_time(meta.get("deletionTimestamp")),
             created=parse_time(meta.get("creationTimestamp")),
             labels=meta.get("labels") or {},
             annotations=meta.get("annotations") or {},
@@ -347,6 +351,38 @@ def owns(job: JobFacts, pod: PodFacts) -> bool:
         and pod.job == job.name
         and pod.job_uid in (None, "", job.uid)
     )
+
+
+def gone_by(pods: Iterable[PodFacts]) -> datetime | None:
+    """When the live ``pods`` are all due gone: the latest of their deletion deadlines
+    (None while one of them is not being deleted, or none is live)."""
+    due: datetime | None = None
+    for pod in pods:
+        if not pod.live:
+            continue
+        if pod.deletion_at is None:
+            return None
+        due = pod.deletion_at if due is None else max(due, pod.deletion_at)
+    return due
+
+
+def leaving_deadlines(
+    leaving: Mapping[str, Iterable[str]], jobs: Mapping[str, JobFacts]
+) -> dict[str, datetime | None]:
+    """Preemptor key -> when the pods of its victims still leaving are all due gone (None
+    while one of them is not being deleted yet)."""
+    out: dict[str, datetime | None] = {}
+    for preemptor, victims in leaving.items():
+        due: datetime | None = None
+        for key in victims:
+            victim = jobs.get(key)
+            found = gone_by(victim.pods_of(victim.status.admission)) if victim else None
+            if found is None:
+                due = None
+                break
+            due = found if due is None else max(due, found)
+        out[preemptor] = due
+    return out
 
 
 def leaving_victims(jobs: Iterable[JobFacts]) -> dict[str, list[str]]:

@@ -20,7 +20,7 @@ from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.core.admission import Assignment, JobState
 from gpusched.core.lifecycle import status as st
 from gpusched.core.lifecycle.actions import Action, CreatePod, DeletePod, Event, PatchPod
-from gpusched.core.lifecycle.facts import JobFacts, PodFacts
+from gpusched.core.lifecycle.facts import JobFacts, PodFacts, gone_by
 from gpusched.core.lifecycle.pods import pod_manifest
 from gpusched.core.lifecycle.tenants import Protection
 
@@ -83,6 +83,9 @@ class JobContext:
     refusal: Refusal | None = None
     leaving: bool = False
     """Victims of its preemption still hold its GPUs."""
+    leaving_until: datetime | None = None
+    """When those victims' pods are all due gone (their deletion deadlines; None while one
+    is not being deleted yet)."""
     protection: Protection = field(default_factory=Protection)
     """Its tenant's bounds on minimum runtime and grace periods."""
     class_not_allowed: str | None = None
@@ -269,7 +272,14 @@ class _Settle:
                 # Eviction may have been cut short by a restart: finish it.
                 self.delete(live, self.context.protection.grace(spec))
                 preemptions = self.status.preemptions
-                self.terminating(current, preemptions[-1].preemptor if preemptions else None)
+                kept_for = preemptions[-1].preemptor if preemptions else None
+                stuck = self._outstaying(gone_by(live))
+                if stuck is not None:
+                    # Pods that outstay their deletion (a finalizer, a node that does not
+                    # answer) still hold the GPUs, but no longer for the preemptor, which is
+                    # released at the same moment (:meth:`admitted`).
+                    kept_for = None
+                self.terminating(current, kept_for)
                 return self.result()
             text = "requeued after preemption"
             self.move(st.requeued(self.transition(), st.Reason.REQUEUED, text, gpus))
@@ -392,6 +402,11 @@ class _Settle:
             if protected > self.now:
                 self.wake_at = min(protected, self.wake_at or protected)  # preemptible then
         if self.context.leaving:
+            stuck = self._outstaying(self.context.leaving_until)
+            if stuck is not None:
+                self.release_unready(
+                    current, f"the pods of its preemption's victims were still there {stuck}"
+                )
             return  # victims still on the GPUs
         created = [p.created for p in current if p.created is not None]
         # The clock starts when the pods were created, or at admission if none could be: a
@@ -536,13 +551,24 @@ class _Settle:
         self.requeued = st.Reason.PODS_REJECTED_BY_NODE.value
         self.terminating(current, None)
 
-    def release_unready(self, current: list[PodFacts]) -> None:
-        """Release a gang whose pods did not all run in time and queue it again with backoff."""
+    def _outstaying(self, due: datetime | None) -> str | None:
+        """How late pods due gone at ``due`` are, once later than the pods-ready timeout
+        (None: not that late, or not known; the loop is woken when they would be)."""
+        if due is None:
+            return None
+        stuck_at = due + timedelta(seconds=self.config.pods_ready_timeout)
+        if self.now <= stuck_at:
+            self.wake_at = min(stuck_at, self.wake_at or stuck_at)
+            return None
+        late = (self.now - due).total_seconds()
+        return f"{late:.0f}s after their grace period ended"
+
+    def release_unready(self, current: list[PodFacts], why: str | None = None) -> None:
+        """Release a gang whose pods did not all run in time (or whose victims' pods did not
+        leave) and queue it again with backoff."""
         delay = self.config.backoff(self.status.requeue_count)
-        text = (
-            f"pods not all running within {self.config.pods_ready_timeout:.0f}s; gang "
-            f"released, next attempt in {delay:.0f}s"
-        )
+        what = why or f"pods not all running within {self.config.pods_ready_timeout:.0f}s"
+        text = f"{what}; gang released, next attempt in {delay:.0f}s"
         self.delete(current, 0)
         self.move(
             st.requeued(
