@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpusched.api.tenantquota import ReclaimPolicy
 from gpusched.core.admission import (
     Assignment,
     Cycle,
@@ -316,6 +317,44 @@ def test_a_job_arriving_later_than_the_window_gets_a_whole_cycle() -> None:
     beyond = replace(within, now=131.0, jobs=(*within.jobs, later))
     assert cycles.cycle(beyond).run() == Cycle(beyond).run()
     assert cycles.extended == 1
+
+
+def test_an_arrival_that_takes_the_rest_of_a_rounded_up_guarantee_gets_a_whole_cycle() -> None:
+    """Guarantees rounded up: a's 4-GPU job, larger than the 1 GPU its guarantee of 7 leaves,
+    claims that rest; a 1-GPU job arriving last fits it and takes the claim away, so the
+    jobs decided before it would decide otherwise."""
+    tenants = (
+        Tenant("a", guaranteed=7, reclaim=ReclaimPolicy.LOWER_PRIORITY),
+        Tenant("b", guaranteed=0),
+        Tenant("h", guaranteed=4),
+    )
+    snapshot = Snapshot(
+        now=1000.0,
+        tenants=tenants,
+        jobs=(
+            job(
+                "a/A",
+                "a",
+                6,
+                priority=3,
+                running_on=[("n0", (0, 1, 2, 3, 4, 5))],
+                started=0.0,
+                submitted=0.0,
+            ),
+            job("b/x", "b", 2, priority=1, running_on=[("n0", (6, 7))], started=0.0, submitted=1.0),
+            job("a/B", "a", 4, priority=2, submitted=950.0),
+            job("h/big", "h", 16, submitted=990.0),  # no node holds it; still asks GPUs of h
+        ),
+        nodes=(node("n0"),),
+        config=CycleConfig(guarantee_rounding="up"),
+    )
+    cycles = Cycles()
+    assert not cycles.cycle(snapshot).run().admissions
+    small = job("a/C", "a", 1, priority=0, submitted=999.0)
+    arrived = replace(snapshot, jobs=(*snapshot.jobs, small))
+    result = cycles.cycle(arrived).run()
+    assert cycles.extended == 0
+    assert result == Cycle(arrived).run()
 
 
 def _fragmented(tenants: tuple[Tenant, ...], queued: Job, searches: int = 32) -> Snapshot:

@@ -149,6 +149,51 @@ def test_a_backfilled_job_that_runs_past_the_reservation_is_evicted_for_it() -> 
     ]
 
 
+def _overrun_case(short_tenant: str, priority: int, tenants: tuple[Tenant, ...]) -> list[str]:
+    """The overrun case above with the backfilled job of ``short_tenant`` at ``priority``:
+    the jobs the gang (tenant t, priority 0) evicts."""
+    overrun = job(
+        "s/short",
+        short_tenant,
+        1,
+        priority=priority,
+        running_on=[("b", (4,))],
+        started=10.0,
+        expected_end=400.0,
+        backfill_until=200.0,
+    )
+    gang = queued(
+        "t/gang",
+        "t",
+        8,
+        100.0,
+        submitted=1.0,
+        reservation=(Assignment("b", ALL),),
+        reservation_start=200.0,
+    )
+    result = run_cycle(
+        snapshot(
+            running("t/r1", "t", "a", ALL, end=1000.0), overrun, gang, now=250.0, tenants=tenants
+        )
+    )
+    return [v.victim for a in result.admissions for v in a.victims]
+
+
+def test_an_overrun_is_evicted_only_as_any_eviction_may_be_so_no_two_jobs_evict_each_other() -> (
+    None
+):
+    """quotas.md, "Why preemption never loops": of its own tenant, a reservation evicts an
+    overrun of no higher priority (that job could evict it back); of another tenant, only one
+    that runs on borrowed capacity (a tenant within its guarantee would reclaim it)."""
+    one = (Tenant("t", guaranteed=32),)
+    assert _overrun_case("t", 0, one) == ["s/short"]
+    assert _overrun_case("t", 5, one) == []
+    within = (Tenant("t", guaranteed=16), Tenant("s", guaranteed=8))
+    assert _overrun_case("s", 0, within) == []
+    borrowing = (Tenant("t", guaranteed=16), Tenant("s", guaranteed=0))
+    assert _overrun_case("s", 0, borrowing) == ["s/short"]
+
+
 def test_a_backfilled_job_within_its_deadline_is_not_evicted() -> None:
     short = job(
         "t/short",

@@ -151,3 +151,22 @@ def test_the_idle_gpus_kept_for_a_lender_are_reported_with_its_usage() -> None:
     busy = _lender_and_borrower(5, borrower_guarantee=6)
     usage = {u.name: u for u in run_cycle(busy).tenants}
     assert usage["l"].lending_hold == 1
+
+
+def test_a_borrower_over_its_borrowing_limit_evicts_nothing_while_a_lender_keeps_its_gpus() -> None:
+    """b's 6-GPU job would borrow: within b's borrowing limit only once b's own low-priority
+    job goes. While lender l keeps 6 of the idle GPUs it asked for, the job waits as any
+    borrower does; nothing is evicted for it."""
+    jobs = (
+        job("l/run", "l", 2, running_on=[("n1", (0, 1))], started=NOW - 100, submitted=NOW - 100),
+        job("l/back", "l", 6, submitted=NOW - 100, not_before=NOW + 60),  # requeued, in backoff
+        job("b/low", "b", 4, priority=0, running_on=[("n0", (0, 1, 2, 3))], started=0.0),
+        job("b/hi", "b", 6, priority=5, submitted=NOW - 10),
+    )
+    for limit in (None, 8):
+        tenants = (Tenant("l", guaranteed=8), Tenant("b", guaranteed=0, borrowing_limit=limit))
+        result = run_cycle(
+            Snapshot(now=NOW, tenants=tenants, jobs=jobs, nodes=(node("n0"), node("n1")))
+        )
+        assert result.admissions == (), limit
+        assert result.wait_reasons["b/hi"] is WaitReason.HELD_FOR_LENDERS, limit

@@ -787,11 +787,17 @@ class Cycle:
             self.positions[job.key] = len(queue)
             self.demand[tenant] = self._demand_of(tenant)
         self._entitlements = None
+        claimed = {name: frozenset(self.claims[name]) - {job.key} for name in moved}
         for name in moved:
             self.claims.pop(name, None)
             self._leaf_claims.pop(name, None)
         for level in ancestors:
             self._level_claims.pop(level, None)
+        # Last in its queues it takes no one's claim, but with guarantees rounded up a job
+        # that fits what is left takes the rest of the guarantee from the first job that did
+        # not (quota.classify_ordered): then the jobs decided before it claimed otherwise.
+        if any(frozenset(self.claims[name]) - {job.key} != claimed[name] for name in moved):
+            return False
         window = self.snapshot.config.lending_hold_seconds
         for name, (gpus, lapse) in self._asks_within(window, [job]).items():
             had, first = self._recent_asks.get(name, (0, math.inf))
@@ -1027,6 +1033,14 @@ class Cycle:
                 return set()
             failure = outcome.failure
         assert failure is not None
+        if (
+            failure.reason is WaitReason.QUOTA_EXCEEDED
+            and (hold := self._lender_hold(job, ledger, within)) is not None
+        ):
+            # Over a limit and borrowing while lenders keep their idle GPUs: it would evict
+            # its own jobs for the limit and take the kept GPUs. Nothing is evicted for it.
+            self._wait(job, hold.reason, hold.message)
+            return set()
         reserving = self._may_reserve(job, failure)
         touched = self._try_preempt(job, request, failure, reserving)
         if touched is not None:
@@ -1607,9 +1621,22 @@ class Cycle:
 
         if reserving:
             for name in self.tenants:
+                # As every eviction (quotas.md, "Why preemption never loops"): of its own
+                # tenant's jobs none of a higher priority, of another tenant's only jobs that
+                # run on borrowed capacity. The reservation moves past the others' ends.
+                others = None if name == tenant.name else self.borrowed_jobs(name)
                 for victim in self.admitted[name].values():
                     until = victim.backfill_until
-                    if until is not None and until <= self.now and may_be_victim(victim, self.now):
+                    if (
+                        until is not None
+                        and until <= self.now
+                        and may_be_victim(victim, self.now)
+                        and (
+                            victim.priority <= job.priority
+                            if others is None
+                            else victim.key in others
+                        )
+                    ):
                         out.append(candidate(victim, PreemptReason.BACKFILL_OVERRUN, True))
         seen = {c.job.key for c in out}
         own_borrowed = self.borrowed_jobs(tenant.name)
