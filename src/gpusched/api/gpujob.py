@@ -119,7 +119,7 @@ _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
             "message": "a GpuJob's pods run to completion: restartPolicy Never (the default) or "
             "OnFailure",
             "fieldPath": ".spec.restartPolicy",
-            "reason": "FieldValueNotSupported",
+            "reason": "FieldValueForbidden",
         },
         {
             "rule": "!has(self.spec) || !has(self.spec.nodeName)",

@@ -85,3 +85,32 @@ def test_field_reference_lists_validation_rules_and_defaults() -> None:
     assert "borrowingLimit must be at least guaranteedGpus" in text
     scope_row = "| `spec.topology.scope` | string | one of `nvlink`, `pcie-switch`, `numa`, `node`"
     assert scope_row in text
+
+
+#: The reasons a CEL validation rule may give (apiextensions.k8s.io/v1 ValidationRule.reason):
+#: any other makes the API server refuse the whole CRD.
+RULE_REASONS = {
+    "FieldValueInvalid",
+    "FieldValueForbidden",
+    "FieldValueRequired",
+    "FieldValueDuplicate",
+}
+
+
+def test_every_validation_rule_gives_a_reason_the_api_server_accepts() -> None:
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for rule in node.get("x-kubernetes-validations") or []:
+                found.append(rule.get("reason", "FieldValueInvalid"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        walk(yaml.safe_load(path.read_text()))
+    assert found
+    assert set(found) <= RULE_REASONS
