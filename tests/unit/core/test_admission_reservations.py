@@ -9,6 +9,7 @@ from gpusched.core.admission import (
     Assignment,
     Cycle,
     CycleConfig,
+    CycleResult,
     Job,
     PreemptReason,
     Snapshot,
@@ -119,39 +120,11 @@ def test_a_non_preemptible_job_backfills_only_with_a_declared_limit_that_ends_in
     assert [a.job for a in result.admissions] == ["t/np-limited"]
 
 
-def test_a_backfilled_job_that_runs_past_the_reservation_is_evicted_for_it() -> None:
-    # At 250 r2 has ended; the backfilled job still holds b's GPU 4 past its deadline 200.
-    overrun = job(
-        "t/short",
-        "t",
-        1,
-        running_on=[("b", (4,))],
-        started=10.0,
-        expected_end=400.0,
-        backfill_until=200.0,
-    )
-    gang = queued(
-        "t/gang",
-        "t",
-        8,
-        100.0,
-        submitted=1.0,
-        reservation=(Assignment("b", ALL),),
-        reservation_start=200.0,
-    )
-    result = run_cycle(
-        snapshot(running("t/r1", "t", "a", ALL, end=1000.0), overrun, gang, now=250.0)
-    )
-    (admission,) = result.admissions
-    assert admission.job == "t/gang"
-    assert [(v.victim, v.reason) for v in admission.victims] == [
-        ("t/short", PreemptReason.BACKFILL_OVERRUN)
-    ]
-
-
-def _overrun_case(short_tenant: str, priority: int, tenants: tuple[Tenant, ...]) -> list[str]:
-    """The overrun case above with the backfilled job of ``short_tenant`` at ``priority``:
-    the jobs the gang (tenant t, priority 0) evicts."""
+def _overrun(
+    short_tenant: str = "t", priority: int = 0, tenants: tuple[Tenant, ...] | None = None
+) -> CycleResult:
+    """At 250 r1 still runs on a; a job of ``short_tenant`` at ``priority``, backfilled on b
+    until the reservation of t's gang (priority 0) starts at 200, still holds b's GPU 4."""
     overrun = job(
         "s/short",
         short_tenant,
@@ -171,11 +144,24 @@ def _overrun_case(short_tenant: str, priority: int, tenants: tuple[Tenant, ...])
         reservation=(Assignment("b", ALL),),
         reservation_start=200.0,
     )
-    result = run_cycle(
+    return run_cycle(
         snapshot(
             running("t/r1", "t", "a", ALL, end=1000.0), overrun, gang, now=250.0, tenants=tenants
         )
     )
+
+
+def test_a_backfilled_job_that_runs_past_the_reservation_is_evicted_for_it() -> None:
+    (admission,) = _overrun().admissions
+    assert admission.job == "t/gang"
+    assert [(v.victim, v.reason) for v in admission.victims] == [
+        ("s/short", PreemptReason.BACKFILL_OVERRUN)
+    ]
+
+
+def _overrun_case(short_tenant: str, priority: int, tenants: tuple[Tenant, ...]) -> list[str]:
+    """The jobs the gang evicts in :func:`_overrun`."""
+    result = _overrun(short_tenant, priority, tenants)
     return [v.victim for a in result.admissions for v in a.victims]
 
 
