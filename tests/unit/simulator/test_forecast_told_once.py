@@ -9,7 +9,7 @@ import pytest
 from gpusched.core.admission import Tenant
 from gpusched.core.admission.cycle import Cycle
 from gpusched.simulator.engine import replay
-from gpusched.simulator.policies.gpusched import FORECAST_INTERVAL, GpuschedPolicy
+from gpusched.simulator.policies.gpusched import GpuschedPolicy
 from tests.unit.simulator.simdata import cluster, speed, trace_job, workload
 
 H100 = "hgx-h100-sxm-8gpu-8nic"
@@ -89,27 +89,3 @@ def test_a_job_that_ran_before_is_not_told_again_so_its_wait_plays_no_forecast(
     assert [a.preempted for a in x1.attempts] == [True, False]
     assert x1.estimate is None
     assert played == []
-
-
-def test_a_job_preempted_back_to_the_queue_is_predicted_on_the_history_as_it_is_now() -> None:
-    """``x1`` was admitted before any run was known; ``x2``, of the same kind, ended since
-    (while ``x1`` ran, so no refresh reached it). Reclaimed at 1 h, ``x1`` comes back to the
-    queue with no prediction; the next forecast moment predicts it from ``x2``'s run, although
-    no run was recorded since the last refresh."""
-    tenants = (Tenant("x", guaranteed=0), Tenant("y", guaranteed=8), Tenant("z", guaranteed=8))
-    nodes = cluster((H100, "h1"), (H100, "h2"))
-    policy = GpuschedPolicy(nodes.nodes, tenants)
-    for job in (
-        trace_job("x1", 0.0, 8, 10 * HOUR, "x"),
-        trace_job("x2", 0.0, 8, 0.5 * HOUR, "x"),
-    ):
-        policy.submit(job, 0.0)
-    assert {s.job for s in policy.schedule(0.0).starts} == {"x1", "x2"}
-    policy.finished("x2", 0.5 * HOUR)
-    policy.submit(trace_job("z1", 0.5 * HOUR, 8, 20 * HOUR, "z"), 0.5 * HOUR)
-    assert [s.job for s in policy.schedule(0.5 * HOUR).starts] == ["z1"]
-    policy.submit(trace_job("y1", HOUR, 8, HOUR, "y"), HOUR)
-    assert policy.schedule(HOUR).preempted == ("x1",)
-    assert policy.queued["x1"].expected_runtime is None
-    policy.schedule(HOUR + FORECAST_INTERVAL)
-    assert policy.queued["x1"].expected_runtime == 0.5 * HOUR
