@@ -141,10 +141,6 @@ class GpuschedPolicy:
         """(expected end, job id, start) of admitted jobs, to move the expected end of a job
         that runs past it."""
         self.next_forecast = -math.inf
-        self._refreshed_at = -1
-        """``history.records`` when queued jobs' predictions were last brought up to date."""
-        self._requeued = False
-        """Whether a preempted job came back to the queue since."""
         self.told: set[str] = set()
         """Jobs told an expected start, or started before (only the first expected start of a
         job that never ran is recorded)."""
@@ -188,13 +184,6 @@ class GpuschedPolicy:
             heapq.heappush(self.ends, (end, job_id, started))
 
     def _refresh_predictions(self) -> None:
-        # Unchanged since the last refresh unless a run was recorded since (a job submitted
-        # since was predicted on the same history) or a preempted job came back to the queue
-        # with the prediction it was admitted with.
-        if self.history.records == self._refreshed_at and not self._requeued:
-            return
-        self._refreshed_at = self.history.records
-        self._requeued = False
         for job_id, job in list(self.queued.items()):
             runtime = self._runtime(self.jobs[job_id])
             if runtime != job.expected_runtime:
@@ -243,7 +232,6 @@ class GpuschedPolicy:
                     preemptions=job.preemptions + 1,
                 )
                 preempted.append(job_id)
-                self._requeued = True
                 # A job that ran is not told an expected start again (the first one counts).
                 self.told.add(job_id)
             job_id = self.ids[admission.job]
