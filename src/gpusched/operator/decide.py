@@ -340,13 +340,7 @@ class Memo:
         if world.refusals != last_refusals:
             self.refusals = dict(world.refusals)
             return None
-        dirty = {
-            key
-            for key in now_leaving.keys() | last_leaving.keys()
-            if key not in now_leaving
-            or key not in last_leaving
-            or now_leaving[key] != last_leaving[key]
-        }
+        dirty = {key for key, _ in now_leaving.items() ^ last_leaving.items()}
         if verdicts != last_verdicts:
             dirty.update(
                 key

@@ -139,6 +139,8 @@ class AdmissionLoop:
         self._quota_written: dict[str, float] = {}
         self._quota_busy: set[str] = set()
         self._user_series: dict[str, set[str]] = {}
+        self._tenants: set[str] = set()
+        """The TenantQuotas of the last cycle counted (a deleted one's series go)."""
         """Tenant -> users with per-user series published (to drop those that leave)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self.last: Decision | None = None
@@ -608,9 +610,11 @@ class AdmissionLoop:
         set_tenant_series(m.oldest_wait, oldest)
         set_series(m.largest_free_domain, "level", dict(decision.result.largest_free))
         live = {q.metadata.name or "" for q in decision.world.quotas}
-        m.forget_tenants(live)
-        for gone in set(self._user_series) - live:
-            del self._user_series[gone]
+        if live != self._tenants:  # a TenantQuota came or went
+            self._tenants = live
+            m.forget_tenants(live)
+            for gone in set(self._user_series) - live:
+                del self._user_series[gone]
 
 
 def below_guarantee(tenants: Sequence[TenantUsage]) -> dict[str, float]:

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any, cast
 
 import aiohttp
+import pytest
 
 from gpusched.kubeasync import ApiError
 from gpusched.operator.loop import AdmissionLoop, CycleReport
@@ -30,7 +31,9 @@ class _Restarting:
         raise ApiError(404, "NotFound", "configmaps not found")
 
 
-def test_a_connection_lost_reading_the_history_is_retried_and_the_loop_goes_on() -> None:
+def test_a_connection_lost_reading_the_history_is_retried_and_the_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     store = Store()
     store.synced.update(KINDS)
     api = _Restarting()
@@ -43,7 +46,7 @@ def test_a_connection_lost_reading_the_history_is_retried_and_the_loop_goes_on()
         cycles += 1
         return CycleReport()
 
-    loop.cycle = cycle  # type: ignore[method-assign]
+    monkeypatch.setattr(loop, "cycle", cycle)
 
     async def scenario() -> None:
         stop = asyncio.Event()

@@ -21,9 +21,11 @@ def _plays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     played: list[float] = []
     forecast = Cycle.forecast
 
-    def counted(self: Cycle, *args: object, **kwargs: object) -> dict[str, float | None]:
+    def counted(
+        self: Cycle, limit: int | None = None, *, until: str | frozenset[str] | None = None
+    ) -> dict[str, float | None]:
         played.append(self.now)
-        return forecast(self, *args, **kwargs)  # type: ignore[arg-type]
+        return forecast(self, limit, until=until)
 
     monkeypatch.setattr(Cycle, "forecast", counted)
     return played

@@ -787,16 +787,17 @@ class Cycle:
             self.positions[job.key] = len(queue)
             self.demand[tenant] = self._demand_of(tenant)
         self._entitlements = None
-        claimed = {name: frozenset(self.claims[name]) - {job.key} for name in moved}
+        # Last in its queues it takes no one's claim, but with guarantees rounded up a job
+        # that fits what is left takes the rest of the guarantee from the first job that did
+        # not (quota.classify_ordered): then the jobs decided before it claimed otherwise.
+        rounded = [name for name in moved if self._rounding_up(name)]
+        claimed = {name: frozenset(self.claims[name]) - {job.key} for name in rounded}
         for name in moved:
             self.claims.pop(name, None)
             self._leaf_claims.pop(name, None)
         for level in ancestors:
             self._level_claims.pop(level, None)
-        # Last in its queues it takes no one's claim, but with guarantees rounded up a job
-        # that fits what is left takes the rest of the guarantee from the first job that did
-        # not (quota.classify_ordered): then the jobs decided before it claimed otherwise.
-        if any(frozenset(self.claims[name]) - {job.key} != claimed[name] for name in moved):
+        if any(frozenset(self.claims[name]) - {job.key} != claimed[name] for name in rounded):
             return False
         window = self.snapshot.config.lending_hold_seconds
         for name, (gpus, lapse) in self._asks_within(window, [job]).items():

@@ -372,16 +372,13 @@ def leaving_deadlines(
     """Preemptor key -> when the pods of its victims still leaving are all due gone (None
     while one of them is not being deleted yet)."""
     out: dict[str, datetime | None] = {}
-    for preemptor, victims in leaving.items():
-        due: datetime | None = None
-        for key in victims:
-            victim = jobs.get(key)
-            found = gone_by(victim.pods_of(victim.status.admission)) if victim else None
-            if found is None:
-                due = None
-                break
-            due = found if due is None else max(due, found)
-        out[preemptor] = due
+    for preemptor, names in leaving.items():
+        victims = [jobs.get(name) for name in names]
+        out[preemptor] = (
+            None
+            if None in victims
+            else gone_by(p for v in victims if v is not None for p in v.pods_of(v.status.admission))
+        )
     return out
 
 
