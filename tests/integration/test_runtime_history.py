@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpusched.core.runtime import JobKind
+from gpusched.core.runtime import JobKind, Prediction
+from gpusched.dev.localcluster import LocalCluster, identities
+from gpusched.kube import api_client
 from gpusched.kubeasync import AsyncApi
 from gpusched.operator.runtimes import RuntimeBook
 
 KIND = JobKind("team-a", "team-a-ns", "bert-ft", 8)
+SMALL = JobKind("team-a", "team-a-ns", "resnet", 1)
 
 
 @pytest.fixture
@@ -59,3 +62,65 @@ def test_predictions_survive_an_operator_restart(kube: Any, namespace: str) -> N
             await api.close()
 
     asyncio.run(scenario())
+
+
+def test_a_history_the_operator_may_not_read_yet_is_never_overwritten(
+    kube: Any, namespace: str, local_cluster: LocalCluster
+) -> None:
+    """A refused read (here a 403: the operator's Role not bound yet) leaves the persisted
+    history alone: nothing is written until a read succeeds, and the runs recorded meanwhile
+    are added on top of what was read."""
+    other = f"{namespace}-own"
+    editor = identities.namespace_editor(local_cluster, other)
+    identity = api_client(editor)
+
+    async def scenario() -> None:
+        admin = AsyncApi(kube.configuration)
+        api = AsyncApi(identity.configuration)
+        try:
+            earlier = RuntimeBook(admin, namespace, save_interval=0)
+            await earlier.load()
+            earlier.record("uid-1", KIND, 3600.0)
+            assert await earlier.save()
+
+            book = RuntimeBook(api, namespace, save_interval=0, read_retry=0)
+            await book.load()
+            assert not book.loaded
+            book.record("uid-2", SMALL, 120.0)
+            assert book.history.predict(SMALL) is not None
+            assert not await book.save()
+            persisted = RuntimeBook(admin, namespace)
+            await persisted.load()
+            assert persisted.history.predict(KIND) == Prediction(3600.0, 1)
+            assert persisted.history.predict(SMALL) == Prediction(3600.0, 4)  # KIND's tenant
+
+            local_cluster.kubectl(
+                "create",
+                "rolebinding",
+                "history-reader",
+                "--clusterrole=edit",
+                f"--serviceaccount={other}:editor",
+                "-n",
+                namespace,
+            )
+            for _ in range(100):
+                await book.load()
+                if book.loaded:
+                    break
+                await asyncio.sleep(0.1)
+            assert book.loaded
+            assert book.history.predict(KIND) == Prediction(3600.0, 1)
+            assert await book.save()
+            after = RuntimeBook(admin, namespace)
+            await after.load()
+            assert after.history.predict(KIND) == Prediction(3600.0, 1)
+            assert after.history.predict(SMALL) == Prediction(120.0, 1)
+        finally:
+            await api.close()
+            await admin.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        identity.close()
+        local_cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)

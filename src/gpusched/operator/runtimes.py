@@ -34,6 +34,11 @@ DATA_KEY: Final = "history.json"
 #: history``) for its default release ``gpusched``, so an operator run outside the chart under
 #: the chart's identity can read and write its history.
 DEFAULT_NAME: Final = "gpusched-operator-runtime-history"
+#: How long after a refused read of the history it is read again.
+READ_RETRY_SECONDS: Final = 30.0
+#: Runs kept for a history not read yet (the oldest go first: a Role that never lets the
+#: history be read would otherwise grow them without end).
+MAX_UNSAVED: Final = 10_000
 
 
 def run_seconds(before: GpuJobStatus, after: GpuJobStatus) -> float | None:
@@ -57,12 +62,15 @@ class RuntimeBook:
         name: str | None = DEFAULT_NAME,
         *,
         save_interval: float = 60.0,
+        read_retry: float = READ_RETRY_SECONDS,
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
         """The ConfigMap's name; None: the history is kept in memory only."""
         self.save_interval = save_interval
+        self.read_retry = read_retry
+        """Seconds after a refused read of the history before it is read again."""
         self.history = RuntimeHistory()
         self.loaded = False
         self._version: str | None = None
@@ -70,24 +78,42 @@ class RuntimeBook:
         self._saved_at = 0.0
         self._recorded: dict[str, None] = {}
         """Uids of the runs recorded (bounded): a status read twice is counted once."""
+        self._unsaved: list[tuple[JobKind, float]] = []
+        """Runs recorded since the last write: added again on top of a history read later (a
+        read refused at first, or a new leadership reading what another leader wrote)."""
+        self._read_again_at = 0.0
 
     @property
     def path(self) -> str:
         return f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}"
 
     async def load(self) -> None:
-        """Read the persisted history (an empty one when there is none or it cannot be read:
-        predictions start over rather than the operator not starting)."""
+        """Read the persisted history (an empty one when there is none).
+
+        When the API server refuses the read (a busy server's 5xx or 429, a 403 while the
+        chart's Role is still being applied), the cycles go on predicting from what this
+        replica recorded itself, and the read is tried again after ``read_retry`` seconds:
+        until it succeeds nothing is written, since a write would replace the persisted
+        history with this replica's few runs. Runs recorded before the read are added on top
+        of the history it returns."""
         if self.name is None:
             self.loaded = True
+            return
+        if time.monotonic() < self._read_again_at:
             return
         try:
             found = await self.api.request("GET", self.path)
         except ApiError as err:
             if err.status != 404:
-                log.warning("run-time history not read (%s); starting without it", err)
-            self.loaded = True
-            return
+                log.warning(
+                    "run-time history not read (%s); predicting without it, reading again in "
+                    "%.0f s",
+                    err,
+                    self.read_retry,
+                )
+                self._read_again_at = time.monotonic() + self.read_retry
+                return
+            found = {}
         self._version = (found.get("metadata") or {}).get("resourceVersion")
         raw = (found.get("data") or {}).get(DATA_KEY) or "{}"
         try:
@@ -95,7 +121,11 @@ class RuntimeBook:
         except ValueError:
             log.warning("run-time history in ConfigMap %s is not JSON; starting over", self.name)
             data = {}
-        self.history = RuntimeHistory.from_json(data)
+        history = RuntimeHistory.from_json(data)
+        for kind, seconds in self._unsaved:
+            history.record(kind, seconds)
+        self.history = history
+        self._read_again_at = 0.0
         self.loaded = True
         log.info("run-time history: %d kinds of job loaded", len(self.history))
 
@@ -115,6 +145,9 @@ class RuntimeBook:
         if uid in self._recorded:
             return
         self.history.record(kind, seconds)
+        if self.name is not None:
+            self._unsaved.append((kind, seconds))
+            del self._unsaved[:-MAX_UNSAVED]
         self._remember(uid)
         self._dirty = True
 
@@ -134,8 +167,9 @@ class RuntimeBook:
         """Write the history if it changed; True when written. Conditional on the version
         read or last written; on a conflict the next save starts from a fresh read of the
         version (this history wins: only the leader records)."""
-        if not self._dirty or self.name is None:
+        if not self._dirty or self.name is None or not self.loaded:
             return False
+        written = len(self._unsaved)
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -161,7 +195,9 @@ class RuntimeBook:
             self._saved_at = time.monotonic()
             return False
         self._version = (answer.get("metadata") or {}).get("resourceVersion")
-        self._dirty = False
+        # Runs recorded while the write was in flight are written next time.
+        del self._unsaved[:written]
+        self._dirty = bool(self._unsaved)
         self._saved_at = time.monotonic()
         return True
 
