@@ -445,9 +445,16 @@ def test_a_pod_the_cluster_stopped_requeues_the_gang_instead_of_failing_it() -> 
         "message": "Pod was terminated in response to imminent node shutdown.",
     }
     marked = {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    pressure = {
+        "reason": "Evicted",
+        "message": "The node was low on resource: memory.",
+        "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}
+        ],
+    }
     for stopped in (
         {"deleting": True},
-        {"status_extra": {"reason": "Evicted", "message": "The node was low on memory."}},
+        {"status_extra": pressure},
         {"status_extra": shutdown},
         {"status_extra": marked},
     ):
@@ -460,6 +467,24 @@ def test_a_pod_the_cluster_stopped_requeues_the_gang_instead_of_failing_it() -> 
         assert done.requeued == "PodsLost"
         assert "train-1-0 was stopped on n0" in (done.status.message or "")
         assert [d.name for d in _of(done.actions, DeletePod)] == ["train-1-1"]
+
+
+def test_a_pod_evicted_for_outgrowing_its_own_storage_limit_fails_the_job() -> None:
+    """The kubelet evicts a pod past its own ephemeral-storage or emptyDir limit with reason
+    ``Evicted`` but no ``DisruptionTarget`` condition: the work's doing, which a requeue
+    would only repeat (run, evicted, queued again, without end)."""
+    limit = {
+        "reason": "Evicted",
+        "message": "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi.",
+    }
+    facts = job(status=admitted_status(phase="Running", startedAt=stamp(NOW)))
+    facts = with_pods(
+        facts, pod(facts, 0, phase="Failed", exit_code=137, status_extra=limit), pod(facts, 1)
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.status.phase, done.status.reason) == (JobPhase.FAILED, "PodFailed")
+    assert "exceeds the total limit" in (done.status.message or "")
+    assert done.requeued is None
 
 
 def test_kubelet_refusals_in_a_row_fail_the_job_at_the_bound() -> None:

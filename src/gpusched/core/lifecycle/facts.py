@@ -55,15 +55,19 @@ def _refused_by_kubelet(status: Mapping[str, Any]) -> bool:
     return True
 
 
-#: Pod status reasons the kubelet gives a pod it stopped for the node's sake, not the work's:
-#: evicted under node pressure, or shut down with its node (graceful node shutdown).
-DISRUPTION_REASONS: Final = frozenset({"Evicted", "Terminated", "Shutdown", "NodeShutdown"})
+#: Pod status reasons the kubelet gives a pod it shut down with its node (graceful node
+#: shutdown). ``Evicted`` is not one: the kubelet gives it as well to a pod that outgrew its own
+#: ephemeral-storage or emptyDir limit (the work's doing, and evicted again on every run),
+#: and marks only its evictions under node pressure ``DisruptionTarget``
+#: (``pkg/kubelet/eviction/eviction_manager.go``).
+DISRUPTION_REASONS: Final = frozenset({"Terminated", "Shutdown", "NodeShutdown"})
 
 
 def _disrupted(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     """Whether a Failed pod was stopped by the cluster rather than failing: deleted (a drain,
-    the eviction API: its container then exits on SIGTERM), evicted or shut down with its node
-    by the kubelet, or marked a ``DisruptionTarget`` by Kubernetes."""
+    the eviction API: its container then exits on SIGTERM), shut down with its node, or marked
+    a ``DisruptionTarget`` by Kubernetes (the kubelet's evictions under node pressure, the
+    eviction API, taint eviction)."""
     if status.get("phase") != "Failed":
         return False
     if meta.get("deletionTimestamp") or status.get("reason") in DISRUPTION_REASONS:
@@ -144,13 +148,18 @@ class PodFacts:
             gpus = gpu_count(pod)
         except RequestError:
             gpus = 0
-        message = status.get("message") or status.get("reason") or ""
+        # The kubelet's word on the pod (an eviction's cause) follows a container's exit.
+        said = status.get("message") or status.get("reason") or ""
+        if status.get("message") and status.get("reason"):
+            said = f"{status['reason']}: {status['message']}"
+        message = said
         for cs in status.get("containerStatuses") or []:
             terminated = (cs.get("state") or {}).get("terminated")
             if terminated and terminated.get("exitCode"):
                 message = (
                     f"container {cs.get('name')} exited with code {terminated.get('exitCode')}"
                     + (f" ({terminated.get('reason')})" if terminated.get("reason") else "")
+                    + (f"; {said}" if said else "")
                 )
                 break
         return cls(
