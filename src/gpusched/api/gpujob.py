@@ -403,9 +403,10 @@ class GpuJobStatus(ApiModel):
     admitted_at: datetime | None = None
     """When the current admission happened."""
     started_at: datetime | None = None
-    """When all replicas of the current admission were running."""
+    """When all replicas of the current admission were running (their containers' start as
+    the kubelet recorded it, between the pods' creation and the moment the operator saw it)."""
     finished_at: datetime | None = None
-    """When the job succeeded or failed."""
+    """When the job succeeded or failed (its pods' containers' end, when they recorded one)."""
     gpu_seconds: float = Field(0.0, ge=0)
     """GPU-seconds consumed by the job so far (metered)."""
     preemptions: list[PreemptionRecord] = Field(default_factory=list, max_length=20)

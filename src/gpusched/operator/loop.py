@@ -364,7 +364,8 @@ class AdmissionLoop:
         Every one at most once per :data:`QUOTA_MIN_INTERVAL` (writes are that far apart
         anyway); before that, only a TenantQuota that is new or changed, and the tenants of a
         job that stopped running in this cycle (with any parent above them): its GPU-seconds
-        up to now are counted only from the status it had when the cycle began. Anything else
+        up to now are counted only from the status it had when the cycle began; and those of a
+        job whose start this cycle dates from before their last metering. Anything else
         (usage moved by admissions, by a job deleted while it ran) waits at most the interval:
         a cycle that leaves every tenant out wakes the loop again when it is up."""
         if time.monotonic() - self._quotas_at >= QUOTA_MIN_INTERVAL:
@@ -374,16 +375,27 @@ class AdmissionLoop:
             for q in decision.world.quotas
             if self._quotas_seen.get(q.metadata.name or "") is not q
         }
+        tree = TenantTree.of(decision.snapshot.tenants)
+        metered_at = {
+            q.metadata.name or "": q.status.last_metered_at for q in decision.world.quotas
+        }
         for job in decision.world.jobs:
-            if (
-                job.status.phase is JobPhase.RUNNING
-                and decision.final_status(job.key).phase is not JobPhase.RUNNING
-            ):
-                tenant = decision.contexts[job.key].tenant
-                if tenant is not None:
+            tenant = decision.contexts[job.key].tenant
+            if tenant is None:
+                continue
+            after = decision.final_status(job.key)
+            if job.status.phase is JobPhase.RUNNING and after.phase is not JobPhase.RUNNING:
+                due.add(tenant)
+            elif job.status.started_at is None and after.started_at is not None:
+                # A start this cycle dates from the pods' own start: a tenant metered since
+                # then counted none of it, and only this cycle's status says it.
+                started = after.started_at
+                if any(
+                    (last := metered_at.get(level)) is not None and last > started
+                    for level in tree.levels(tenant)
+                ):
                     due.add(tenant)
         if due:
-            tree = TenantTree.of(decision.snapshot.tenants)
             due |= {level for name in list(due) for level in tree.levels(name)}
         when = decision.world.now + timedelta(
             seconds=max(0.0, self._quotas_at + QUOTA_MIN_INTERVAL - time.monotonic())
@@ -408,7 +420,8 @@ class AdmissionLoop:
         oldest = min((t for t in last if t is not None), default=None)
         metered: dict[str | None, list[tuple[int, MeteredJob]]] = {}
         for index, job in enumerate(decision.world.jobs):
-            if not meterable(job.status, oldest):
+            after = decision.final_status(job.key)
+            if not meterable(job.status, oldest, after):
                 continue
             owner = decision.contexts[job.key].tenant
             metered.setdefault(owner, []).append(
@@ -418,7 +431,7 @@ class AdmissionLoop:
                         tenant=owner,
                         gpus=job.gpus,
                         before=job.status,
-                        after=decision.final_status(job.key),
+                        after=after,
                         submitter=job.submitter,
                         models=_gpus_by_model(job.status, models),
                     ),

@@ -539,3 +539,94 @@ def test_the_tenant_caps_grace_periods_and_minimum_runtimes() -> None:
     resumed = replace(facts, job=running_job.model_copy(update={"spec": spec}))
     protected = settle(resumed, capped, NOW, CONFIG)
     assert protected.wake_at == NOW - timedelta(seconds=10) + timedelta(seconds=600)
+
+
+# --- when a job ran: its pods' clock, not the cycle's ---------------------------------------
+
+
+def _ran(started: timedelta, ended: timedelta | None = None, code: int = 0) -> dict[str, object]:
+    """A pod status whose container started ``started`` before NOW (and ended ``ended``
+    before it)."""
+    if ended is None:
+        state: dict[str, object] = {"running": {"startedAt": stamp(NOW - started)}}
+    else:
+        state = {
+            "terminated": {
+                "exitCode": code,
+                "startedAt": stamp(NOW - started),
+                "finishedAt": stamp(NOW - ended),
+            }
+        }
+    return {"containerStatuses": [{"name": "main", "state": state}]}
+
+
+def test_a_gang_runs_from_its_last_pods_start_not_from_when_a_cycle_saw_it() -> None:
+    """After a gap in observation (an operator restart, a new leader) the start is the pods':
+    the run is metered and its limit counted from then."""
+    facts = job(status=admitted_status(admitted_at=NOW - timedelta(minutes=10)))
+    created = NOW - timedelta(minutes=9)
+    facts = with_pods(
+        facts,
+        pod(facts, 0, created=created, status_extra=_ran(timedelta(minutes=8))),
+        pod(facts, 1, created=created, status_extra=_ran(timedelta(minutes=7))),
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    assert done.status.phase is JobPhase.RUNNING
+    assert done.status.started_at == NOW - timedelta(minutes=7)
+
+
+def test_a_start_on_a_clock_ahead_or_behind_stays_between_the_pods_creation_and_now() -> None:
+    facts = job(status=admitted_status(admitted_at=NOW - timedelta(minutes=10)))
+    created = NOW - timedelta(minutes=9)
+    ahead = with_pods(
+        facts,
+        pod(facts, 0, created=created, status_extra=_ran(-timedelta(minutes=3))),
+        pod(facts, 1, created=created, status_extra=_ran(timedelta(minutes=1))),
+    )
+    assert settle(ahead, OK, NOW, CONFIG).status.started_at == NOW
+    behind = with_pods(
+        facts,
+        pod(facts, 0, created=created, status_extra=_ran(timedelta(hours=3))),
+        pod(facts, 1, created=created, status_extra=_ran(timedelta(hours=2))),
+    )
+    assert settle(behind, OK, NOW, CONFIG).status.started_at == created
+
+
+def test_a_job_that_ended_unseen_finishes_when_its_pods_ended() -> None:
+    """8 GPUs (two pods of 4) ran from 60 to 55 minutes ago; the cycle sees them only now:
+    finished then, 8 x 300 GPU-seconds, not 8 x 3,600."""
+    facts = job(status=admitted_status(admitted_at=NOW - timedelta(minutes=62)))
+    created = NOW - timedelta(minutes=61)
+    ended = _ran(timedelta(minutes=60), timedelta(minutes=55))
+    facts = with_pods(
+        facts,
+        pod(facts, 0, phase="Succeeded", created=created, status_extra=ended),
+        pod(facts, 1, phase="Succeeded", created=created, status_extra=ended),
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    s = done.status
+    assert s.phase is JobPhase.SUCCEEDED
+    assert (s.started_at, s.finished_at) == (
+        NOW - timedelta(minutes=60),
+        NOW - timedelta(minutes=55),
+    )
+    assert s.gpu_seconds == 8 * 300
+
+
+def test_a_failed_job_ends_when_its_last_pod_ended() -> None:
+    """Its GPUs were held until the last pod of the gang stopped: until now while one runs."""
+    running = admitted_status(phase="Running", startedAt=stamp(NOW - timedelta(minutes=30)))
+    facts = job(status=running)
+    failed = _ran(timedelta(minutes=30), timedelta(minutes=20), code=1)
+    stopped = _ran(timedelta(minutes=30), timedelta(minutes=19), code=143)
+    both = with_pods(
+        facts,
+        pod(facts, 0, phase="Failed", status_extra=failed),
+        pod(facts, 1, phase="Failed", status_extra=stopped),
+    )
+    s = settle(both, OK, NOW, CONFIG).status
+    assert (s.phase, s.finished_at) == (JobPhase.FAILED, NOW - timedelta(minutes=19))
+    assert s.gpu_seconds == 8 * 660
+    one = with_pods(facts, pod(facts, 0, phase="Failed", status_extra=failed), pod(facts, 1))
+    s = settle(one, OK, NOW, CONFIG).status
+    assert (s.phase, s.finished_at, s.gpu_seconds) == (JobPhase.FAILED, NOW, 8 * 1800)

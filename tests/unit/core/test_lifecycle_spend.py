@@ -248,6 +248,30 @@ def test_a_parents_spending_is_its_teams_and_a_broken_tree_is_reported() -> None
     assert "does not exist" in problems["lost"]
 
 
+def test_a_gang_seen_only_once_it_ran_is_charged_its_whole_run_to_its_tenant() -> None:
+    """Its pods started and ended between two cycles; the tenant was metered meanwhile, while
+    the job's status still said Admitted. The cycle that sees it done charges the tenant the
+    whole run, once: 8 GPUs x 565 s (started 10 min before, ended 35 s before)."""
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    admitted = GpuJobStatus(phase=JobPhase.ADMITTED)
+    done = GpuJobStatus(
+        phase=JobPhase.SUCCEEDED,
+        started_at=now - timedelta(minutes=10),
+        finished_at=now - timedelta(seconds=35),  # before the tenant's last metering
+    )
+    last = now - timedelta(seconds=30)
+    q = quota({"lastMeteredAt": last.isoformat(), "periodStart": "2026-11-01T00:00:00Z"})
+    job = MeteredJob("team", 8, admitted, done, "alice", {})
+    assert meterable(admitted, last, done)
+    first = quota_status(q, usage(), [], [job], now, pricing=PRICES)
+    assert first.status.gpu_seconds == 8 * 565
+    # Later meterings read the finished status: nothing is charged twice.
+    again = q.model_copy(update={"status": first.status})
+    kept = MeteredJob("team", 8, done, done, "alice", {})
+    later = quota_status(again, usage(), [], [kept], now + timedelta(minutes=5), pricing=PRICES)
+    assert later.status.gpu_seconds == 8 * 565
+
+
 BASE = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
 _hours = st.integers(min_value=-48, max_value=48).map(lambda h: BASE + timedelta(hours=h / 2))
 
@@ -265,6 +289,13 @@ def metered_job(draw: st.DrawFn) -> MeteredJob:
                 GpuJobStatus(phase=JobPhase.QUEUED),
                 GpuJobStatus(
                     phase=JobPhase.SUCCEEDED, started_at=started, finished_at=BASE + timedelta(1)
+                ),
+                # Started, or even run to its end, before this cycle saw it.
+                GpuJobStatus(phase=JobPhase.RUNNING, started_at=draw(_hours)),
+                GpuJobStatus(
+                    phase=JobPhase.SUCCEEDED,
+                    started_at=BASE - timedelta(hours=30),
+                    finished_at=draw(_hours),
                 ),
             ]
         )
@@ -300,7 +331,7 @@ def test_a_tenants_status_from_its_meterable_jobs_alone_is_its_status_from_every
     oldest = (
         None if last is None and unmetered_elsewhere else (last or BASE) - timedelta(hours=earlier)
     )
-    mine = [j for j in jobs if j.tenant == "team" and meterable(j.before, oldest)]
+    mine = [j for j in jobs if j.tenant == "team" and meterable(j.before, oldest, j.after)]
     truth = quota_status(q, usage(), [], jobs, now, pricing=PRICES)
     kept = quota_status(q, usage(), [], mine, now, pricing=PRICES)
     assert kept.status == truth.status

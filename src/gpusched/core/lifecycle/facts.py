@@ -78,6 +78,25 @@ def _disrupted(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     )
 
 
+def _container_times(status: Mapping[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """When the pod's containers had all started, and (a pod that ended) all ended."""
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    statuses = status.get("containerStatuses") or []
+    for cs in statuses:
+        state = cs.get("state") or {}
+        running, terminated = state.get("running"), state.get("terminated")
+        began = parse_time((running or terminated or {}).get("startedAt"))
+        if began is not None:
+            starts.append(began)
+        finished = parse_time((terminated or {}).get("finishedAt"))
+        if finished is not None:
+            ends.append(finished)
+    started = max(starts) if statuses and len(starts) == len(statuses) else None
+    ended = max(ends) if statuses and len(ends) == len(statuses) else None
+    return started, ended
+
+
 def _number(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() else None
 
@@ -121,6 +140,11 @@ class PodFacts:
     never_started: bool = False
     """Failed before any container was created: the kubelet refused to admit it (a device
     plugin, resources, a node restart), so the workload never ran."""
+    started: datetime | None = None
+    """When the last of its containers started (the kubelet's ``startedAt``), None while one
+    has not: when the pod began running, however late a cycle saw it."""
+    ended: datetime | None = None
+    """When the last of its containers ended (``finishedAt``), for a pod that ran to its end."""
     admission: int | None = field(init=False, default=None)
     """The admission of its job that created it (label), read once."""
     replica: int | None = field(init=False, default=None)
@@ -162,7 +186,10 @@ class PodFacts:
                     + (f"; {said}" if said else "")
                 )
                 break
+        started, ended = _container_times(status)
         return cls(
+            started=started,
+            ended=ended,
             scheduler=str(spec.get("schedulerName") or ""),
             controller_uid=controlling_gpujob(pod) or "",
             never_started=_refused_by_kubelet(status),

@@ -367,13 +367,16 @@ class _Settle:
             pod = failed[0]
             text = f"pod {pod.name} failed" + (f": {pod.message}" if pod.message else "")
             self.delete(current, None)
-            self.move(st.finished(self._ran(current), False, text, gpus))
+            ran = self._ran(current)
+            # Ended when its last pod did: a pod still running held its GPUs until now.
+            self.move(st.finished(ran, False, text, gpus, at=self._ended(ran, current)))
             self.event("Failed", text, warning=True)
             self.terminating(current, None)
             return
         if len(current) == replicas and all(p.phase == "Succeeded" for p in current):
             text = f"all {replicas} pods succeeded" if replicas > 1 else "its pod succeeded"
-            self.move(st.finished(self._ran(current), True, text, gpus))
+            ran = self._ran(current)
+            self.move(st.finished(ran, True, text, gpus, at=self._ended(ran, current)))
             self.event("Succeeded", text)
             return
 
@@ -428,7 +431,8 @@ class _Settle:
         if all_running and self.status.phase is not JobPhase.RUNNING:
             # No event: the PodsReady condition and status.placement say it, and an event per
             # job start would be the operator's most numerous write.
-            self.move(st.running(self.transition(), replicas, bound=current))
+            since = self._started(current)
+            self.move(st.running(self.transition(), replicas, bound=current, since=since))
 
     def lost(self, current: list[PodFacts], why: str) -> None:
         """The gang lost a pod to the cluster, not to its work: released (its other pods
@@ -447,10 +451,33 @@ class _Settle:
         t = self.transition()
         if t.status.started_at is None:
             created = [p.created for p in current if p.created is not None]
-            since = min(created) if created else self.status.admitted_at
+            since = self._started(current) or (min(created) if created else None)
+            since = since or self.status.admitted_at
             if since is not None:
                 t.set(started_at=since)
         return t
+
+    def _started(self, current: list[PodFacts]) -> datetime | None:
+        """When the gang began running: its last pod's containers' start (the kubelet's
+        clock, so never later than now nor earlier than that pod's creation), None when a
+        pod has no start recorded."""
+        if not current or any(p.started is None for p in current):
+            return None
+        starts = [
+            max(p.started, p.created) if p.created is not None else p.started
+            for p in current
+            if p.started is not None
+        ]
+        return min(max(starts), self.now)
+
+    def _ended(self, t: st.Transition, pods: list[PodFacts]) -> datetime | None:
+        """When ``pods`` had all ended (their containers' ``finishedAt``), within the run
+        (not before its start, not after now); None when one has no end recorded."""
+        if not pods or any(p.ended is None for p in pods):
+            return None
+        end = min(max(p.ended for p in pods if p.ended is not None), self.now)
+        started = t.status.started_at
+        return max(end, started) if started is not None else end
 
     def past_limit(self, current: list[PodFacts], limit: int) -> None:
         """The job ran for its declared ``spec.maxRuntimeSeconds``: it fails, and its pods go

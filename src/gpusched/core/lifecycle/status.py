@@ -162,11 +162,12 @@ class Transition:
         self.status = self.status.model_copy(update=fields)
         return self
 
-    def stop_metering(self, gpus: int) -> Transition:
-        """Add the current run's GPU-seconds (if it ran) to the total."""
+    def stop_metering(self, gpus: int, until: datetime | None = None) -> Transition:
+        """Add the current run's GPU-seconds (if it ran), up to ``until`` (default now), to
+        the total."""
         started = self.status.started_at
         if started is not None:
-            seconds = max(0.0, (self.now - started).total_seconds()) * gpus
+            seconds = max(0.0, ((until or self.now) - started).total_seconds()) * gpus
             self.set(gpu_seconds=round(self.status.gpu_seconds + seconds, 1))
         return self
 
@@ -324,8 +325,11 @@ def refused(t: Transition, message: str, gpus: int) -> Transition:
     return t.cond(Cond.PODS_READY, False, Reason.PODS_REFUSED, text)
 
 
-def running(t: Transition, replicas: int, bound: Sequence[PodFacts] = ()) -> Transition:
-    """All pods run; the placement records the GPUs the extender actually bound, if it did."""
+def running(
+    t: Transition, replicas: int, bound: Sequence[PodFacts] = (), since: datetime | None = None
+) -> Transition:
+    """All pods run (``since``: when the last started, default now); the placement records
+    the GPUs the extender actually bound, if it did."""
     text = f"all {replicas} pods running" if replicas > 1 else "its pod is running"
     by_replica = {p.replica: p for p in bound}
     placement = []
@@ -358,7 +362,7 @@ def running(t: Transition, replicas: int, bound: Sequence[PodFacts] = ()) -> Tra
     where = " on borrowed GPUs" if reason == "Borrowing" else ""
     return t.set(
         phase=JobPhase.RUNNING,
-        started_at=t.now,
+        started_at=since or t.now,
         node_rejections=0,
         reason=reason or Reason.RUNNING.value,
         message=text + where,
@@ -413,9 +417,16 @@ def requeued(
 
 
 def finished(
-    t: Transition, ok: bool, message: str, gpus: int, reason: Reason | None = None
+    t: Transition,
+    ok: bool,
+    message: str,
+    gpus: int,
+    reason: Reason | None = None,
+    *,
+    at: datetime | None = None,
 ) -> Transition:
-    t.stop_metering(gpus)
+    """Succeeded or failed, ``at`` when its pods ended (default now)."""
+    t.stop_metering(gpus, at)
     reason = reason or (Reason.SUCCEEDED if ok else Reason.POD_FAILED)
     t.set(
         expected_start=None,
@@ -427,7 +438,7 @@ def finished(
         phase=JobPhase.SUCCEEDED if ok else JobPhase.FAILED,
         reason=reason.value,
         message=message,
-        finished_at=t.now,
+        finished_at=at or t.now,
         queue_position=None,
     )
     t.cond(Cond.PODS_READY, False, reason, message)

@@ -174,14 +174,21 @@ def runs_between(
     """What the jobs of ``tenants`` ran between two times, from their start and finish times.
 
     Read from each job's status as it stood when the cycle began: a job this cycle preempts or
-    requeues still counts up to now (its new status has forgotten that it started)."""
+    requeues still counts up to now (its new status has forgotten that it started). A job not
+    started then counts from the status the cycle leaves it in, whole: its pods started before
+    this cycle saw them (the start is theirs), perhaps even ran to their end between two
+    cycles, and a tenant metered meanwhile counted none of it."""
     out: list[Run] = []
     for job in jobs:
         if job.tenant not in tenants:
             continue
         status = job.before
-        started = status.started_at
-        if started is None:
+        if status.started_at is not None:
+            begin = max(status.started_at, since)
+        elif job.after.started_at is not None:
+            status = job.after
+            begin = job.after.started_at
+        else:
             continue
         if status.phase is JobPhase.RUNNING:
             end = until
@@ -192,21 +199,34 @@ def runs_between(
         finished = job.after.finished_at  # finishing in this very cycle
         if finished is not None:
             end = min(end, finished)
-        begin = max(started, since)
         if end > begin:
             models = dict(job.models) if sum(job.models.values()) == job.gpus else {"": job.gpus}
             out.append(Run(job.submitter, models, begin, end))
     return out
 
 
-def meterable(status: GpuJobStatus, since: datetime | None) -> bool:
+def meterable(
+    status: GpuJobStatus, since: datetime | None, after: GpuJobStatus | None = None
+) -> bool:
     """Whether :func:`runs_between` and :func:`quota_status` can count anything of a job whose
-    status (when the cycle began) is ``status``, for tenants last metered at ``since`` or
-    later (None: no tenant was metered yet). Only a job running or finished after ``since``
-    can: one finished before was counted when its tenant was last metered. Lets the operator
-    hand each tenant only the jobs that matter, as the store fills with finished jobs."""
+    status (when the cycle began) is ``status`` (and ``after`` as the cycle leaves it), for
+    tenants last metered at ``since`` or later (None: no tenant was metered yet). Only a job
+    running or finished after ``since`` can: one finished before was counted when its tenant
+    was last metered; and one that started in this cycle. Lets the operator hand each tenant
+    only the jobs that matter, as the store fills with finished jobs."""
     if status.started_at is None:
-        return False
+        # Started in this cycle: none of its run was counted yet, however long ago it ended.
+        return (
+            after is not None
+            and after.started_at is not None
+            and (
+                after.phase is JobPhase.RUNNING
+                or (
+                    after.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+                    and after.finished_at is not None
+                )
+            )
+        )
     if status.phase is JobPhase.RUNNING:
         return True
     return (
