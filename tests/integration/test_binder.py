@@ -9,7 +9,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -18,7 +18,7 @@ from gpusched.api import keys
 from gpusched.api.extender import ExtenderBindingArgs
 from gpusched.api.gpujob import TopologyScope
 from gpusched.core.scheduling import gpu_request
-from gpusched.kubeasync import AsyncApi
+from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.metrics import SchedulerMetrics
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.cache import ClusterCache
@@ -226,3 +226,58 @@ def test_a_retried_bind_counts_one_placement_whether_or_not_the_attempt_that_lan
     retried, _ = _binder(kube, nodes)
     assert _run(retried, _args(landed, nodes[1]), _args(landed, nodes[1])) == ["", ""]
     assert _placements(retried) == {"pcie-switch": 1.0}
+
+
+class _Flaky:
+    """The real API server behind a connection that fails the next Binding calls: ``"503"``
+    answers before sending it (the server stored nothing, but a 5xx cannot say so),
+    ``"lost"`` sends it and loses the answer."""
+
+    def __init__(self, api: AsyncApi, faults: list[str]) -> None:
+        self.api = api
+        self.faults = faults
+
+    async def request(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+        if path.endswith("/binding") and self.faults:
+            fault = self.faults.pop(0)
+            if fault == "503":
+                raise ApiError(503, "ServiceUnavailable", "etcdserver: request timed out")
+            await self.api.request(method, path, body, **options)
+            raise TimeoutError
+        return await self.api.request(method, path, body, **options)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+
+def test_a_binding_without_a_certain_answer_keeps_its_gpus_until_it_is_known(
+    kube: Any, namespace: str, nodes: list[str]
+) -> None:
+    """A server error or a lost answer says nothing of whether the Binding was stored: its
+    GPUs are not handed to another pod, and the pod's own retry binds them."""
+    core = client.CoreV1Api(kube)
+    first, second = _pod(core, namespace, "first", 8), _pod(core, namespace, "second", 8)
+    binder, cache = _binder(kube, nodes)
+    flaky = _Flaky(binder.api, ["503"])
+    binder.api = cast(AsyncApi, flaky)
+    errors = _run(binder, _args(first, nodes[0]), _args(second, nodes[0]), _args(first, nodes[0]))
+    assert errors[0].startswith("API error while binding: 503")
+    assert errors[1] == f"node {nodes[0]} no longer fits: NotEnoughFreeGpus: fewer than 8 free GPUs"
+    assert errors[2] == ""
+    assert _read(core, namespace, "first").spec.node_name == nodes[0]
+    assert _read(core, namespace, "second").spec.node_name is None
+    assert [a.key for a in cache.assumptions.values()] == [f"{namespace}/first"]
+
+
+def test_a_binding_whose_answer_was_lost_is_a_success_when_it_was_stored(
+    kube: Any, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(kube)
+    pod = _pod(core, namespace, "landed-unanswered")
+    binder, cache = _binder(kube, nodes)
+    binder.api = cast(AsyncApi, _Flaky(binder.api, ["lost"]))
+    assert _run(binder, _args(pod, nodes[0])) == [""]
+    bound = _read(core, namespace, "landed-unanswered")
+    assert bound.spec.node_name == nodes[0]
+    [held] = cache.assumptions.values()
+    assert ",".join(map(str, held.gpus)) == bound.metadata.annotations[keys.ANNOTATION_GPU_INDICES]

@@ -9,8 +9,11 @@ How the guarantee that two pods never hold the same GPU is kept:
    pod's UID as precondition, and only if the pod has no node yet. So there is no state in which
    a pod has a node but no GPUs written, or GPUs written but the bind half-done: ownership rebuilt
    from annotations after a restart is always complete;
-3. on failure the assumption is forgotten; if the pod turns out bound anyway (a timeout whose
-   request did land, or a retry of a bind that already happened), that is a success;
+3. on failure, if the pod turns out bound anyway (a timeout whose request did land, or a retry
+   of a bind that already happened), that is a success; otherwise the assumption is forgotten
+   only when the API server refused the Binding (4xx): after a server error or a lost
+   connection the Binding may still be stored, so its GPUs stay held until the watch says, or
+   the bound reservations' TTL ends;
 4. a restarted extender answers nothing until it has listed every bound pod.
 
 A bind costs a single API call, made asynchronously (``gpusched.kubeasync``): the pod's request
@@ -23,6 +26,8 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+import aiohttp
 
 from gpusched.api import keys
 from gpusched.api.annotations import format_indices
@@ -40,6 +45,15 @@ log = logging.getLogger(__name__)
 REMEMBERED_PODS = 5_000
 #: Pods whose bind this process counted, remembered so a retried bind is counted once.
 COUNTED_PODS = 5_000
+
+
+#: API answers that say a Binding was not stored: the request itself was refused.
+REFUSALS = frozenset({400, 403, 404, 409, 422})
+
+
+def _refused(err: Exception) -> bool:
+    """Whether a failed Binding call certainly stored nothing."""
+    return isinstance(err, ApiError) and err.status in REFUSALS
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +169,19 @@ class Binder:
             assumption.created_at = self.cache.clock()
         try:
             await self._create_binding(args, assumption)
-        except ApiError:
+        except (ApiError, aiohttp.ClientError, TimeoutError) as err:
             if not await self._bound_anyway(args, assumption):
                 if self.cache.assumptions.get(args.pod_uid) is assumption:
-                    self.cache.forget(args.pod_uid)
-                raise
+                    if _refused(err):
+                        self.cache.forget(args.pod_uid)
+                    else:
+                        # The Binding may have been stored all the same (a server error or a
+                        # lost connection says nothing of the write): the GPUs stay held until
+                        # the watch shows the pod, or for the bound reservations' TTL.
+                        self.cache.mark_bound(args.pod_uid)
+                if isinstance(err, ApiError):
+                    raise
+                raise BindError("BindUnanswered", f"the binding got no answer: {err!r}") from err
         self.cache.mark_bound(args.pod_uid)
         self._count(args.pod_uid, assumption.topology_class)
 

@@ -258,7 +258,10 @@ class Extender:
         if uid:
             # A pod filtered again gave up its earlier reservation.
             self.cache.forget_tentative(uid)
-        outcome = filter_nodes(self.cache.views(names), gpu)
+        # What is left is a bind of this pod whose outcome is not known: it must not count
+        # against the pod itself (a bind that landed after all keeps the same GPUs).
+        own = uid if uid in self.cache.assumptions else ""
+        outcome = filter_nodes(self.cache.views(names, excluding_uid=own), gpu)
         self.binder.memory.remember(args.pod, gpu, priorities(outcome.verdicts))
         if len(outcome.fits) == 1 and uid in self.pending:
             self._reserve(outcome, uid, meta)

@@ -14,6 +14,7 @@ from kubernetes import client
 
 from gpusched.api import keys
 from gpusched.kubeasync import AsyncApi
+from gpusched.scheduler.cache import Assumption
 from gpusched.scheduler.server import Extender
 from tests.unit.scheduler.test_cache import topology_object
 
@@ -118,5 +119,28 @@ def test_an_internal_failure_answers_500_with_its_message_and_the_process_keeps_
         again = await http.post("/filter", json=_filter_args())
         assert again.status == 200
         assert (await _json(again))["NodeNames"] == [NODE]
+
+    _serve(extender, scenario)
+
+
+def test_a_pod_filtered_again_after_a_bind_without_answer_is_not_blocked_by_its_own_gpus() -> None:
+    """Its earlier Binding may have been stored, so its GPUs stay held from every other pod;
+    not from the pod itself, which kube-scheduler schedules again."""
+    extender = _extender()
+
+    async def scenario(http: TestClient[Any, Any]) -> None:
+        _ready(extender)
+        extender.cache.assume(
+            Assumption(
+                uid="u1", key="ns/p", node=NODE, gpus=tuple(range(8)), topology_class="nvlink"
+            )
+        )
+        extender.cache.mark_bound("u1")
+        again = await _json(await http.post("/filter", json=_filter_args(8)))
+        assert again["NodeNames"] == [NODE]
+        other = _filter_args(1)
+        other["Pod"]["metadata"]["uid"] = "u2"
+        refused = await _json(await http.post("/filter", json=other))
+        assert refused["NodeNames"] in (None, [])
 
     _serve(extender, scenario)
