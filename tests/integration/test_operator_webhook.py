@@ -104,7 +104,7 @@ def test_a_tenant_quota_claiming_another_tenants_namespace_is_refused_naming_it(
     assert owner in message
 
 
-def test_a_tenant_tree_that_would_cycle_or_overcommit_its_parent_is_refused_naming_the_field(
+def test_a_tenant_tree_that_would_cycle_overcommit_or_orphan_namespaces_is_refused_naming_the_field(
     sc: Scenario, operator: WebhookOperator
 ) -> None:
     org = sc.quota("org", [], guaranteed=16)
@@ -131,6 +131,11 @@ def test_a_tenant_tree_that_would_cycle_or_overcommit_its_parent_is_refused_nami
     )
     assert "spec.parent" in message
     assert "cycle" in message
+    # A child under a tenant that lists namespaces would leave them without a tenant.
+    under = quota(f"{sc.id}-under", parent=team, guaranteedGpus=0)
+    message = _refusal(lambda: sc.custom.create_cluster_custom_object(G, V, "tenantquotas", under))
+    assert "spec.parent" in message
+    assert "lists namespaces" in message
 
 
 def test_a_gpujob_in_a_namespace_no_tenant_owns_is_refused_naming_the_namespace(

@@ -101,3 +101,12 @@ def test_a_parent_lists_no_namespaces_and_a_missing_parent_is_accepted() -> None
     assert refusal is not None
     assert refusal.startswith("spec.namespaces:")
     assert tree_refusal("a", "not-yet", 4, ["a"], []) is None
+
+
+def test_a_child_is_refused_under_a_tenant_that_lists_namespaces() -> None:
+    """Applied after its parent, the child would take the parent's namespaces' tenant away."""
+    refusal = tree_refusal("vision", "research", 4, ["cv"], [_tq("research", 8, None, "ml")])
+    assert refusal is not None
+    assert refusal.startswith("spec.parent:")
+    assert "'research' lists namespaces (ml)" in refusal
+    assert tree_refusal("vision", "research", 4, ["cv"], [_tq("research", 8)]) is None

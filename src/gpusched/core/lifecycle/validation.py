@@ -88,6 +88,13 @@ def tree_refusal(
                 "not form a cycle"
             )
     if parent is not None and parent in by_name:
+        listed = by_name[parent].spec.namespaces
+        if listed:
+            return (
+                f"spec.parent: TenantQuota {parent!r} lists namespaces "
+                f"({', '.join(listed)}), whose jobs would then wait with no tenant; move them "
+                "to a TenantQuota below it first"
+            )
         siblings = [q for q in by_name.values() if q.spec.parent == parent]
         total = guaranteed + sum(q.spec.guaranteed_gpus for q in siblings)
         own = by_name[parent].spec.guaranteed_gpus
