@@ -13,6 +13,7 @@ from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
 from gpusched.core.admission import (
     AdmitReason,
     Assignment,
+    Cycle,
     JobState,
     PreemptReason,
     Snapshot,
@@ -108,6 +109,21 @@ def test_non_preemptible_job_runs_only_inside_the_guarantee() -> None:
     waiting = result.waiting_of("a/big")
     assert waiting is not None
     assert waiting.reason is WaitReason.GUARANTEE_EXCEEDED
+
+
+def test_a_non_preemptible_job_outside_its_models_guarantee_gets_no_expected_start() -> None:
+    """The whole guarantee is promised on H100s and the job names no model: it can never
+    start, so nobody can say when it will; one on H100s starts now."""
+    tenants = [Tenant("a", guaranteed=8, guaranteed_by_model={"H100": 8})]
+    jobs = [
+        job("a/any", "a", 1, preemptible=False),
+        job("a/h100", "a", 1, preemptible=False, gpu_model="H100", submitted=1),
+    ]
+    cycle = Cycle(snap(tenants, jobs, [node("n0")]))
+    result = cycle.run()
+    assert result.wait_reasons["a/any"] is WaitReason.GUARANTEE_EXCEEDED
+    assert result.admission_of("a/h100") is not None
+    assert cycle.forecast()["a/any"] is None
 
 
 # --- borrowing, fair share and reclaim -----------------------------------------------------

@@ -165,6 +165,37 @@ def test_a_parents_budget_and_per_user_cap_hold_across_its_teams() -> None:
     assert result.wait_reasons["a1/q"] is WaitReason.BUDGET_EXHAUSTED
 
 
+def test_an_expected_start_waits_for_a_parents_budget_period_and_its_per_user_cap() -> None:
+    """Worked out by hand: the parent's budget turns in a day; alice's 8 GPUs in team a1 end
+    in an hour and the parent caps one user at 8 across its teams, so her next job in team a2
+    starts then, though n1 has GPUs free now (bob's job takes one of them)."""
+    turn = NOW + 86_400.0
+    spent = [org("a", budget_exhausted_until=turn), team("a1", "a")]
+    cycle = Cycle(snap(spent, [job("a1/q", "a1", 1)], [node("n0")], NOW))
+    assert cycle.run().wait_reasons["a1/q"] is WaitReason.BUDGET_EXHAUSTED
+    assert cycle.forecast()["a1/q"] == turn
+    end = NOW + 3600.0
+    capped = [org("a", user_max_gpus=8), team("a1", "a"), team("a2", "a")]
+    jobs = [
+        job(
+            "a1/run",
+            "a1",
+            8,
+            submitter="alice",
+            running_on=[("n0", tuple(range(8)))],
+            expected_end=end,
+        ),
+        job("a2/next", "a2", 1, submitter="alice", submitted=1.0),
+        job("a2/bobs", "a2", 1, submitter="bob", submitted=2.0),
+    ]
+    cycle = Cycle(snap(capped, jobs, [node("n0"), node("n1")], NOW))
+    result = cycle.run()
+    assert result.wait_reasons["a2/next"] is WaitReason.USER_CAP_EXCEEDED
+    assert [a.job for a in result.admissions] == ["a2/bobs"]
+    starts = cycle.forecast()
+    assert starts["a2/next"] == end
+
+
 def test_a_job_in_a_parents_own_namespace_waits_for_a_team() -> None:
     tenants = [org("a"), team("a1", "a")]
     result = Cycle(snap(tenants, [job("a/j", "a", 1)], [node("n0")], NOW)).run()

@@ -1244,13 +1244,15 @@ class Cycle:
         return max(float(self.tenants[tenant].guaranteed), self.entitlement(tenant))
 
     def _floor(self, job: Job) -> float:
-        """Not before: the job's backoff, its tenant's budget period."""
+        """Not before: the job's backoff, the budget period of its tenant and of every
+        tenant above it (a parent's spent budget stops its teams' jobs too)."""
         assert job.tenant is not None
         floor = max(self.now, job.not_before or self.now)
-        budget = self.tenants[job.tenant]
-        if budget.budget_exhausted(self.now):
-            assert budget.budget_exhausted_until is not None
-            floor = max(floor, budget.budget_exhausted_until)
+        for level in self._levels[job.tenant]:
+            budget = self.tenants[level]
+            if budget.budget_exhausted(self.now):
+                assert budget.budget_exhausted_until is not None
+                floor = max(floor, budget.budget_exhausted_until)
         return floor
 
     def _plan_one(

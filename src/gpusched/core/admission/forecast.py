@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from gpusched.core.admission.model import Job, Tenant
 from gpusched.core.admission.pool import Request
 from gpusched.core.admission.profile import NEVER, Profile, Slotting, duration_class
+from gpusched.core.admission.quota import Buckets, bucket_model
 
 _Interval = tuple[float, float, int]
 """(start, end, amount) of a running, reserved or planned job."""
@@ -151,6 +152,16 @@ class ReservationRules:
     allowed."""
 
 
+def _guarantee_for(tenant: Tenant, job: Job) -> int:
+    """What of the tenant's guarantee a job that runs only inside it may draw on: the whole
+    guarantee, or with per-model guarantees its model's bucket and the ``any`` bucket."""
+    if not tenant.guaranteed_by_model:
+        return tenant.guaranteed
+    buckets = Buckets.of(tenant)
+    model = bucket_model(tenant, job)
+    return min(tenant.guaranteed, buckets.any + (buckets.by_model.get(model, 0) if model else 0))
+
+
 class Forecast:
     """Plans ``entries`` forward on ``profile`` (see the module docstring)."""
 
@@ -171,6 +182,13 @@ class Forecast:
         """Per tenant and parent: GPUs held."""
         self.user_gpus: dict[tuple[str, str], Usage] = {}
         self.user_jobs: dict[tuple[str, str], Usage] = {}
+        """Per (tenant or parent capping users, submitter): GPUs and jobs held."""
+        self.capping: dict[str, tuple[str, ...]] = {
+            name: tuple(lv for lv in levels.get(name, (name,)) if tenants[lv].caps_users)
+            for name in tenants
+        }
+        """Per tenant: it and its parents that cap each user (the caps hold across a parent's
+        teams)."""
         self.starts: dict[str, float | None] = {}
         self.tries = 0
         self.left: list[Entry] = []
@@ -195,8 +213,8 @@ class Forecast:
         assert job.tenant is not None
         for level in self.levels[job.tenant]:
             self.usage[level].add(start, end, job.total_gpus)
-        if self.tenants[job.tenant].caps_users:
-            user = (job.tenant, job.submitter)
+        for level in self.capping[job.tenant]:
+            user = (level, job.submitter)
             self.user_gpus.setdefault(user, Usage()).add(start, end, job.total_gpus)
             self.user_jobs.setdefault(user, Usage()).add(start, end, 1)
 
@@ -208,19 +226,20 @@ class Forecast:
         tenant = self.tenants[job.tenant]
         n = job.total_gpus
         out: list[tuple[Usage, int, int]] = []
-        own = tenant.borrowing_limit if job.preemptible else tenant.guaranteed
+        own = tenant.borrowing_limit if job.preemptible else _guarantee_for(tenant, job)
         if own is not None:
             out.append((self.usage[job.tenant], n, own))
         for level in self.levels[job.tenant][1:]:
             above = self.tenants[level].borrowing_limit
             if above is not None:
                 out.append((self.usage[level], n, above))
-        if tenant.caps_users:
-            user = (job.tenant, job.submitter)
-            if tenant.user_max_gpus is not None:
-                out.append((self.user_gpus.setdefault(user, Usage()), n, tenant.user_max_gpus))
-            if tenant.user_max_jobs is not None:
-                out.append((self.user_jobs.setdefault(user, Usage()), 1, tenant.user_max_jobs))
+        for level in self.capping[job.tenant]:
+            capping = self.tenants[level]
+            user = (level, job.submitter)
+            if capping.user_max_gpus is not None:
+                out.append((self.user_gpus.setdefault(user, Usage()), n, capping.user_max_gpus))
+            if capping.user_max_jobs is not None:
+                out.append((self.user_jobs.setdefault(user, Usage()), 1, capping.user_max_jobs))
         return tuple(out)
 
     def run(
@@ -423,8 +442,7 @@ class Forecast:
 
     def _kind_key(self, entry: Entry) -> tuple[object, ...]:
         job = entry.job
-        tenant = self.tenants[job.tenant or ""]
-        submitter = job.submitter if tenant.caps_users else ""
+        submitter = job.submitter if self.capping[job.tenant or ""] else ""
         return (
             job.tenant,
             job.preemptible,
