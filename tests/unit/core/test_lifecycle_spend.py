@@ -265,6 +265,7 @@ def test_a_gang_seen_only_once_it_ran_is_charged_its_whole_run_to_its_tenant() -
     assert meterable(admitted, last, done)
     first = quota_status(q, usage(), [], [job], now, pricing=PRICES)
     assert first.status.gpu_seconds == 8 * 565
+    assert first.urgent  # written now: from the next cycle on, only its finished status says it
     # Later meterings read the finished status: nothing is charged twice.
     again = q.model_copy(update={"status": first.status})
     kept = MeteredJob("team", 8, done, done, "alice", {})

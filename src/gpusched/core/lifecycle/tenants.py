@@ -383,11 +383,19 @@ def quota_status(
         half_life,
     )
     # A job of the tenant stopped running in this cycle: its time up to now is counted only if
-    # written now (next cycle its status no longer says it ran).
+    # written now (next cycle its status no longer says it ran). Likewise a start this cycle
+    # that dates from before the last metering: next cycle counts only from then.
     stopped = any(
         job.tenant in mine
-        and job.before.phase is JobPhase.RUNNING
-        and job.after.phase is not JobPhase.RUNNING
+        and (
+            (job.before.phase is JobPhase.RUNNING and job.after.phase is not JobPhase.RUNNING)
+            or (
+                job.before.started_at is None
+                and job.after.started_at is not None
+                and last is not None
+                and job.after.started_at < last
+            )
+        )
         for job in jobs
     )
     conditions, events = _budget_conditions(
