@@ -101,6 +101,32 @@ def test_a_new_budget_period_starts_from_zero_and_counts_only_what_ran_after_its
     ]
 
 
+def test_a_budget_moved_to_weekly_keeps_what_ran_since_monday() -> None:
+    """Monthly until now, weekly from now on (Monday 23 Nov): the week's spending so far is
+    what the daily figures hold from the 23rd, worked out by hand: 10 + 20 GPU-hours costing
+    20 + 40, plus the hour since the last metering (2 H100s at 4: 2 GPU-hours, 8)."""
+    last = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
+    now = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    q = quota(
+        {
+            "lastMeteredAt": last.isoformat(),
+            "periodStart": "2026-11-01T00:00:00Z",
+            "periodGpuHours": 100.0,
+            "periodCost": 300.0,
+            "daily": [
+                {"date": "2026-11-20", "gpuHours": 70.0, "cost": 240.0},
+                {"date": "2026-11-23", "gpuHours": 10.0, "cost": 20.0},
+                {"date": "2026-11-25", "gpuHours": 20.0, "cost": 40.0},
+            ],
+        },
+        budget={"period": "Week", "hardCap": 100.0},
+    )
+    job = running(last, 2, {"H100": 2})
+    status = quota_status(q, usage(), [], [job], now, pricing=PRICES).status
+    assert status.period_start == datetime(2026, 11, 23, tzinfo=UTC)
+    assert (status.period_gpu_hours, status.period_cost) == (32.0, 68.0)
+
+
 def test_users_are_listed_by_spending_with_what_they_hold_now() -> None:
     last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
     now = last + timedelta(hours=1)

@@ -142,7 +142,8 @@ def meter(
     """Add ``runs`` (the time since the last metering) to the tenant's spending.
 
     ``old_period`` is (GPU-hours, cost) of the period starting at ``old_period_start``; a new
-    period starts from zero and counts only what ran after its start. ``holding`` is each
+    period (turned, or another ``spec.budget.period``) counts what ran after its start, from
+    the daily figures (per-user figures start over with it). ``holding`` is each
     submitter's (GPUs, jobs) held now."""
     period = budget.period if budget is not None else BudgetPeriod.MONTH
     start = period_start(period, now)
@@ -161,11 +162,19 @@ def meter(
             bucket[1] += rate * seconds
         inside = (run.end - max(run.begin, start)).total_seconds()
         if inside > 0:
-            hours += run.gpus * inside / 3600.0
-            cost += rate * inside
+            if same:
+                hours += run.gpus * inside / 3600.0
+                cost += rate * inside
             user = users.setdefault(run.submitter, [0.0, 0.0])
             user[0] += run.gpus * inside / 3600.0
             user[1] += rate * inside
+    if not same:
+        # A new period (it turned, or spec.budget.period changed): what ran in it so far is
+        # in the daily figures, which go back further than any period (periods start at UTC
+        # midnight, so its days are whole).
+        first = start.date().isoformat()
+        hours = sum(h for d, (h, _) in days.items() if d >= first)
+        cost = sum(c for d, (_, c) in days.items() if d >= first)
     today = now.astimezone(UTC).date()
     kept = sorted(d for d in days if date.fromisoformat(d) > today - timedelta(days=MAX_DAYS))
     daily = [DaySpend(date=d, gpu_hours=_r(days[d][0]), cost=_r(days[d][1])) for d in kept]
