@@ -532,9 +532,9 @@ def verify_allocation(state: NodeState, devices: Iterable[str]) -> Verdict:
     """The verdict on ``Allocate`` of ``devices`` for one container.
 
     Accepted when the kubelet is admitting a pod whose ``gpusched.io/gpus`` contains every device
-    and whose other containers do not hold them, or a pod gpusched did not place that takes no
-    GPU assigned to a gpusched pod. Anything else is refused with a sentence naming the pods and
-    GPUs involved.
+    and whose other containers do not hold them, or when the oldest waiting pod is one gpusched
+    did not place and the devices include no GPU assigned to a gpusched pod. Anything else is
+    refused with a sentence naming the pods and GPUs involved.
     """
     requested = frozenset(devices)
     if state.kubelet is None:
@@ -554,16 +554,16 @@ def verify_allocation(state: NodeState, devices: Iterable[str]) -> Verdict:
             if conflict is not None:
                 return conflict
             return Verdict(pod=pod.key, devices=tuple(sorted(requested)))
+    # No waiting pod's assignment holds the set, so it can only be for the pod the kubelet
+    # admits first (the oldest waiting, as in preferred_allocation), and only if gpusched did
+    # not place that pod; a younger pod gpusched did not place is not who the kubelet admits.
     pod = admission.pods[0]
     if len(admission.pods) == 1 and pod.assignment_error is not None:
         return _refuse(RefusalReason.MALFORMED, f"pod {pod.key}: {pod.assignment_error}", pod.key)
-    unplaced = [p for p in admission.pods if not p.gpusched_placed]
-    if unplaced:
-        clash = sorted(requested & state.reserved(excluding=unplaced[0].key))
+    if not pod.gpusched_placed:
+        clash = sorted(requested & state.reserved(excluding=pod.key))
         if not clash:
-            return Verdict(
-                pod=unplaced[0].key, devices=tuple(sorted(requested)), placed_by_gpusched=False
-            )
+            return Verdict(pod=pod.key, devices=tuple(sorted(requested)), placed_by_gpusched=False)
         if len(admission.pods) == 1:
             return _refuse(
                 RefusalReason.RESERVED,

@@ -427,3 +427,29 @@ def test_explain_reports_no_drift_from_an_allocation_the_node_agent_did_not_writ
     assert "kubectl-annotate" in check.message
     raw["metadata"]["managedFields"][0]["manager"] = keys.FIELD_MANAGER_NODE_AGENT
     assert enforcement(pod_gpus(raw)).state is Enforcement.DRIFT
+
+
+def test_allocate_refuses_a_set_of_no_waiting_pod_while_the_oldest_waiting_is_gpuscheds() -> None:
+    """Two pods appear to wait; the kubelet admits the oldest first. A set that is neither the
+    oldest gpusched pod's nor free of reservations cannot be tied to a pod: Ambiguous, not
+    handed to the younger pod gpusched did not place."""
+    placed = pod("train", 2, [0, 1], created="2026-01-01T00:00:00Z")
+    foreign = pod("other", 2, None, created="2026-01-01T00:00:05Z")
+    snapshot = state([placed, foreign], [listed(placed), listed(foreign)])
+    assert preferred_allocation(snapshot, UUIDS, [], 2).pod == "ns/train"
+    verdict = verify_allocation(snapshot, [UUIDS[4], UUIDS[5]])
+    assert verdict.reason is RefusalReason.AMBIGUOUS
+    assert "ns/train" in verdict.message
+    assert "ns/other" in verdict.message
+    assert verify_allocation(snapshot, UUIDS[:2]).pod == "ns/train"
+
+
+def test_allocate_gives_free_gpus_to_the_oldest_waiting_pod_gpusched_did_not_place() -> None:
+    foreign = pod("other", 2, None, created="2026-01-01T00:00:00Z")
+    placed = pod("train", 2, [0, 1], created="2026-01-01T00:00:05Z")
+    snapshot = state([placed, foreign], [listed(placed), listed(foreign)])
+    verdict = verify_allocation(snapshot, [UUIDS[4], UUIDS[5]])
+    assert verdict.ok
+    assert verdict.pod == "ns/other"
+    assert not verdict.placed_by_gpusched
+    assert verify_allocation(snapshot, [UUIDS[1], UUIDS[5]]).reason is RefusalReason.AMBIGUOUS
