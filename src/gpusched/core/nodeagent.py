@@ -43,9 +43,13 @@ class RefusalReason(StrEnum):
     MISMATCH = "Mismatch"
     """The devices are not (a part of) the admitted pod's ``gpusched.io/gpus``."""
     NOT_AVAILABLE = "AssignedGpusNotAvailable"
-    """The kubelet cannot offer the GPUs the pod was bound to (held by another pod, unhealthy)."""
+    """The kubelet cannot offer the GPUs the pod was bound to (held by another pod, unhealthy),
+    or the probe has since judged one Unschedulable (it takes no new work)."""
     RESERVED = "ReservedByGpusched"
     """A pod gpusched did not place asks for GPUs the extender reserved for another pod."""
+    NO_NEW_WORK = "GpuTakesNoNewWork"
+    """A pod gpusched did not place would get a GPU the probe judged Unschedulable (e.g. a row
+    remap pending): running pods keep such a GPU, new pods get none."""
     MALFORMED = "MalformedAssignment"
     """The pod's ``gpusched.io/gpus`` cannot be read, or names another number of GPUs than the
     pod requests (not a set the extender wrote)."""
@@ -137,6 +141,15 @@ class GpuEntry:
     numa_node: int | None = None
     healthy: bool = True
     """False when the probe judged it Unhealthy (or it is MIG-split): never offered."""
+    state: GpuHealthState = GpuHealthState.HEALTHY
+    """The probe's judgement. An Unschedulable GPU is healthy to the kubelet (running pods keep
+    it) but takes no new work: the node agent gives it to no new pod, as the extender places
+    none on it."""
+
+    @property
+    def takes_new_work(self) -> bool:
+        """Whether a pod being admitted may get it."""
+        return self.healthy and self.state is not GpuHealthState.UNSCHEDULABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +183,10 @@ class NodeState:
             if pod.key != excluding and pod.live and pod.assigned and device in pod.assigned:
                 return pod
         return None
+
+    def no_new_work(self) -> frozenset[str]:
+        """GPUs the kubelet may offer that no pod being admitted may get (Unschedulable)."""
+        return frozenset(g.uuid for g in self.gpus if g.healthy and not g.takes_new_work)
 
     def reserved(self, *, excluding: str = "") -> frozenset[str]:
         """GPUs the extender assigned to live pods on the node (all but ``excluding``)."""
@@ -284,8 +301,8 @@ def _effective_request(containers: Sequence[ContainerGpus], init_specs: Sequence
 def node_gpus(spec: NodeGpuTopologySpec, status: NodeGpuTopologyStatus | None) -> list[GpuEntry]:
     """The devices to advertise, from the probe's NodeGpuTopology: one per GPU UUID, unhealthy
     when the probe judged it Unhealthy or it is MIG-split (not allocatable as a whole GPU).
-    Degraded and Unschedulable GPUs stay healthy to the kubelet: running pods keep them, and the
-    extender never offers them to new pods."""
+    Degraded and Unschedulable GPUs stay healthy to the kubelet, so running pods keep them; each
+    entry keeps the probe's state, because an Unschedulable GPU must still go to no new pod."""
     health = {g.index: g.state for g in (status.gpus if status is not None else [])}
     return [
         GpuEntry(
@@ -293,6 +310,7 @@ def node_gpus(spec: NodeGpuTopologySpec, status: NodeGpuTopologyStatus | None) -
             index=gpu.index,
             numa_node=gpu.numa_node,
             healthy=health.get(gpu.index) is not GpuHealthState.UNHEALTHY and not gpu.mig_enabled,
+            state=health.get(gpu.index, GpuHealthState.HEALTHY),
         )
         for gpu in sorted(spec.gpus, key=lambda g: g.index)
     ]
@@ -381,6 +399,7 @@ def _held_by_siblings(pod: PodGpus, state: NodeState) -> frozenset[str]:
 def _not_available(pod: PodGpus, missing: Iterable[str], state: NodeState) -> str:
     reasons = []
     unhealthy = {g.uuid for g in state.gpus if not g.healthy}
+    no_new_work = state.no_new_work()
     index = {g.uuid: g.index for g in state.gpus}
     for device in sorted(missing, key=lambda d: (index.get(d, 1 << 30), d)):
         holder = state.holder(device)
@@ -388,6 +407,8 @@ def _not_available(pod: PodGpus, missing: Iterable[str], state: NodeState) -> st
             why = f"held by pod {holder}"
         elif device in unhealthy:
             why = "unhealthy"
+        elif device in no_new_work:
+            why = "Unschedulable (it takes no new work)"
         elif device not in {g.uuid for g in state.gpus}:
             why = "not a GPU of this node"
         else:
@@ -423,9 +444,12 @@ def _choose_for_pod(
             f"to {state.describe(pod.assigned)} ({keys.ANNOTATION_GPUS})",
             pod.key,
         )
-    usable = [g for g in wanted if g in available]
-    if len(usable) < size:
-        missing = [g for g in wanted if g not in available]
+    # A GPU judged Unschedulable since the bind refuses the whole pod at once, not only the
+    # container that would get it.
+    stopped = state.no_new_work()
+    usable = [g for g in wanted if g in available and g not in stopped]
+    if len(usable) < size or stopped & set(wanted):
+        missing = [g for g in wanted if g not in usable]
         return _refuse(RefusalReason.NOT_AVAILABLE, _not_available(pod, missing, state), pod.key)
     chosen = list(must_include) + [g for g in usable if g not in must_include]
     return Verdict(pod=pod.key, devices=tuple(chosen[:size]))
@@ -465,27 +489,50 @@ def _choose_unplaced(
     must_include: Sequence[str],
     size: int,
 ) -> Verdict:
-    """A pod gpusched did not place gets GPUs nobody else was assigned, lowest index first."""
+    """A pod gpusched did not place gets GPUs nobody else was assigned and that take new work,
+    lowest index first."""
     reserved = state.reserved(excluding=pod.key)
+    stopped = state.no_new_work()
     clash = [d for d in must_include if d in reserved]
     if clash:
         return _refuse(RefusalReason.RESERVED, _reserved_message(pod, clash, state), pod.key)
+    if stopped & set(must_include):
+        return _no_new_work(pod, stopped & set(must_include), state)
     order = {g.uuid: g.index for g in state.gpus}
     free = sorted(
-        (d for d in available if d not in reserved and d not in must_include),
+        (d for d in available if d not in reserved and d not in stopped and d not in must_include),
         key=lambda d: (order.get(d, 1 << 30), d),
     )
     chosen = list(must_include) + free
     if len(chosen) < size:
-        taken = sorted(d for d in available if d in reserved)
-        return _refuse(
-            RefusalReason.RESERVED,
-            f"pod {pod.key} (not placed by gpusched) needs {size} GPU(s) but only "
-            f"{len(chosen)} free one(s) are not reserved by gpusched; "
-            + _reserved_message(pod, taken, state),
-            pod.key,
-        )
+        return _too_few_unplaced(pod, state, available, size, len(chosen))
     return Verdict(pod=pod.key, devices=tuple(chosen[:size]), placed_by_gpusched=False)
+
+
+def _too_few_unplaced(
+    pod: PodGpus, state: NodeState, available: frozenset[str], size: int, usable: int
+) -> Verdict:
+    """Why a pod gpusched did not place cannot have ``size`` GPUs: reservations when they are
+    in the way, otherwise GPUs that take no new work."""
+    taken = sorted(d for d in available if d in state.reserved(excluding=pod.key))
+    if not taken:
+        return _no_new_work(pod, available & state.no_new_work(), state)
+    return _refuse(
+        RefusalReason.RESERVED,
+        f"pod {pod.key} (not placed by gpusched) needs {size} GPU(s) but only {usable} free "
+        "one(s) are neither reserved by gpusched nor Unschedulable; "
+        + _reserved_message(pod, taken, state),
+        pod.key,
+    )
+
+
+def _no_new_work(pod: PodGpus, devices: Iterable[str], state: NodeState) -> Verdict:
+    return _refuse(
+        RefusalReason.NO_NEW_WORK,
+        f"pod {pod.key} (not placed by gpusched) would get {state.describe(devices)}, which the "
+        "device probe judged Unschedulable: it takes no new work",
+        pod.key,
+    )
 
 
 def _reserved_message(pod: PodGpus, devices: Iterable[str], state: NodeState) -> str:
@@ -546,6 +593,7 @@ def verify_allocation(state: NodeState, devices: Iterable[str]) -> Verdict:
     admission = admitting(state)
     if not admission.pods:
         return _unidentified(state, admission)
+    stopped = sorted(requested & state.no_new_work())
     for pod in admission.pods:
         if pod.assigned is not None and requested <= set(pod.assigned):
             if requested & _held_by_siblings(pod, state):
@@ -553,6 +601,10 @@ def verify_allocation(state: NodeState, devices: Iterable[str]) -> Verdict:
             conflict = _conflict(pod, state)
             if conflict is not None:
                 return conflict
+            if stopped:
+                return _refuse(
+                    RefusalReason.NOT_AVAILABLE, _not_available(pod, stopped, state), pod.key
+                )
             return Verdict(pod=pod.key, devices=tuple(sorted(requested)))
     # No waiting pod's assignment holds the set, so it can only be for the pod the kubelet
     # admits first (the oldest waiting, as in preferred_allocation), and only if gpusched did
@@ -562,6 +614,8 @@ def verify_allocation(state: NodeState, devices: Iterable[str]) -> Verdict:
         return _refuse(RefusalReason.MALFORMED, f"pod {pod.key}: {pod.assignment_error}", pod.key)
     if not pod.gpusched_placed:
         clash = sorted(requested & state.reserved(excluding=pod.key))
+        if not clash and stopped:
+            return _no_new_work(pod, stopped, state)
         if not clash:
             return Verdict(pod=pod.key, devices=tuple(sorted(requested)), placed_by_gpusched=False)
         if len(admission.pods) == 1:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.api import keys
+from gpusched.api.nodegputopology import GpuHealthState
 from gpusched.core.nodeagent import (
     ContainerGpus,
     DriftKind,
@@ -263,7 +264,9 @@ def test_only_unhealthy_gpus_are_unhealthy_to_the_kubelet(health: str) -> None:
     entries = node_gpus(spec, status)
     assert [(e.uuid, e.numa_node) for e in entries] == [(UUIDS[0], 0), (UUIDS[1], 0)]
     assert entries[1].healthy == (health != "Unhealthy")
+    assert entries[1].state is GpuHealthState(health)
     assert entries[0].healthy
+    assert entries[0].state is GpuHealthState.HEALTHY
 
 
 def test_explain_tells_confirmed_drift_unconfirmed_and_foreign_pods_apart() -> None:
@@ -453,3 +456,43 @@ def test_allocate_gives_free_gpus_to_the_oldest_waiting_pod_gpusched_did_not_pla
     assert verdict.pod == "ns/other"
     assert not verdict.placed_by_gpusched
     assert verify_allocation(snapshot, [UUIDS[1], UUIDS[5]]).reason is RefusalReason.AMBIGUOUS
+
+
+def _with_unschedulable(snapshot: NodeState, *indices: int) -> NodeState:
+    """The node with GPUs ``indices`` judged Unschedulable by the probe (still healthy to the
+    kubelet, so still offered by it)."""
+    gpus = [
+        GpuEntry(g.uuid, g.index, g.numa_node, state=GpuHealthState.UNSCHEDULABLE)
+        if g.index in indices
+        else g
+        for g in snapshot.gpus
+    ]
+    return NodeState(snapshot.node, snapshot.pods, snapshot.kubelet, gpus)
+
+
+def test_a_pod_gpusched_did_not_place_never_gets_an_unschedulable_gpu() -> None:
+    foreign = pod("foreign", 6, None)
+    snapshot = _with_unschedulable(state([foreign], [listed(foreign)]), 0, 7)
+    preferred = preferred_allocation(snapshot, UUIDS, [], 6)
+    assert preferred.ok
+    assert set(preferred.devices) == set(UUIDS[1:7])
+    refused = verify_allocation(snapshot, UUIDS[:6])
+    assert refused.reason is RefusalReason.NO_NEW_WORK
+    assert "GPU 0 (GPU-00)" in refused.message
+    insisted = preferred_allocation(snapshot, UUIDS, [UUIDS[7]], 6)
+    assert insisted.reason is RefusalReason.NO_NEW_WORK
+    greedy = pod("foreign", 7, None)
+    short = _with_unschedulable(state([greedy], [listed(greedy)]), 0, 7)
+    assert preferred_allocation(short, UUIDS, [], 7).reason is RefusalReason.NO_NEW_WORK
+
+
+def test_a_gpusched_pod_bound_to_a_gpu_since_judged_unschedulable_is_refused() -> None:
+    placed = pod("a", 2, [0, 1])
+    snapshot = _with_unschedulable(state([placed], [listed(placed)]), 1)
+    preferred = preferred_allocation(snapshot, UUIDS, [], 2)
+    assert preferred.reason is RefusalReason.NOT_AVAILABLE
+    assert "GPU 1 (GPU-01) is Unschedulable" in preferred.message
+    assert verify_allocation(snapshot, UUIDS[:2]).reason is RefusalReason.NOT_AVAILABLE
+    assert verify_allocation(
+        _with_unschedulable(state([placed], [listed(placed)]), 5), UUIDS[:2]
+    ).ok
