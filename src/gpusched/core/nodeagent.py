@@ -490,7 +490,7 @@ def _choose_unplaced(
     size: int,
 ) -> Verdict:
     """A pod gpusched did not place gets GPUs nobody else was assigned and that take new work,
-    lowest index first."""
+    those placement is least likely to choose first (:func:`_placement_avoids`)."""
     reserved = state.reserved(excluding=pod.key)
     stopped = state.no_new_work()
     clash = [d for d in must_include if d in reserved]
@@ -498,15 +498,34 @@ def _choose_unplaced(
         return _refuse(RefusalReason.RESERVED, _reserved_message(pod, clash, state), pod.key)
     if stopped & set(must_include):
         return _no_new_work(pod, stopped & set(must_include), state)
-    order = {g.uuid: g.index for g in state.gpus}
-    free = sorted(
-        (d for d in available if d not in reserved and d not in stopped and d not in must_include),
-        key=lambda d: (order.get(d, 1 << 30), d),
+    free = _placement_avoids(
+        state, (d for d in available if d not in reserved and d not in stopped)
     )
-    chosen = list(must_include) + free
+    chosen = list(must_include) + [d for d in free if d not in must_include]
     if len(chosen) < size:
         return _too_few_unplaced(pod, state, available, size, len(chosen))
     return Verdict(pod=pod.key, devices=tuple(chosen[:size]), placed_by_gpusched=False)
+
+
+def _placement_avoids(state: NodeState, devices: Iterable[str]) -> list[str]:
+    """``devices`` in the order placement is least likely to choose them: Degraded GPUs first,
+    then from the highest index down.
+
+    The extender learns which GPUs a pod it did not place holds only once the node agent has
+    written ``gpusched.io/allocated-gpu-indices``; until then it knows their number alone and
+    places as if any GPU were free. Placement avoids Degraded GPUs and breaks ties towards the
+    lowest indices (:mod:`gpusched.core.objective`), so a gpusched pod bound in that window
+    lands on the GPUs at the other end rather than on the foreign pod's, where the kubelet would
+    refuse it. Devices the node does not know come last."""
+    entries = {g.uuid: g for g in state.gpus}
+
+    def key(device: str) -> tuple[int, int, int, str]:
+        gpu = entries.get(device)
+        if gpu is None:
+            return (1, 1, 0, device)
+        return (0, int(gpu.state is not GpuHealthState.DEGRADED), -gpu.index, device)
+
+    return sorted(devices, key=key)
 
 
 def _too_few_unplaced(

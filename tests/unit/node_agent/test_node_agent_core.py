@@ -129,12 +129,12 @@ def test_assigned_gpus_the_kubelet_cannot_offer_fail_with_their_holder() -> None
 
 
 def test_a_pod_of_another_scheduler_gets_only_unreserved_gpus() -> None:
-    reserved, foreign = pod("placed", 4, [0, 1, 2, 3]), pod("foreign", 2, None)
+    reserved, foreign = pod("placed", 4, [4, 5, 6, 7]), pod("foreign", 2, None)
     snapshot = state([reserved, foreign], [listed(foreign)])
     verdict = preferred_allocation(snapshot, UUIDS, [], 2)
     assert verdict.ok
     assert not verdict.placed_by_gpusched
-    assert set(verdict.devices) == {UUIDS[4], UUIDS[5]}
+    assert set(verdict.devices) == {UUIDS[2], UUIDS[3]}
     assert verify_allocation(snapshot, verdict.devices).ok
     refused = verify_allocation(snapshot, [UUIDS[0], UUIDS[4]])
     assert refused.reason is RefusalReason.RESERVED
@@ -496,3 +496,19 @@ def test_a_gpusched_pod_bound_to_a_gpu_since_judged_unschedulable_is_refused() -
     assert verify_allocation(
         _with_unschedulable(state([placed], [listed(placed)]), 5), UUIDS[:2]
     ).ok
+
+
+def test_a_pod_gpusched_did_not_place_gets_the_highest_free_gpus_degraded_first() -> None:
+    """Placement breaks ties towards the lowest indices and avoids Degraded GPUs, so those are
+    the GPUs it is least likely to choose while it does not yet know which ones such a pod
+    holds."""
+    reserved, foreign = pod("placed", 2, [6, 7]), pod("foreign", 2, None)
+    snapshot = state([reserved, foreign], [listed(foreign)])
+    preferred = preferred_allocation(snapshot, UUIDS, [], 2)
+    assert set(preferred.devices) == {UUIDS[4], UUIDS[5]}
+    gpus = [
+        GpuEntry(g.uuid, g.index, g.numa_node, state=GpuHealthState.DEGRADED) if g.index == 1 else g
+        for g in GPUS
+    ]
+    degraded = NodeState("n1", snapshot.pods, snapshot.kubelet, gpus)
+    assert set(preferred_allocation(degraded, UUIDS, [], 2).devices) == {UUIDS[1], UUIDS[5]}

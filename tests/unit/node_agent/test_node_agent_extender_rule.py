@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from gpusched.api import keys
+from gpusched.core.nodeagent import (
+    KubeletPod,
+    NodeState,
+    node_gpus,
+    pod_gpus,
+    preferred_allocation,
+)
 from gpusched.core.scheduling import evaluate, gpu_request
 from gpusched.dev.localcluster.topologies import fixture_objects
 from gpusched.scheduler.cache import ClusterCache
@@ -44,3 +51,30 @@ def test_a_foreign_pod_not_yet_seen_by_the_node_agent_only_reduces_the_count() -
     view = cache.view("n1")
     assert view.busy == frozenset()
     assert view.unaccounted == 2
+
+
+def test_the_extender_avoids_the_gpus_the_node_agent_gives_a_foreign_pod_it_cannot_see_yet() -> (
+    None
+):
+    """Until the node agent writes which GPUs a pod of another scheduler holds, the extender
+    knows only their number; the node agent hands out the GPUs placement chooses last, so the
+    usual next pods (one GPU, or all the rest) land beside the foreign pod, not on it."""
+    spec, status = fixture_objects("hgx-h100-sxm-8gpu-8nic", "n1")
+    gpus = node_gpus(spec, status)
+    foreign = pod_gpus(_pod("foreign", 1, {}))
+    snapshot = NodeState(
+        "n1",
+        {foreign.key: foreign},
+        {foreign.key: KubeletPod("ns", "foreign", {"c": frozenset()})},
+        gpus,
+    )
+    given = preferred_allocation(snapshot, [g.uuid for g in gpus], [], 1)
+    assert given.ok
+    held = {g.index for g in gpus if g.uuid in given.devices}
+    cache = ClusterCache()
+    cache.replace_topologies([_topology("n1")])
+    cache.replace_pods([_pod("foreign", 1, {})])
+    for k in (1, 7):
+        placement = evaluate(cache.view("n1"), gpu_request(_pod("new", k, {}))).placement
+        assert placement is not None
+        assert not held & set(placement.gpus)
