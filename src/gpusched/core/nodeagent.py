@@ -84,6 +84,9 @@ class PodGpus:
     """Not in a terminal phase."""
     deleting: bool = False
     """Has a deletionTimestamp: it keeps what it holds until it ends, but is admitted no more."""
+    started: bool = False
+    """The kubelet has recorded the pod's start (``status.startTime``): it was admitted, so its
+    classic init containers, which PodResources does not list, got their GPUs."""
     created: str = ""
     """creationTimestamp (RFC 3339 sorts as text): the kubelet admits older pods first."""
     allocated: tuple[str, ...] | None = None
@@ -265,6 +268,7 @@ def pod_gpus(pod: Mapping[str, Any], resource: str = keys.GPU_RESOURCE) -> PodGp
         assignment_error=error,
         live=phase not in TERMINAL_PHASES,
         deleting=bool(meta.get("deletionTimestamp")),
+        started=bool((pod.get("status") or {}).get("startTime")),
         created=str(meta.get("creationTimestamp") or ""),
         allocated=parse_uuids(annotations.get(keys.ANNOTATION_ALLOCATED_GPUS)),
         allocated_by=_manager_of(meta, keys.ANNOTATION_ALLOCATED_GPUS),
@@ -320,8 +324,26 @@ def node_gpus(spec: NodeGpuTopologySpec, status: NodeGpuTopologyStatus | None) -
 
 
 def waiting_containers(pod: PodGpus, seen: KubeletPod) -> list[ContainerGpus]:
-    """The pod's listed GPU containers that hold no device yet."""
-    return [c for c in pod.containers if not c.init and c.gpus > 0 and not seen.devices.get(c.name)]
+    """The pod's GPU containers that hold no device yet.
+
+    A listed container waits while it holds nothing. PodResources never lists a classic init
+    container, but the kubelet allocates init containers before any other: one counts as
+    waiting while none of the pod's listed containers holds a device and the kubelet has not
+    started the pod (a pod whose only GPU user is an init container would never be seen
+    admitted otherwise)."""
+    unstarted = not pod.started and not seen.held
+    return [
+        c
+        for c in pod.containers
+        if c.gpus > 0 and (unstarted if c.init else not seen.devices.get(c.name))
+    ]
+
+
+def _surely_waiting(pod: PodGpus, seen: KubeletPod) -> bool:
+    """Whether a listed container of the pod waits. A pod whose only waiting containers are
+    init containers may already be admitted: its start is recorded only after admission, so
+    until then it looks the same."""
+    return any(not c.init for c in waiting_containers(pod, seen))
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,14 +351,20 @@ class Admission:
     """Who the kubelet is admitting, as far as the snapshot tells."""
 
     pods: tuple[PodGpus, ...]
-    """Known pods with a GPU container that holds nothing yet, oldest first."""
+    """Known pods with a GPU container that holds nothing yet: those that surely wait, oldest
+    first, then those that may already be admitted (only init containers waiting), oldest
+    first."""
     gone: tuple[str, ...]
     """Pods the kubelet lists without any device that the API no longer has."""
 
 
 def admitting(state: NodeState) -> Admission:
-    """The pods the kubelet is admitting right now (normally exactly one)."""
-    pods: list[PodGpus] = []
+    """The pods the kubelet is admitting right now (normally exactly one).
+
+    The kubelet admits one pod at a time, so a pod that surely waits goes before one that only
+    may (an init-only pod admitted a moment ago, its start not yet recorded): the latter would
+    otherwise be taken for the pod admitted right after it."""
+    pods: list[tuple[bool, PodGpus]] = []
     gone: list[str] = []
     for key, seen in sorted((state.kubelet or {}).items()):
         pod = state.pods.get(key)
@@ -345,9 +373,9 @@ def admitting(state: NodeState) -> Admission:
                 gone.append(key)
             continue
         if pod.live and waiting_containers(pod, seen):
-            pods.append(pod)
-    pods.sort(key=lambda p: (p.created, p.key))
-    return Admission(tuple(pods), tuple(gone))
+            pods.append((not _surely_waiting(pod, seen), pod))
+    pods.sort(key=lambda entry: (entry[0], entry[1].created, entry[1].key))
+    return Admission(tuple(pod for _, pod in pods), tuple(gone))
 
 
 # --- the two calls -------------------------------------------------------------------------

@@ -512,3 +512,60 @@ def test_a_pod_gpusched_did_not_place_gets_the_highest_free_gpus_degraded_first(
     ]
     degraded = NodeState("n1", snapshot.pods, snapshot.kubelet, gpus)
     assert set(preferred_allocation(degraded, UUIDS, [], 2).devices) == {UUIDS[1], UUIDS[5]}
+
+
+def _init_only(name: str, gpus: list[int], *, created: str, started: bool = False) -> PodGpus:
+    """A gpusched pod whose only GPU user is a classic init container (which the kubelet's
+    PodResources does not list)."""
+    status: dict[str, Any] = {"phase": "Pending"}
+    if started:
+        status["startTime"] = "2026-01-01T00:01:00Z"
+    return pod_gpus(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "creationTimestamp": created,
+                "annotations": {keys.ANNOTATION_GPUS: ",".join(UUIDS[i] for i in gpus)},
+            },
+            "spec": {
+                "schedulerName": keys.SCHEDULER_NAME,
+                "initContainers": [
+                    {"name": "check", "resources": {"limits": {keys.GPU_RESOURCE: len(gpus)}}}
+                ],
+                "containers": [{"name": "main"}],
+            },
+            "status": status,
+        }
+    )
+
+
+def test_a_pod_whose_only_gpu_user_is_an_init_container_is_admitted_with_its_gpus() -> None:
+    warmup = _init_only("warmup", [3], created="2026-01-01T00:00:00Z")
+    snapshot = state([warmup], [listed(warmup)])
+    preferred = preferred_allocation(snapshot, UUIDS, [], 1)
+    assert preferred.ok
+    assert preferred.devices == (UUIDS[3],)
+    accepted = verify_allocation(snapshot, [UUIDS[3]])
+    assert accepted.ok
+    assert accepted.pod == "ns/warmup"
+    assert verify_allocation(snapshot, [UUIDS[4]]).reason is RefusalReason.MISMATCH
+    running = _init_only("warmup", [3], created="2026-01-01T00:00:00Z", started=True)
+    after = verify_allocation(state([running], [listed(running)]), [UUIDS[3]])
+    assert after.reason is RefusalReason.NO_ADMITTING_POD
+
+
+def test_a_pod_admitted_right_after_an_init_only_pod_gets_its_own_gpus() -> None:
+    """The kubelet lists an admitted init-only pod as holding nothing until its start is
+    recorded; the next pod, which surely waits, is the one being admitted."""
+    warmup = _init_only("warmup", [3], created="2026-01-01T00:00:00Z")
+    placed = pod("placed", 1, [5], created="2026-01-01T00:00:05Z")
+    foreign = pod("foreign", 1, None, created="2026-01-01T00:00:05Z")
+    available = [u for u in UUIDS if u != UUIDS[3]]
+    for later in (placed, foreign):
+        snapshot = state([warmup, later], [listed(warmup), listed(later)])
+        preferred = preferred_allocation(snapshot, available, [], 1)
+        assert preferred.pod == later.key
+        accepted = verify_allocation(snapshot, preferred.devices)
+        assert accepted.ok
+        assert accepted.pod == later.key
