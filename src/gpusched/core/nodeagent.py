@@ -698,7 +698,7 @@ class DriftKind(StrEnum):
     OUTSIDE_ASSIGNMENT = "OutsideAssignment"
     """A gpusched pod's containers hold GPUs that are not in its ``gpusched.io/gpus``."""
     INCOMPLETE = "Incomplete"
-    """A gpusched pod, fully admitted, holds fewer GPUs than it was assigned."""
+    """A gpusched pod, fully admitted, holds fewer GPUs than its listed containers ask for."""
     TAKES_RESERVED = "TakesReserved"
     """A pod gpusched did not place holds GPUs assigned to a gpusched pod."""
 
@@ -723,6 +723,13 @@ class DriftReport:
     """For every pod the kubelet lists with GPUs: what it really holds, in index order."""
     checked: int
     """Pods compared."""
+
+
+def _listed_request(pod: PodGpus) -> int:
+    """GPUs the containers PodResources lists (regular ones and sidecars) hold once admitted.
+    A classic init container may have needed more (the pod is assigned that many), but its
+    GPUs are not listed, and the containers after it reuse only what they ask for."""
+    return sum(c.gpus for c in pod.containers if not c.init)
 
 
 def check_drift(state: NodeState) -> DriftReport:
@@ -757,7 +764,7 @@ def check_drift(state: NodeState) -> DriftReport:
                         f"{state.describe(pod.assigned)} ({keys.ANNOTATION_GPUS})",
                     )
                 )
-            elif held and held != assigned and not waiting_containers(pod, seen):
+            elif held and len(held) < _listed_request(pod) and not waiting_containers(pod, seen):
                 drifts.append(
                     Drift(
                         key,

@@ -569,3 +569,23 @@ def test_a_pod_admitted_right_after_an_init_only_pod_gets_its_own_gpus() -> None
         accepted = verify_allocation(snapshot, preferred.devices)
         assert accepted.ok
         assert accepted.pod == later.key
+
+
+def test_no_drift_for_a_pod_whose_init_container_needed_more_gpus_than_its_main_one() -> None:
+    """Assigned the init container's two GPUs, the running pod's listed main container holds
+    the one it asked for: complete."""
+    prep = pod(
+        "prep",
+        2,
+        [0, 1],
+        containers=(ContainerGpus("init", 2, init=True), ContainerGpus("main", 1)),
+    )
+    assert check_drift(state([prep], [listed(prep, main=[0])])).drifts == ()
+    short = pod(
+        "short",
+        3,
+        [0, 1, 2],
+        containers=(ContainerGpus("init", 1, init=True), ContainerGpus("main", 3)),
+    )
+    drifts = check_drift(state([short], [listed(short, main=[0, 1])])).drifts
+    assert [d.kind for d in drifts] == [DriftKind.INCOMPLETE]
