@@ -725,11 +725,15 @@ class DriftReport:
     """Pods compared."""
 
 
-def _listed_request(pod: PodGpus) -> int:
-    """GPUs the containers PodResources lists (regular ones and sidecars) hold once admitted.
-    A classic init container may have needed more (the pod is assigned that many), but its
-    GPUs are not listed, and the containers after it reuse only what they ask for."""
-    return sum(c.gpus for c in pod.containers if not c.init)
+def _expected_held(pod: PodGpus) -> int:
+    """How many of its assigned GPUs an admitted pod's listed containers (regular ones and
+    sidecars) hold: all of them, unless a classic init container needed more than those ask
+    for. PodResources does not list init containers, and the containers after one reuse only
+    as many of its GPUs as they ask for."""
+    assigned = len(pod.assigned or ())
+    if not any(c.init and c.gpus for c in pod.containers):
+        return assigned
+    return min(assigned, sum(c.gpus for c in pod.containers if not c.init))
 
 
 def check_drift(state: NodeState) -> DriftReport:
@@ -764,7 +768,7 @@ def check_drift(state: NodeState) -> DriftReport:
                         f"{state.describe(pod.assigned)} ({keys.ANNOTATION_GPUS})",
                     )
                 )
-            elif held and len(held) < _listed_request(pod) and not waiting_containers(pod, seen):
+            elif held and len(held) < _expected_held(pod) and not waiting_containers(pod, seen):
                 drifts.append(
                     Drift(
                         key,
@@ -835,12 +839,13 @@ def enforcement(pod: PodGpus) -> EnforcementCheck:
             "no node agent has reported its GPUs yet (not admitted yet, or gpusched's device "
             "plugin does not run on its node)",
         )
-    if set(pod.allocated) == set(pod.assigned):
+    outside = sorted(set(pod.allocated) - set(pod.assigned))
+    complete = len(set(pod.allocated) & set(pod.assigned)) >= _expected_held(pod)
+    if not outside and complete:
         return EnforcementCheck(
             Enforcement.CONFIRMED, "its containers hold exactly its assigned GPUs"
         )
-    outside = sorted(set(pod.allocated) - set(pod.assigned))
-    missing = sorted(set(pod.assigned) - set(pod.allocated))
+    missing = [] if complete else sorted(set(pod.assigned) - set(pod.allocated))
     parts = []
     if outside:
         parts.append(f"holds {','.join(outside)} it was not assigned")

@@ -589,3 +589,16 @@ def test_no_drift_for_a_pod_whose_init_container_needed_more_gpus_than_its_main_
     )
     drifts = check_drift(state([short], [listed(short, main=[0, 1])])).drifts
     assert [d.kind for d in drifts] == [DriftKind.INCOMPLETE]
+
+
+def test_explain_confirms_a_pod_whose_init_container_needed_more_gpus_than_its_main_one() -> None:
+    from gpusched.core.nodeagent import Enforcement, enforcement
+
+    prep = PodGpus(
+        "ns",
+        "prep",
+        containers=(ContainerGpus("init", 2, init=True), ContainerGpus("main", 1)),
+        assigned=(UUIDS[0], UUIDS[1]),
+        allocated=(UUIDS[1],),
+    )
+    assert enforcement(prep).state is Enforcement.CONFIRMED
