@@ -72,14 +72,23 @@ def controlling_gpujob(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def distinct_indices(value: str | None) -> tuple[int, ...] | None:
+    """An index list that names no GPU twice, increasing; None when absent or malformed. A set
+    naming a GPU twice holds fewer GPUs than it lists, so no component believes it."""
+    indices = parse_indices(value)
+    if indices is None or len(set(indices)) != len(indices):
+        return None
+    return indices
+
+
 def _claim(
     annotations: Mapping[str, str], key: str, count: int, ignored: list[str]
 ) -> tuple[int, ...] | None:
     raw = annotations.get(key)
     if raw is None:
         return None
-    indices = parse_indices(raw)
-    if indices is None or len(set(indices)) != len(indices):
+    indices = distinct_indices(raw)
+    if indices is None:
         ignored.append(f"{key}={raw!r} is not a list of distinct GPU indices")
         return None
     if len(indices) != count:
@@ -114,11 +123,12 @@ def claim_of(annotations: Mapping[str, str], count: int, *, for_gpusched: bool) 
 
 
 def planned_for(pod: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...] | None]:
-    """The node and GPUs admission planned for the pod: only on a GpuJob's pod."""
+    """The node and GPUs admission planned for the pod: only on a GpuJob's pod, and GPUs only
+    when they are distinct indices."""
     if controlling_gpujob(pod) is None:
         return None, None
     annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
     return (
         annotations.get(keys.ANNOTATION_PLANNED_NODE) or None,
-        parse_indices(annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)),
+        distinct_indices(annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)),
     )

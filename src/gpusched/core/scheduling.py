@@ -122,7 +122,7 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
     if planned and planned_gpus is None and controlling_gpujob(pod) is not None:
         raise RequestError(
             f"annotation {keys.ANNOTATION_PLANNED_GPU_INDICES}={planned!r} is not a list of "
-            "GPU indices"
+            "distinct GPU indices"
         )
     return GpuRequest(
         gpus=gpu_count(pod),
@@ -257,7 +257,10 @@ def _planned_set(view: NodeView, request: GpuRequest) -> Placement | None:
     planned = request.planned_gpus
     if view.prepared is None or view.name != request.planned_node or planned is None:
         return None
-    if len(planned) != request.gpus or not set(planned) <= set(view.prepared.wiring.indices):
+    # Distinct indices: a repeated one would make the bind write fewer GPUs than requested.
+    if len(set(planned)) != len(planned) or len(planned) != request.gpus:
+        return None
+    if not set(planned) <= set(view.prepared.wiring.indices):
         return None
     try:
         placement = evaluate_set(view.prepared, planned, request.policy, busy=view.busy)

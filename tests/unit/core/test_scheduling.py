@@ -216,3 +216,18 @@ def test_gpu_count_follows_the_sidecar_rule() -> None:
     assert gpu_count(body) == 4  # the init container beside the sidecar: 1 + 3 > 2 + 1
     body["spec"]["initContainers"][1]["resources"]["limits"][keys.GPU_RESOURCE] = "1"
     assert gpu_count(body) == 3  # sidecar + regular containers
+
+
+def test_planned_gpus_naming_a_gpu_twice_are_refused_naming_the_annotation() -> None:
+    """A plan that repeats an index names fewer GPUs than the pod requests: binding it would
+    write a short assignment."""
+    planned = {keys.ANNOTATION_PLANNED_NODE: "b", keys.ANNOTATION_PLANNED_GPU_INDICES: "3,3"}
+    with pytest.raises(RequestError, match=f"{keys.ANNOTATION_PLANNED_GPU_INDICES}.*distinct"):
+        gpu_request(_gpujob_pod(pod({keys.GPU_RESOURCE: "2"}, planned)))
+
+
+def test_a_planned_set_naming_a_gpu_twice_is_chosen_afresh() -> None:
+    request = GpuRequest(2, Policy(), planned_node="b", planned_gpus=(3, 3))
+    verdict = evaluate(view(H100, "b"), request)
+    assert verdict.placement is not None
+    assert len(set(verdict.placement.gpus)) == 2
