@@ -12,14 +12,19 @@ def format_indices(indices: Iterable[int]) -> str:
     return ",".join(str(i) for i in sorted(indices))
 
 
+def whole_number(text: str) -> int | None:
+    """The value of ``text`` when it is a whole number in ASCII digits; None otherwise.
+    str.isdigit() also accepts superscripts and other scripts' digits, which int() refuses or
+    reads as numbers no Kubernetes quantity or annotation of ours is written with."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def parse_indices(value: str | None) -> tuple[int, ...] | None:
     """The indices of a value written by :func:`format_indices`, increasing; None when the value
     is absent, empty or malformed (a malformed assignment is treated as no assignment)."""
     if not value:
         return None
-    parts = [part.strip() for part in value.split(",")]
-    # ASCII digits only: str.isdigit() also accepts superscripts and other scripts' digits,
-    # which int() refuses.
-    if not all(part.isascii() and part.isdigit() for part in parts):
+    numbers = [whole_number(part.strip()) for part in value.split(",")]
+    if any(n is None for n in numbers):
         return None
-    return tuple(sorted(int(part) for part in parts))
+    return tuple(sorted(n for n in numbers if n is not None))

@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from gpusched.api import keys
+from gpusched.api.annotations import whole_number
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopologySpec, NodeGpuTopologyStatus
 
 #: Pod phases after which a pod holds nothing.
@@ -204,8 +205,8 @@ class NodeState:
 
 
 def _count(value: Any) -> int | None:
-    text = str(value).strip()
-    return int(text) if text.isdigit() else None
+    """A container's GPU quantity; None when it is not a whole number in ASCII digits."""
+    return whole_number(str(value).strip())
 
 
 def _container_gpus(container: Mapping[str, Any], resource: str, *, init: bool) -> ContainerGpus:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpusched.api import keys
+from gpusched.api.annotations import whole_number
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.placement import (
     Placement,
@@ -53,10 +54,10 @@ class GpuRequest:
 
 
 def _quantity(value: Any, where: str) -> int:
-    text = str(value).strip()
-    if not text.isdigit():
+    count = whole_number(str(value).strip())
+    if count is None:
         raise RequestError(f"{where}: {keys.GPU_RESOURCE} must be a whole number, got {value!r}")
-    return int(text)
+    return count
 
 
 def _container_gpus(container: Mapping[str, Any], where: str) -> int:
@@ -113,7 +114,8 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
         keys.ANNOTATION_TOPOLOGY_MODE,
     )
     gang_size = annotations.get(keys.ANNOTATION_GANG_SIZE, "1")
-    if not gang_size.isdigit():
+    gang = whole_number(gang_size)
+    if gang is None:
         raise RequestError(f"annotation {keys.ANNOTATION_GANG_SIZE}={gang_size!r} is not a number")
     # Only the operator plans, and only for its GpuJobs' pods: a plan on any other pod is
     # ignored (gpusched.core.podgpus).
@@ -127,7 +129,7 @@ def gpu_request(pod: Mapping[str, Any]) -> GpuRequest:
     return GpuRequest(
         gpus=gpu_count(pod),
         planned_gpus=planned_gpus,
-        policy=Policy(scope=scope, mode=mode, multi_node=int(gang_size) > 1),
+        policy=Policy(scope=scope, mode=mode, multi_node=gang > 1),
         planned_node=planned_node,
         soft_preferences=has_soft_preferences(pod),
     )

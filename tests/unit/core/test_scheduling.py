@@ -231,3 +231,15 @@ def test_a_planned_set_naming_a_gpu_twice_is_chosen_afresh() -> None:
     verdict = evaluate(view(H100, "b"), request)
     assert verdict.placement is not None
     assert len(set(verdict.placement.gpus)) == 2
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "1²"])
+def test_a_gpu_quantity_in_non_ascii_digits_is_refused_as_not_a_whole_number(value: str) -> None:
+    """str.isdigit() accepts superscripts and other scripts' digits, which int() refuses."""
+    with pytest.raises(RequestError, match="whole number"):
+        gpu_request(pod({keys.GPU_RESOURCE: value}))
+
+
+def test_a_gang_size_in_non_ascii_digits_is_refused_naming_the_annotation() -> None:
+    with pytest.raises(RequestError, match=keys.ANNOTATION_GANG_SIZE):
+        gpu_request(pod({keys.GPU_RESOURCE: "1"}, {keys.ANNOTATION_GANG_SIZE: "²"}))

@@ -602,3 +602,12 @@ def test_explain_confirms_a_pod_whose_init_container_needed_more_gpus_than_its_m
         allocated=(UUIDS[1],),
     )
     assert enforcement(prep).state is Enforcement.CONFIRMED
+
+
+def test_a_gpu_quantity_in_non_ascii_digits_is_read_as_no_gpus() -> None:
+    """The API server admits no such quantity; if one is read anyway, it is no request."""
+    raw = {
+        "metadata": {"name": "odd", "namespace": "ns"},
+        "spec": {"containers": [{"name": "m", "resources": {"limits": {keys.GPU_RESOURCE: "²"}}}]},
+    }
+    assert pod_gpus(raw).containers == (ContainerGpus("m", 0),)
