@@ -15,6 +15,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
+from gpusched.api.annotations import whole_number
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopology
 from gpusched.core import (
@@ -102,9 +103,9 @@ def _indices(value: str | None, param: str, node: PreparedNode) -> list[int]:
         part = raw.strip()
         if not part:
             continue
-        if not part.isdigit():
+        index = whole_number(part)
+        if index is None:
             raise click.BadParameter(f"{part!r} is not a GPU index", param_hint=param)
-        index = int(part)
         if index not in node.topology.gpu_indices:
             raise click.BadParameter(
                 f"node has no GPU {index} (GPUs: {indices_to_text(node.topology.gpu_indices)})",

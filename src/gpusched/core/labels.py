@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from gpusched.api import keys
+from gpusched.api.annotations import whole_number
 from gpusched.core import NodeTopology, build_graph, nvlink_islands
 
 MAX_LABEL_VALUE: Final = 63
@@ -153,7 +154,7 @@ def gfd_labels(topology: NodeTopology, *, mig_capable: bool | None = None) -> di
                 labels[key] = sanitize_label_value(part)
     if topology.cuda_driver_version:
         parts = _version_parts(topology.cuda_driver_version)
-        if len(parts) >= 2 and all(p.isdigit() for p in parts[:2]):
+        if len(parts) >= 2 and all(whole_number(p) is not None for p in parts[:2]):
             labels[keys.GFD_RUNTIME_MAJOR] = parts[0]
             labels[keys.GFD_RUNTIME_MINOR] = parts[1]
             labels[keys.GFD_RUNTIME_FULL] = f"{parts[0]}.{parts[1]}"

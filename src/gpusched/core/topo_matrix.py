@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from gpusched.api.annotations import whole_number
 from gpusched.api.nodegputopology import LinkType
 from gpusched.core.bandwidth import find_model_in_text
 from gpusched.core.topology import MAX_NVLINKS_PER_PAIR, Gpu, Link, Nic, NicLink, NodeTopology
@@ -139,11 +140,12 @@ _NUMA_RANGE = re.compile(r"\d+(?:[-,]\d+)+")
 def _numa_value(token: str | None, line: int) -> int | None:
     if token is None or token == _UNKNOWN_CELL or _NUMA_RANGE.fullmatch(token):
         return None  # N/A, or a range of nodes: no single NUMA node to attach to
-    if not token.isdigit():
+    number = whole_number(token)
+    if number is None:
         raise TopologyParseError(
             "NUMA affinity is a node number (0, 1, ...), a range or N/A", line, token
         )
-    return int(token)
+    return number
 
 
 def parse_topo_matrix(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpusched.api.annotations import whole_number
 from gpusched.kubeasync import ApiError, AsyncApi
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ ANCHOR_RETRY = 2.0
 
 def _version(meta: Mapping[str, Any]) -> int:
     value = str(meta.get("resourceVersion") or "")
-    return int(value) if value.isdigit() else 0
+    return whole_number(value) or 0
 
 
 def _key(meta: Mapping[str, Any]) -> str:
@@ -188,7 +189,7 @@ def vanished(
     """Keys the store holds that a LIST at ``list_version`` lacks because they were deleted:
     not those the store saw at a newer version (created after the list was taken). A list
     without a version (a kind not installed) lacks everything it does not hold."""
-    newest = int(list_version) if list_version.isdigit() else None
+    newest = whole_number(list_version)
     return [
         key
         for key, (version, _) in seen.items()

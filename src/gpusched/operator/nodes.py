@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpusched.api import keys
+from gpusched.api.annotations import whole_number
 from gpusched.api.nodegputopology import NodeGpuTopology
 from gpusched.core import NodeTopology, TopologyError, prepare
 from gpusched.core.admission import Node, Taint, count_only_topology
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def _allocatable_gpus(node: Mapping[str, Any]) -> int:
     value = str(((node.get("status") or {}).get("allocatable") or {}).get(keys.GPU_RESOURCE, "0"))
-    return int(value) if value.isdigit() else 0
+    return whole_number(value) or 0
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpusched.api.annotations import whole_number
 from gpusched.api.gpujob import GpuJobStatus
 from gpusched.api.networktopology import DEFAULT_NAME as NETWORK_NAME
 from gpusched.api.networktopology import NetworkTopology
@@ -79,7 +80,7 @@ def _version(meta: Mapping[str, Any]) -> int:
 
 def _revision(value: object) -> int:
     text = str(value or "")
-    return int(text) if text.isdigit() else 0
+    return whole_number(text) or 0
 
 
 def _same_but_version(old: PodFacts | None, new: PodFacts) -> bool:

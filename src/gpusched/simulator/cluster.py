@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import yaml
 
+from gpusched.api.annotations import whole_number
 from gpusched.core import parse_topo_matrix, prepare
 from gpusched.core.admission import Level
 from gpusched.core.bandwidth import find_model_in_text
@@ -81,10 +82,11 @@ def parse_mix(spec: str) -> dict[str, int]:
         if not part:
             continue
         name, sep, count = part.partition("=")
-        if not sep or not count.strip().isdigit() or int(count) < 1:
+        number = whole_number(count.strip())
+        if not sep or number is None or number < 1:
             raise ClusterError(f"node pool entry {part!r}: expected <fixture>=<count>, count >= 1")
         key = name.strip().removesuffix(".txt")
-        mix[key] = mix.get(key, 0) + int(count)
+        mix[key] = mix.get(key, 0) + number
     if not mix:
         raise ClusterError("the node pool is empty")
     return mix

@@ -173,6 +173,12 @@ def test_a_node_pool_has_the_counts_and_gpus_of_its_mix() -> None:
     assert [n.name for n in cluster.nodes][:4] == ["h100-0", "h100-1", "h100-2", "ws-a100-0"]
 
 
+@pytest.mark.parametrize("count", ["0", "two", "\u00b2", "-1", ""])
+def test_a_node_pool_count_that_is_no_whole_number_is_refused_naming_the_entry(count: str) -> None:
+    with pytest.raises(ClusterError, match="expected <fixture>=<count>, count >= 1"):
+        from_mix(f"hgx-h100-sxm-8gpu-8nic={count}")
+
+
 def test_an_unknown_fixture_is_refused_listing_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match=r"known: .*hgx-h100-sxm-8gpu-8nic"):
         from_mix("dgx-b300=2")

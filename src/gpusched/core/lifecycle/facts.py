@@ -16,7 +16,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from gpusched.api import keys
-from gpusched.api.annotations import parse_indices
+from gpusched.api.annotations import parse_indices, whole_number
 from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase
 from gpusched.core.podgpus import GpuClaim, claim_of, controlling_gpujob
 from gpusched.core.scheduling import RequestError, gpu_count
@@ -98,13 +98,13 @@ def _container_times(status: Mapping[str, Any]) -> tuple[datetime | None, dateti
 
 
 def _number(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() else None
+    return whole_number(value) if value else None
 
 
 def _version(meta: Mapping[str, Any]) -> int:
     """The object's resourceVersion as a number (0 when absent or not numeric)."""
     value = str(meta.get("resourceVersion") or "")
-    return int(value) if value.isdigit() else 0
+    return whole_number(value) or 0
 
 
 @dataclass(frozen=True, slots=True)
