@@ -19,6 +19,10 @@ from gpusched.api.meta import Condition, ObjectMeta
 
 MAX_GPUS_PER_NODE: Final = 72
 MAX_NICS_PER_NODE: Final = 64
+#: Longest CPU list a GPU's affinity may take. Round-robin CPU numbering on multi-socket hosts
+#: gives lists without ranges (``0,2,4,...``); even all 1024 CPUs of NVML's affinity mask listed
+#: one by one take about 4000 characters.
+MAX_CPULIST_LENGTH: Final = 4096
 
 
 class LinkType(StrEnum):
@@ -53,7 +57,7 @@ class GpuInfo(ApiModel):
     """PCI address in sysfs form, ``0000:18:00.0``."""
     numa_node: int | None = Field(None, ge=0)
     """NUMA node the GPU is attached to; unset when the platform does not say."""
-    cpu_affinity: str | None = Field(None, max_length=256)
+    cpu_affinity: str | None = Field(None, max_length=MAX_CPULIST_LENGTH)
     """CPUs local to the GPU, as a cpulist (``0-47,96-143``)."""
     compute_capability: str | None = Field(None, max_length=8)
     """CUDA compute capability, ``major.minor``."""
@@ -137,7 +141,7 @@ class NodeGpuTopologySpec(ApiModel):
     """NVIDIA driver version."""
     cuda_driver_version: str | None = Field(None, max_length=16)
     """Highest CUDA version the driver supports, ``major.minor``."""
-    source: str = Field("nvml", max_length=256)
+    source: str = Field("nvml", max_length=MAX_CPULIST_LENGTH)
     """Where the data came from: ``nvml``, or ``fake:<file>`` for simulated nodes."""
     topology_hash: str | None = Field(None, max_length=64)
     """Digest of the wiring; equal hashes mean identical wiring."""

@@ -50,6 +50,7 @@ from gpusched.device_probe.state import (
     labels_in_place,
     merge_unreadable,
     nvml_condition,
+    publishable,
     significant_status,
     taints_with,
     telemetry,
@@ -162,6 +163,7 @@ class Probe:
         self._last_resync = float("-inf")
         self._watcher: EventWatcher | None = None
         self._watched: tuple[tuple[int, str | None], ...] = ()
+        self._unpublishable: list[str] = []
 
     # --- events ------------------------------------------------------------------------------
 
@@ -445,7 +447,7 @@ class Probe:
         resync: bool,
     ) -> None:
         assert self.publisher is not None
-        spec = topology.to_api()[0].to_k8s()
+        spec = self._spec(topology)
         status_body = status.to_k8s()
         wanted_taint = (  # judged on health only: MIG-split GPUs are busy, not broken
             self.config.taint_unhealthy and bool(topology.gpus) and status.healthy_gpus == 0
@@ -498,6 +500,15 @@ class Probe:
             self._synced_force()  # try again after re-reading the Node
             return
         self.applied.taint = wanted_taint
+
+    def _spec(self, topology: NodeTopology) -> dict[str, Any]:
+        """The spec body, without values the schema refuses (warned about when that changes)."""
+        fitted, dropped = publishable(topology)
+        if dropped != self._unpublishable:
+            for what in dropped:
+                log.warning("not publishing %s: the NodeGpuTopology schema refuses its value", what)
+            self._unpublishable = dropped
+        return fitted.to_api()[0].to_k8s()
 
     def _adopt_server(self, server: dict[str, Any] | None) -> None:
         """Take the server's copy as what is applied, so only real differences are written."""

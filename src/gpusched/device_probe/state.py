@@ -11,17 +11,34 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+from pydantic import ValidationError
 
 from gpusched.api import keys
+from gpusched.api.base import ApiModel
 from gpusched.api.meta import Condition, ConditionStatus
-from gpusched.api.nodegputopology import NodeGpuTopologyStatus
+from gpusched.api.nodegputopology import GpuInfo, NodeGpuTopologySpec, NodeGpuTopologyStatus
 from gpusched.core import Gpu, Link, NicLink, NodeTopology
 from gpusched.core.health import GpuHealthRecord
+
+T = TypeVar("T")
 
 CONDITION_NVML_READY: Final = "NvmlReady"
 #: Status fields that change on every reading and alone never justify a write.
 VOLATILE_GPU_FIELDS: Final = ("temperatureC", "powerW")
+#: GPU fields read from the driver or sysfs that the spec can do without (unset, or the
+#: placeholder :meth:`NodeTopology.to_api` writes for a missing UUID or model).
+_OPTIONAL_GPU_FIELDS: Final = (
+    "uuid",
+    "model",
+    "memory_mib",
+    "pci_bus_id",
+    "numa_node",
+    "cpu_affinity",
+    "compute_capability",
+)
+_OPTIONAL_SPEC_FIELDS: Final = ("clique", "driver_version", "cuda_driver_version")
 
 
 def merge_unreadable(
@@ -74,6 +91,65 @@ def merge_unreadable(
         clique=current.clique or (previous.clique if kept else None),
         topology_hash=None,
     )
+
+
+def publishable(topology: NodeTopology) -> tuple[NodeTopology, list[str]]:
+    """The topology with every value the NodeGpuTopology schema would refuse left out, and what
+    was left out (``GPU 2 model``).
+
+    One odd answer from a driver or sysfs (a name longer than any the schema admits) must cost
+    that one field, not the node's whole publication: without the object the scheduler cannot
+    place on the node at all. The topology hash stays that of the wiring as read, so the spec
+    and the labels agree.
+    """
+    dropped: list[str] = []
+    gpus: list[Gpu] = []
+    for gpu in topology.gpus:
+        refused = _refused(GpuInfo(index=0, uuid="-", model="-"), gpu, _OPTIONAL_GPU_FIELDS)
+        dropped += [f"GPU {gpu.index} {name}" for name in sorted(refused)]
+        gpus.append(
+            replace(
+                gpu,
+                uuid=_unless(refused, "uuid", gpu.uuid),
+                model=_unless(refused, "model", gpu.model),
+                memory_mib=_unless(refused, "memory_mib", gpu.memory_mib),
+                pci_bus_id=_unless(refused, "pci_bus_id", gpu.pci_bus_id),
+                numa_node=_unless(refused, "numa_node", gpu.numa_node),
+                cpu_affinity=_unless(refused, "cpu_affinity", gpu.cpu_affinity),
+                compute_capability=_unless(refused, "compute_capability", gpu.compute_capability),
+            )
+        )
+    spec = NodeGpuTopologySpec(node_name=topology.node_name)
+    refused = _refused(spec, topology, _OPTIONAL_SPEC_FIELDS)
+    dropped += sorted(refused)
+    fitted = replace(
+        topology,
+        gpus=tuple(gpus),
+        clique=_unless(refused, "clique", topology.clique),
+        driver_version=_unless(refused, "driver_version", topology.driver_version),
+        cuda_driver_version=_unless(refused, "cuda_driver_version", topology.cuda_driver_version),
+        topology_hash=topology.topology_hash or topology.wiring_hash,
+    )
+    return fitted, dropped
+
+
+def _refused(model: ApiModel, source: object, names: Iterable[str]) -> set[str]:
+    """Which of ``source``'s fields ``model`` refuses, tried one at a time by assignment."""
+    refused: set[str] = set()
+    for name in names:
+        value = getattr(source, name)
+        if value is None:
+            continue
+        try:
+            setattr(model, name, value)
+        except ValidationError:
+            refused.add(name)
+    return refused
+
+
+def _unless(refused: set[str], name: str, value: T) -> T | None:
+    """``value``, or None when the schema refused field ``name``."""
+    return None if name in refused else value
 
 
 def with_health(topology: NodeTopology, records: Mapping[int, GpuHealthRecord]) -> NodeTopology:
