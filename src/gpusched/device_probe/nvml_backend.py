@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from gpusched.api.nodegputopology import LinkType
+from gpusched.api.nodegputopology import MAX_NICS_PER_NODE, LinkType
 from gpusched.core import Gpu, Link, Nic, NicLink, NodeTopology
 from gpusched.core.health import GpuObservation
 from gpusched.device_probe.pcie import (
@@ -31,7 +31,7 @@ from gpusched.device_probe.pcie import (
     normalize_bus_id,
     pcie_distance,
 )
-from gpusched.device_probe.sysfs import Sysfs
+from gpusched.device_probe.sysfs import Sysfs, SysfsNic
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class NvmlBackend:
 
         nics: list[Nic] = []
         nic_links: list[NicLink] = []
-        for nic_index, nic in enumerate(self.sysfs.rdma_nics()):
+        for nic_index, nic in enumerate(self._rdma_nics(issues)):
             nics.append(Nic(index=nic_index, name=nic.name, numa_node=nic.path.numa_node))
             for gpu in gpus:
                 if gpu.pci_path is not None:
@@ -232,6 +232,17 @@ class NvmlBackend:
             mig_capable=any(capable) if capable else None,
             issues=issues,
         )
+
+    def _rdma_nics(self, issues: list[str]) -> list[SysfsNic]:
+        """The node's RDMA NICs, at most as many as the NodeGpuTopology schema holds: the rest
+        are left out with an issue rather than making the node's object unpublishable."""
+        found = self.sysfs.rdma_nics()
+        if len(found) > MAX_NICS_PER_NODE:
+            issues.append(
+                f"{len(found)} RDMA devices, more than the {MAX_NICS_PER_NODE} a NodeGpuTopology "
+                f"holds; left out: {', '.join(nic.name for nic in found[MAX_NICS_PER_NODE:])}"
+            )
+        return found[:MAX_NICS_PER_NODE]
 
     @staticmethod
     def _gpu_model(g: GpuReading) -> Gpu:

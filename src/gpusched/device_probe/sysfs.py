@@ -83,7 +83,12 @@ class Sysfs:
         return text or None
 
     def rdma_nics(self) -> list[SysfsNic]:
-        """RDMA devices with a PCI parent, in natural name order (``mlx5_2`` before ``mlx5_10``)."""
+        """RDMA devices with a PCI parent, in natural name order (``mlx5_2`` before ``mlx5_10``).
+
+        SR-IOV virtual functions (a ``physfn`` link to their physical function) are left out:
+        they share their NIC's port and PCIe position, and a node with virtual functions enabled
+        has dozens of them, which would bury the NICs placement cares about.
+        """
         directory = self.root / "class" / "infiniband"
         if not directory.is_dir():
             return []
@@ -93,6 +98,8 @@ class Sysfs:
             if not device.exists():
                 continue
             real = Path(os.path.realpath(device))
+            if (real / "physfn").is_symlink():
+                continue
             try:
                 nics.append(
                     SysfsNic(entry.name, PciPath.from_sysfs_path(str(real), self._numa(real)))

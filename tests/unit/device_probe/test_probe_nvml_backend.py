@@ -13,7 +13,7 @@ import pytest
 import yaml
 from probe_testdata import H100, RTX4090, TREES, MakeNode, backend_for
 
-from gpusched.api.nodegputopology import LinkType
+from gpusched.api.nodegputopology import MAX_NICS_PER_NODE, LinkType
 from gpusched.core import Gpu, Link, NodeTopology, parse_topo_matrix
 from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.dev.fakenvml import FakeNvml, Fault
@@ -220,3 +220,45 @@ def test_a_function_the_driver_lacks_answers_function_not_found(make_node: MakeN
     fake.nvml.nvmlInit()
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):
         fake.nvml.nvmlDeviceGetNvLinkErrorCounter(fake.nvml.nvmlDeviceGetHandleByIndex(0), 0, 0)
+
+
+def _add_rdma_functions(root: Path, per_nic: int, *, virtual: bool) -> None:
+    """Add ``per_nic`` RDMA functions beside each NIC of a fake sysfs tree, as SR-IOV virtual
+    functions (a ``physfn`` link to their NIC) or as further physical functions."""
+    infiniband = root / "class" / "infiniband"
+    nics = sorted(infiniband.iterdir())
+    number = len(nics)
+    for nic in nics:
+        physical = (nic / "device").resolve()
+        domain, bus, _ = physical.name.split(":")
+        for function in range(per_nic):
+            device = physical.parent / f"{domain}:{bus}:{function + 2:02x}.{function % 8}"
+            device.mkdir()
+            (device / "numa_node").write_text((physical / "numa_node").read_text())
+            if virtual:
+                (device / "physfn").symlink_to(physical)
+            port = device / "infiniband" / f"mlx5_{number}"
+            port.mkdir(parents=True)
+            (port / "device").symlink_to(device)
+            (infiniband / f"mlx5_{number}").symlink_to(port)
+            number += 1
+
+
+def test_sriov_virtual_functions_are_not_listed_as_nics(make_node: MakeNode) -> None:
+    fake = make_node(H100)
+    _add_rdma_functions(fake.sysfs_root, 8, virtual=True)
+    reading = _inventory(backend_for(fake))
+    assert [nic.name for nic in reading.topology.nics] == [f"mlx5_{i}" for i in range(8)]
+    assert not reading.issues
+
+
+def test_nics_beyond_what_the_schema_holds_are_left_out_with_a_warning(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    _add_rdma_functions(fake.sysfs_root, 8, virtual=False)
+    reading = _inventory(backend_for(fake))
+    assert len(reading.topology.nics) == MAX_NICS_PER_NODE
+    assert {nl.nic for nl in reading.topology.nic_links} == set(range(MAX_NICS_PER_NODE))
+    assert any("mlx5_64" in issue and "72 RDMA devices" in issue for issue in reading.issues)
+    reading.topology.to_api()
