@@ -332,14 +332,14 @@ class Probe:
             backend.shutdown()
             self.reading = None
             self._need_inventory = True
-            return self._unavailable(now, str(err)), False, str(err)
+            return self._unavailable(now, str(err), events), False, str(err)
         self.metrics.nvml_ready.set(1)
         reading = self.reading
         if any(s.lost or s.reset_required for s in samples) or any(
             not g.readable for g in reading.gpus
         ):
             self._need_inventory = True  # re-read identities and links next cycle
-        xids = self._xids_by_index(events, reading)
+        xids = self._xids_by_index(events, self._uuid_index(reading))
         errors = {g.index: g.query_error for g in reading.gpus}
         for sample in samples:
             self.records[sample.index] = classify(
@@ -360,12 +360,21 @@ class Probe:
         self.known = topology
         return topology, True, "NVML initialised"
 
-    def _unavailable(self, now: datetime, message: str) -> NodeTopology:
-        """Without NVML, the GPUs known from before are reported unhealthy (none if unknown)."""
+    def _unavailable(self, now: datetime, message: str, events: list[GpuEvent]) -> NodeTopology:
+        """Without NVML, the GPUs known from before are reported unhealthy (none if unknown).
+
+        XIDs received before NVML went away are still judged, by the GPUs' known UUIDs: a fatal
+        one is remembered now and named once NVML answers again, not lost with this cycle."""
         known = self.known or NodeTopology(node_name=self.config.node_name, gpus=())
+        xids = self._xids_by_index(events, self._uuid_index(None))
         for gpu in known.gpus:
             self.records[gpu.index] = classify(
-                GpuObservation(index=gpu.index, uuid=gpu.uuid, nvml_unavailable=message),
+                GpuObservation(
+                    index=gpu.index,
+                    uuid=gpu.uuid,
+                    nvml_unavailable=message,
+                    xids=xids.get(gpu.index, ()),
+                ),
                 self.records.get(gpu.index),
                 now,
                 self.config.policy,
@@ -374,10 +383,18 @@ class Probe:
         self.known = topology
         return topology
 
+    def _uuid_index(self, reading: NodeReading | None) -> dict[str, int]:
+        """GPU index by UUID, from this cycle's reading (when there is one) and the GPUs known
+        from earlier readings."""
+        known = self.known.gpus if self.known is not None else ()
+        by_uuid = {g.uuid: g.index for g in known if g.uuid}
+        if reading is not None:
+            by_uuid.update({g.uuid: g.index for g in reading.gpus if g.uuid})
+        return by_uuid
+
     def _xids_by_index(
-        self, events: list[GpuEvent], reading: NodeReading
+        self, events: list[GpuEvent], by_uuid: dict[str, int]
     ) -> dict[int, tuple[int, ...]]:
-        by_uuid = {g.uuid: g.index for g in reading.gpus if g.uuid}
         xids: dict[int, list[int]] = {}
         for event in events:
             if event.kind == "ecc":

@@ -18,6 +18,7 @@ from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState
 from gpusched.core.health import HealthPolicy
 from gpusched.dev.fakenvml import FakeNode, FakeNvml, Fault
+from gpusched.device_probe.events import GpuEvent
 from gpusched.device_probe.nvml_backend import NvmlBackend
 from gpusched.device_probe.probe import CycleResult, Probe, ProbeConfig
 from gpusched.device_probe.sysfs import Sysfs
@@ -249,3 +250,79 @@ def test_a_failed_event_wait_rereads_the_node_and_keeps_listening(make_node: Mak
         assert _state(probe.cycle(), 6) == (UNHEALTHY, "Xid79")
     finally:
         probe.close()
+
+
+class _CountFailsOnce(FakeNvml):
+    """A driver whose device count fails once when told to (NVML unusable for one cycle)."""
+
+    fail = False
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802 - pynvml's name
+        if self.fail:
+            self.fail = False
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return super().nvmlDeviceGetCount()
+
+
+def test_a_fatal_xid_seen_while_nvml_is_down_is_applied_once_it_answers(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    nvml = _CountFailsOnce(fake.topology, fake.nvml.plan)
+    probe = Probe(
+        NvmlBackend(nvml, Sysfs(fake.sysfs_root)),
+        ProbeConfig(node_name="node-a", event_timeout_ms=100),
+        clock=Clock(),
+    )
+    try:
+        probe.cycle()
+        nvml.inject(Fault(gpu=4, xid=94))
+        _wait_for(lambda: probe.pending_events > 0, "the XID")
+        nvml.fail = True
+        down = probe.cycle()
+        assert down.outcome == "nvml-unavailable"
+        assert _state(down, 4) == (UNHEALTHY, "NvmlUnavailable")
+        up = probe.cycle()
+    finally:
+        probe.close()
+    assert up.outcome == "ok"
+    assert _state(up, 4) == (UNHEALTHY, "Xid94")
+    assert {_state(up, i) for i in range(8) if i != 4} == {(HEALTHY, "Healthy")}
+
+
+class _UuidFails(FakeNvml):
+    """A driver whose UUID query fails for one GPU as many times as told to."""
+
+    failing_gpu = 3
+    failures = 0
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:  # noqa: N802 - pynvml's name
+        if handle.index == self.failing_gpu and self.failures > 0:
+            self.failures -= 1
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return super().nvmlDeviceGetUUID(handle)
+
+
+def _probe_over(nvml: FakeNvml, fake: FakeNode, *, watch: bool) -> Probe:
+    return Probe(
+        NvmlBackend(nvml, Sysfs(fake.sysfs_root)),
+        ProbeConfig(node_name="node-a", event_timeout_ms=100),
+        clock=Clock(),
+        watch_events=watch,
+    )
+
+
+def test_an_xid_is_applied_by_a_uuid_known_from_before_when_this_reading_lacks_it(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    nvml = _UuidFails(fake.topology, fake.nvml.plan)
+    nvml.failing_gpu = 2
+    probe = _probe_over(nvml, fake, watch=False)
+    uuid = probe.cycle().topology.gpu(2).uuid
+    nvml.failures = 1
+    probe.request_inventory()
+    probe.on_event(GpuEvent("xid", uuid=uuid, xid=48))
+    result = probe.cycle()
+    assert _state(result, 2) == (UNHEALTHY, "Xid48")
+    assert {_state(result, i) for i in range(8) if i != 2} == {(HEALTHY, "Healthy")}
