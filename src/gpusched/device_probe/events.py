@@ -9,9 +9,10 @@ cycle's per-GPU reads find out which GPU is affected, rather than every GPU bein
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -33,6 +34,20 @@ class GpuEvent:
     uuid: str | None = None
     xid: int | None = None
     detail: str = ""
+    index: int | None = None
+    """Index of the GPU whose handle the event carries, among those the watcher registered
+    (the GPU is known even when its UUID cannot be read, as after a GSP timeout)."""
+
+
+def handle_key(handle: Any) -> Hashable:
+    """A device handle as a dictionary key. pynvml's handles are ctypes pointers and the one an
+    event carries is a new object for the same device, so they are compared by address; other
+    handles (the fake NVML's) compare by value."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except ctypes.ArgumentError:
+        key: Hashable = handle
+        return key
 
 
 class EventWatcher:
@@ -49,6 +64,7 @@ class EventWatcher:
         self.on_event = on_event
         self.timeout_ms = timeout_ms
         self.unmonitored: list[int] = []
+        self._indices: dict[Hashable, int] = {}
         self._event_set: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,6 +82,7 @@ class EventWatcher:
                     self.unmonitored.append(index)
                     continue
                 nvml.nvmlDeviceRegisterEvents(handle, mask, self._event_set)
+                self._indices[handle_key(handle)] = index
             except nvml.NVMLError as err:
                 self.unmonitored.append(index)
                 level = (
@@ -116,9 +133,10 @@ class EventWatcher:
             if isinstance(uuid, bytes):
                 uuid = uuid.decode()
         except nvml.NVMLError:
-            uuid = None  # the GPU stopped answering; the next cycle finds out which
+            uuid = None  # the GPU stopped answering: its handle still says which it is
+        index = self._indices.get(handle_key(data.device))
         event_type = int(data.eventType)
         if event_type & EVENT_XID:
-            self.on_event(GpuEvent("xid", uuid=uuid, xid=int(data.eventData)))
+            self.on_event(GpuEvent("xid", uuid=uuid, xid=int(data.eventData), index=index))
         elif event_type & EVENT_DOUBLE_BIT_ECC:
-            self.on_event(GpuEvent("ecc", uuid=uuid, detail="double-bit ECC error"))
+            self.on_event(GpuEvent("ecc", uuid=uuid, detail="double-bit ECC error", index=index))

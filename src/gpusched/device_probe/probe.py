@@ -339,7 +339,7 @@ class Probe:
             not g.readable for g in reading.gpus
         ):
             self._need_inventory = True  # re-read identities and links next cycle
-        xids = self._xids_by_index(events, self._uuid_index(reading))
+        xids = self._xids_by_index(events, self._uuid_index(reading), [s.index for s in samples])
         errors = {g.index: g.query_error for g in reading.gpus}
         for sample in samples:
             self.records[sample.index] = classify(
@@ -366,7 +366,7 @@ class Probe:
         XIDs received before NVML went away are still judged, by the GPUs' known UUIDs: a fatal
         one is remembered now and named once NVML answers again, not lost with this cycle."""
         known = self.known or NodeTopology(node_name=self.config.node_name, gpus=())
-        xids = self._xids_by_index(events, self._uuid_index(None))
+        xids = self._xids_by_index(events, self._uuid_index(None), [g.index for g in known.gpus])
         for gpu in known.gpus:
             self.records[gpu.index] = classify(
                 GpuObservation(
@@ -393,8 +393,11 @@ class Probe:
         return by_uuid
 
     def _xids_by_index(
-        self, events: list[GpuEvent], by_uuid: dict[str, int]
+        self, events: list[GpuEvent], by_uuid: dict[str, int], gpus: list[int]
     ) -> dict[int, tuple[int, ...]]:
+        """The XIDs of ``events`` per GPU index. An XID whose GPU cannot be identified (neither
+        its UUID nor its handle is known) is kept for every GPU of the node, as the NVIDIA
+        device plugin does: a fatal fault must not be dropped for want of a name."""
         xids: dict[int, list[int]] = {}
         for event in events:
             if event.kind == "ecc":
@@ -404,6 +407,8 @@ class Probe:
             if event.kind != "xid" or event.xid is None:
                 continue
             index = by_uuid.get(event.uuid) if event.uuid else None
+            if index is None:
+                index = event.index
             action = "unhealthy" if self.config.policy.xid_is_fatal(event.xid) else "ignored"
             gpu_label = str(index) if index is not None else "unknown"
             self.metrics.xid_events.labels(gpu_label, str(event.xid), action).inc()
@@ -411,12 +416,12 @@ class Probe:
                 logging.WARNING if action == "unhealthy" else logging.INFO,
                 "XID %d on GPU %s (%s): %s",
                 event.xid,
-                gpu_label,
+                gpu_label if index is not None else "unknown, applied to every GPU",
                 event.uuid,
                 action,
             )
-            if index is not None:
-                xids.setdefault(index, []).append(event.xid)
+            for target in gpus if index is None else [index]:
+                xids.setdefault(target, []).append(event.xid)
         return {index: tuple(values) for index, values in xids.items()}
 
     def _report_issues(self, issues: list[str]) -> None:

@@ -3,6 +3,7 @@ neither a lost GPU nor an NVML failure stops the probe."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,8 @@ from gpusched.api import keys
 from gpusched.api.nodegputopology import GpuHealthState
 from gpusched.core.health import HealthPolicy
 from gpusched.dev.fakenvml import FakeNode, FakeNvml, Fault
-from gpusched.device_probe.events import GpuEvent
+from gpusched.dev.fakenvml.nvml import FakeHandle
+from gpusched.device_probe.events import GpuEvent, handle_key
 from gpusched.device_probe.nvml_backend import NvmlBackend
 from gpusched.device_probe.probe import CycleResult, Probe, ProbeConfig
 from gpusched.device_probe.sysfs import Sysfs
@@ -312,6 +314,35 @@ def _probe_over(nvml: FakeNvml, fake: FakeNode, *, watch: bool) -> Probe:
     )
 
 
+def test_a_fatal_xid_from_a_gpu_whose_uuid_cannot_be_read_is_applied_to_that_gpu(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    nvml = _UuidFails(fake.topology, fake.nvml.plan)
+    probe = _probe_over(nvml, fake, watch=True)
+    try:
+        probe.cycle()
+        nvml.failures = 1  # the event thread's UUID read of the XID's GPU fails
+        nvml.inject(Fault(gpu=3, xid=119))
+        _wait_for(lambda: probe.pending_events > 0, "the XID")
+        result = probe.cycle()
+    finally:
+        probe.close()
+    assert _state(result, 3) == (UNHEALTHY, "Xid119")
+    assert {_state(result, i) for i in range(8) if i != 3} == {(HEALTHY, "Healthy")}
+
+
+def test_a_fatal_xid_from_a_gpu_that_cannot_be_identified_makes_every_gpu_unhealthy(
+    make_node: MakeNode,
+) -> None:
+    probe = _probe(make_node(H100), Clock())
+    probe.cycle()
+    probe.on_event(GpuEvent("xid", uuid=None, xid=79))
+    result = probe.cycle()
+    assert {_state(result, i) for i in range(8)} == {(UNHEALTHY, "Xid79")}
+    assert result.status.healthy_gpus == 0
+
+
 def test_an_xid_is_applied_by_a_uuid_known_from_before_when_this_reading_lacks_it(
     make_node: MakeNode,
 ) -> None:
@@ -326,3 +357,12 @@ def test_an_xid_is_applied_by_a_uuid_known_from_before_when_this_reading_lacks_i
     result = probe.cycle()
     assert _state(result, 2) == (UNHEALTHY, "Xid48")
     assert {_state(result, i) for i in range(8) if i != 2} == {(HEALTHY, "Healthy")}
+
+
+def test_a_pynvml_handle_is_recognised_by_the_device_it_points_at() -> None:
+    device = pynvml.struct_c_nvmlDevice_t()
+    registered = ctypes.pointer(device)
+    in_event = ctypes.cast(ctypes.addressof(device), pynvml.c_nvmlDevice_t)
+    assert registered is not in_event
+    assert handle_key(registered) == handle_key(in_event)
+    assert handle_key(FakeHandle(3)) == handle_key(FakeHandle(3)) != handle_key(FakeHandle(4))
