@@ -336,9 +336,11 @@ class Probe:
         self.metrics.nvml_ready.set(1)
         reading = self.reading
         if any(s.lost or s.reset_required for s in samples) or any(
-            not g.readable for g in reading.gpus
+            not g.readable or g.query_error is not None for g in reading.gpus
         ):
-            self._need_inventory = True  # re-read identities and links next cycle
+            # Re-read identities and links next cycle: a GPU's failed identity query may have
+            # been a one-off, and until it is read again the GPU counts as unhealthy.
+            self._need_inventory = True
         xids = self._xids_by_index(events, self._uuid_index(reading), [s.index for s in samples])
         errors = {g.index: g.query_error for g in reading.gpus}
         for sample in samples:

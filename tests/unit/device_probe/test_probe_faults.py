@@ -343,6 +343,17 @@ def test_a_fatal_xid_from_a_gpu_that_cannot_be_identified_makes_every_gpu_unheal
     assert result.status.healthy_gpus == 0
 
 
+def test_one_failed_uuid_read_is_read_again_at_the_next_cycle(make_node: MakeNode) -> None:
+    fake = make_node(H100)
+    nvml = _UuidFails(fake.topology, fake.nvml.plan)
+    nvml.failing_gpu, nvml.failures = 2, 1
+    probe = _probe_over(nvml, fake, watch=False)
+    assert _state(probe.cycle(), 2) == (UNHEALTHY, "NvmlError")
+    result = probe.cycle()
+    assert _state(result, 2) == (HEALTHY, "Healthy")
+    assert result.topology.gpu(2).uuid == nvml.nvmlDeviceGetUUID(FakeHandle(2))
+
+
 def test_an_xid_is_applied_by_a_uuid_known_from_before_when_this_reading_lacks_it(
     make_node: MakeNode,
 ) -> None:
