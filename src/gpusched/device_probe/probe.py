@@ -215,7 +215,8 @@ class Probe:
     def _sync_from_server(self) -> dict[str, Any] | Literal[False] | None:
         """Read the Node and the published object. Returns the object (None if absent), or
         False when the Node does not exist. On the first sync, seeds the health records and the
-        last known wiring from what an earlier probe published."""
+        last known wiring from what an earlier probe published, where this probe has not seen
+        them itself (it may have run for a while with the API server out of reach)."""
         assert self.publisher is not None
         view = self.publisher.read_node()
         self.node_view = view
@@ -228,12 +229,14 @@ class Probe:
             except ValidationError as err:
                 log.warning("ignoring the published NodeGpuTopology: %s", err)
             else:
-                self.known = NodeTopology.from_api(published.spec, published.status)
-                self.conditions = list(published.status.conditions)
+                if self.known is None:
+                    self.known = NodeTopology.from_api(published.spec, published.status)
+                if not self.conditions:
+                    self.conditions = list(published.status.conditions)
                 for entry in published.status.gpus:
                     record = restore(entry, self.boot, self.config.policy)
                     if record is not None:
-                        self.records[entry.index] = record
+                        self.records[entry.index] = _seeded(self.records.get(entry.index), record)
         self._synced = True
         return obj
 
@@ -582,6 +585,19 @@ class Probe:
         """Stop the event thread and release NVML."""
         self._stop_watcher()
         self.backend.shutdown()
+
+
+def _seeded(live: GpuHealthRecord | None, restored: GpuHealthRecord) -> GpuHealthRecord:
+    """A GPU's record once the published status has been read back: the restored one when the
+    probe has none of its own; otherwise the live one, which is newer in every respect but one:
+    a fatal XID of this boot it has not seen (reported before this probe started) is added, so
+    it lasts until the reboot whatever order the probe and the API server came up in."""
+    if live is None:
+        return restored
+    same_gpu = not (live.uuid and restored.uuid and live.uuid != restored.uuid)
+    if live.fatal_xid is not None or restored.fatal_xid is None or not same_gpu:
+        return live
+    return replace(live, fatal_xid=restored.fatal_xid)
 
 
 def _observation(
