@@ -175,6 +175,10 @@ class GpuHealth(ApiModel):
     """Sentence for humans."""
     since: datetime | None = None
     """When the GPU entered this state."""
+    fatal_xid: int | None = Field(None, ge=0)
+    """The fatal XID that keeps the GPU unhealthy until the node reboots, also while a more
+    fundamental reason (``GpuLost``, ``ResetRequired``, ``NvmlUnavailable``) is named; a
+    restarted probe continues from it."""
     temperature_c: int | None = None
     """Last GPU temperature in degrees Celsius."""
     power_w: float | None = None

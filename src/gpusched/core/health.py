@@ -209,6 +209,7 @@ class GpuHealthRecord:
             reason=self.reason,
             message=self.message,
             since=self.since,
+            fatal_xid=self.fatal_xid,
             temperature_c=self.temperature_c,
             power_w=self.power_w,
         )
@@ -367,22 +368,22 @@ def restore(
     """The record a restarted probe continues from, given what it published before.
 
     Only what the probe cannot observe again is carried over: a fatal XID reported during the
-    current boot (``since`` not before ``boot_time``), and how long a slowdown has lasted. The
-    published ``since`` is kept so that an unchanged state republishes identically. Returns None
-    when the entry has no timestamp to continue from.
+    current boot (``since`` not before ``boot_time``), whether it is the named reason or was
+    published beside a more fundamental one, and how long a slowdown has lasted. The published
+    ``since`` is kept so that an unchanged state republishes identically. Returns None when the
+    entry has no timestamp to continue from.
     """
     if published.since is None:
         return None
     since = published.since
-    fatal_xid: int | None = None
-    match = _XID_REASON.fullmatch(published.reason)
+    fatal_xid = _published_xid(published)
     if (
-        match is not None
-        and published.state is GpuHealthState.UNHEALTHY
-        and policy.xid_is_fatal(int(match.group(1)))
-        and (boot_time is None or since >= boot_time)
+        fatal_xid is None
+        or published.state is not GpuHealthState.UNHEALTHY
+        or not policy.xid_is_fatal(fatal_xid)
+        or (boot_time is not None and since < boot_time)
     ):
-        fatal_xid = int(match.group(1))
+        fatal_xid = None
     throttled_since: datetime | None = None
     if published.state is GpuHealthState.DEGRADED and published.reason in _THROTTLE_REASONS:
         throttled_since = since - timedelta(seconds=policy.throttle_sustain_seconds)
@@ -398,3 +399,12 @@ def restore(
         temperature_c=published.temperature_c,
         power_w=published.power_w,
     )
+
+
+def _published_xid(published: GpuHealth) -> int | None:
+    """The fatal XID a status entry records: its own field, or the reason of an entry written
+    before the field existed."""
+    if published.fatal_xid is not None:
+        return published.fatal_xid
+    match = _XID_REASON.fullmatch(published.reason)
+    return int(match.group(1)) if match is not None else None

@@ -230,6 +230,26 @@ def test_a_restarted_probe_keeps_a_fatal_xid_of_the_current_boot() -> None:
     assert again.to_api() == before_restart.to_api()
 
 
+@pytest.mark.parametrize(
+    "hiding",
+    [{"lost": True}, {"reset_required": True}, {"nvml_unavailable": "Driver Not Loaded"}],
+    ids=["GpuLost", "ResetRequired", "NvmlUnavailable"],
+)
+def test_a_fatal_xid_named_behind_a_worse_reason_outlasts_a_probe_restart(
+    hiding: dict[str, object],
+) -> None:
+    boot = T0 - timedelta(hours=2)
+    xid = classify(obs(xids=(79,)), None, T0)
+    hidden = classify(obs(**hiding), xid, T0 + timedelta(minutes=1))
+    assert hidden.reason != "Xid79"
+    published = GpuHealth.model_validate(hidden.to_api().to_k8s())
+    assert published.fatal_xid == 79
+    record = restore(published, boot)
+    assert record is not None
+    answering = classify(obs(), record, T0 + timedelta(minutes=2))
+    assert (answering.state, answering.reason) == (GpuHealthState.UNHEALTHY, "Xid79")
+
+
 def test_a_fatal_xid_from_before_the_reboot_is_forgotten() -> None:
     boot = T0 + timedelta(hours=1)
     record = restore(_published(GpuHealthState.UNHEALTHY, "Xid79", T0), boot)
