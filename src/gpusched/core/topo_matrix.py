@@ -48,6 +48,9 @@ _SELF_CELL: Final = "X"
 
 #: Fewer GPUs than this with all pairs ``NV<same count>`` may be a bridged box, not a switch.
 _MIN_NVSWITCH_GPUS: Final = 4
+#: Most NVLinks one GPU has: 18 on H100, H200 and B200 (12 on A100, 6 on V100). A GPU can
+#: reach its peers directly over at most this many links in all.
+_MAX_NVLINKS_PER_GPU: Final = 18
 
 
 class TopologyParseError(ValueError):
@@ -350,15 +353,20 @@ def _code(cell: _Cell) -> str:
 
 
 def _looks_like_nvswitch(links: list[Link], n_gpus: int) -> bool:
-    """All pairs ``NV<same count>`` on four or more GPUs: what NVSwitch boards print.
+    """All pairs ``NV<k>`` on four or more GPUs, with more links in all than a GPU has.
 
     Bridges join pairs and meshes such as DGX-1's give different counts to different peers, so a
-    uniform all-to-all count is the switch's signature in a matrix.
+    uniform all-to-all count is needed. It is not enough: 4-GPU boards wire every pair directly
+    (DGX Station A100 prints NV4, HGX H100 4-GPU NV6), spending 3 x k of each GPU's links. Behind
+    a switch, every pair instead shows the GPU's whole link count (NV12 on A100, NV18 on H100),
+    so k x (n - 1) is more than any GPU has: that is what only a switch can print.
     """
     if n_gpus < _MIN_NVSWITCH_GPUS or len(links) != n_gpus * (n_gpus - 1) // 2:
         return False
     counts = {lk.nvlinks for lk in links if lk.type is LinkType.NV}
-    return all(lk.type is LinkType.NV for lk in links) and len(counts) == 1
+    if not all(lk.type is LinkType.NV for lk in links) or len(counts) != 1:
+        return False
+    return counts.pop() * (n_gpus - 1) > _MAX_NVLINKS_PER_GPU
 
 
 def format_topo_matrix(topology: NodeTopology) -> str:

@@ -117,6 +117,34 @@ def test_hybrid_cube_mesh_with_different_nvlink_counts_per_peer() -> None:
     assert generation_for(topo.gpu(0).model).name == "volta"
 
 
+def _all_pairs(n: int, code: str) -> str:
+    """A matrix of ``n`` GPUs with every pair linked as ``code``."""
+    header = "\t" + "\t".join(f"GPU{i}" for i in range(n))
+    rows = [f"GPU{i}\t" + "\t".join(" X " if i == j else code for j in range(n)) for i in range(n)]
+    return "\n".join([header, *rows]) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "links_per_gpu"),
+    [("NV4", 12), ("NV6", 18)],
+    ids=["dgx-station-a100", "hgx-h100-4gpu"],
+)
+def test_four_gpus_wired_directly_to_each_other_are_not_a_switch_board(
+    code: str, links_per_gpu: int
+) -> None:
+    topo = parse_topo_matrix(_all_pairs(4, code))
+    assert not topo.nvswitch
+    assert [g.nvlink_count for g in topo.gpus] == [links_per_gpu] * 4
+    assert [g.nvswitch_links for g in topo.gpus] == [0] * 4
+
+
+@pytest.mark.parametrize(("n", "code"), [(4, "NV12"), (4, "NV18"), (8, "NV6"), (16, "NV6")])
+def test_all_pairs_with_more_links_than_a_gpu_has_are_a_switch_board(n: int, code: str) -> None:
+    topo = parse_topo_matrix(_all_pairs(n, code))
+    assert topo.nvswitch
+    assert {g.nvswitch_links for g in topo.gpus} == {int(code[2:])}
+
+
 def test_any_nvlink_count_and_legacy_soc_code() -> None:
     text = "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV7\tSOC\nGPU1\tNV7\t X \tSOC\nGPU2\tSOC\tSOC\t X \n"
     topo = parse_topo_matrix(text)
