@@ -13,6 +13,7 @@ unexpected error in an identity query marks that GPU (not the node) as unreadabl
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import logging
 import uuid as uuidlib
@@ -85,6 +86,8 @@ class GpuReading:
     reset_required: bool = False
     query_error: str | None = None
     pci_path: PciPath | None = None
+    failed: set[str] = field(default_factory=set)
+    """NVML calls that failed with an unexpected error in this reading."""
 
     @property
     def readable(self) -> bool:
@@ -168,6 +171,8 @@ class NvmlBackend:
             if code not in _UNSUPPORTED_CODES:
                 where = f"GPU {gpu.index} " if gpu is not None else ""
                 issues.append(f"{where}{what}: {err}")
+                if gpu is not None:
+                    gpu.failed.add(what)
             return None
 
     # --- inventory ---------------------------------------------------------------------------
@@ -179,12 +184,19 @@ class NvmlBackend:
         except self.nvml.NVMLError as err:
             raise NvmlUnavailableError(f"nvmlDeviceGetCount: {err}") from err
 
-    def read_inventory(self, node_name: str) -> NodeReading:
-        """GPUs, every pair's link, NICs and their distances, versions and fabric clique."""
+    def read_inventory(self, node_name: str, previous: NodeReading | None = None) -> NodeReading:
+        """GPUs, every pair's link, NICs and their distances, versions and fabric clique.
+
+        A field whose query fails with an unexpected error keeps its value from ``previous``
+        when that reading saw the same GPU (same UUID): one failed call must not read as a
+        change of hardware, which would rewrite the spec and flip the topology hash."""
         nvml = self.nvml
         issues: list[str] = []
         count = self.device_count()
         gpus = [self._read_gpu(index, issues) for index in range(count)]
+        before = {g.index: g for g in previous.gpus} if previous is not None else {}
+        for gpu in gpus:
+            _keep_failed_fields(gpu, before.get(gpu.index))
 
         links: list[Link] = []
         for i, a in enumerate(gpus):
@@ -358,14 +370,18 @@ class NvmlBackend:
             if state is None or int(state) != nvml.NVML_FEATURE_ENABLED:
                 continue
             gpu.nvlinks_active += 1
+            errors: list[str] = []
             kind = self._query(
                 gpu,
                 "nvmlDeviceGetNvLinkRemoteDeviceType",
-                issues,
+                errors,
                 nvml.nvmlDeviceGetNvLinkRemoteDeviceType,
                 h,
                 link,
             )
+            issues += errors
+            if errors:  # what the link ends at is unknown this time: count it neither way
+                continue
             if kind is not None and int(kind) == nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
                 gpu.switch_links += 1
                 continue
@@ -550,6 +566,32 @@ class NvmlBackend:
                 gpu.handle,
             )
         return int(reasons) if reasons is not None else None
+
+
+#: Fields of :class:`GpuReading` each identity or wiring call reads (or derives from its answer).
+_FIELDS_OF_CALL: Final[dict[str, tuple[str, ...]]] = {
+    "nvmlDeviceGetName": ("name",),
+    "nvmlDeviceGetMemoryInfo": ("memory_mib",),
+    "nvmlDeviceGetPciInfo": ("bus_id", "pci_path", "numa_node", "cpu_affinity"),
+    "nvmlDeviceGetCudaComputeCapability": ("compute_capability",),
+    "nvmlDeviceGetMigMode": ("mig_enabled", "mig_capable"),
+    "nvmlDeviceGetMemoryAffinity": ("numa_node",),
+    "nvmlDeviceGetCpuAffinity": ("cpu_affinity",),
+    "nvmlDeviceGetNvLinkRemoteDeviceType": ("nvlinks_active", "switch_links", "direct_links"),
+    "nvmlDeviceGetNvLinkRemotePciInfo": ("nvlinks_active", "switch_links", "direct_links"),
+    "nvmlDeviceGetGpuFabricInfoV": ("clique",),
+    "nvmlDeviceGetGpuFabricInfo": ("clique",),
+}
+
+
+def _keep_failed_fields(gpu: GpuReading, before: GpuReading | None) -> None:
+    """Give ``gpu`` the previous reading's value of every field whose call failed this time,
+    when the previous reading is of the same GPU."""
+    if before is None or gpu.uuid is None or gpu.uuid != before.uuid:
+        return
+    for call in gpu.failed:
+        for name in _FIELDS_OF_CALL.get(call, ()):
+            setattr(gpu, name, copy.copy(getattr(before, name)))
 
 
 def _reraise(err: BaseException) -> Any:

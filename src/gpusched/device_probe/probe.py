@@ -323,7 +323,7 @@ class Probe:
                 or count != len(self.reading.gpus)
                 or any(e.kind == "error" for e in events)
             ):
-                self.reading = backend.read_inventory(self.config.node_name)
+                self.reading = backend.read_inventory(self.config.node_name, self.reading)
                 self._need_inventory = False
                 self._report_issues(self.reading.issues)
                 self._update_watcher(self.reading)

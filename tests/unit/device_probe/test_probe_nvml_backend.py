@@ -11,13 +11,15 @@ from typing import Any
 import pynvml
 import pytest
 import yaml
-from probe_testdata import H100, RTX4090, TREES, MakeNode, backend_for
+from probe_testdata import H100, RTX4090, TREES, Clock, MakeNode, backend_for
 
+from gpusched.api import keys
 from gpusched.api.nodegputopology import MAX_NICS_PER_NODE, LinkType
 from gpusched.core import Gpu, Link, NodeTopology, parse_topo_matrix
 from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.dev.fakenvml import FakeNvml, Fault
 from gpusched.device_probe.nvml_backend import NvmlBackend, NvmlUnavailableError
+from gpusched.device_probe.probe import Probe, ProbeConfig
 from gpusched.device_probe.sysfs import Sysfs
 
 CLIQUE = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1"
@@ -262,3 +264,65 @@ def test_nics_beyond_what_the_schema_holds_are_left_out_with_a_warning(
     assert {nl.nic for nl in reading.topology.nic_links} == set(range(MAX_NICS_PER_NODE))
     assert any("mlx5_64" in issue and "72 RDMA devices" in issue for issue in reading.issues)
     reading.topology.to_api()
+
+
+class _RemoteTypeFails(FakeNvml):
+    """A driver whose remote-device-type query of GPU 1's link 5 fails as many times as told."""
+
+    failures = 0
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+        if handle.index == 1 and link == 5 and self.failures > 0:
+            self.failures -= 1
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return int(super().nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
+
+
+def test_a_link_whose_remote_end_cannot_be_read_is_not_taken_for_a_direct_link(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    nvml = _RemoteTypeFails(fake.topology, fake.nvml.plan)
+    nvml.failures = 1
+    reading = _inventory(NvmlBackend(nvml, Sysfs(fake.sysfs_root)))
+    gpu = reading.gpus[1]
+    assert (gpu.nvlinks_active, gpu.switch_links, gpu.direct_links) == (18, 17, {})
+    assert any("nvmlDeviceGetNvLinkRemoteDeviceType" in issue for issue in reading.issues)
+
+
+def test_a_query_that_fails_once_keeps_the_previous_reading_of_the_same_gpu(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    nvml = _RemoteTypeFails(fake.topology, fake.nvml.plan)
+    backend = NvmlBackend(nvml, Sysfs(fake.sysfs_root))
+    first = _inventory(backend)
+    nvml.failures = 1
+    second = backend.read_inventory("node-a", first)
+    assert second.issues
+    assert second.topology == first.topology
+    assert second.gpus[1].switch_links == 18
+    assert second.topology.wiring_hash == first.topology.wiring_hash
+
+
+def test_a_one_off_wiring_query_error_leaves_the_published_wiring_alone(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    nvml = _RemoteTypeFails(fake.topology, fake.nvml.plan)
+    probe = Probe(
+        NvmlBackend(nvml, Sysfs(fake.sysfs_root)),
+        ProbeConfig(node_name="node-a"),
+        clock=Clock(),
+        watch_events=False,
+    )
+    hashes = set()
+    for cycle in range(3):
+        nvml.failures = 1 if cycle == 1 else 0
+        probe.request_inventory()  # as every periodic resync does
+        result = probe.cycle()
+        hashes.add(result.labels[keys.LABEL_TOPOLOGY_HASH])
+        link = result.topology.link(0, 1)
+        assert link is not None
+        assert (link.type, link.nvlinks) == (LinkType.NV, 18)
+    assert len(hashes) == 1
