@@ -171,7 +171,8 @@ class AsyncApi:
                 self._url(path, params),
                 data=data,
                 headers=self._headers(content_type, accept),
-                timeout=None if timeout is None else aiohttp.ClientTimeout(total=timeout),
+                # An explicit None would mean no deadline at all to aiohttp, not the session's.
+                timeout=self._timeout if timeout is None else aiohttp.ClientTimeout(total=timeout),
             ) as response:
                 status = response.status
                 raw = await response.read()

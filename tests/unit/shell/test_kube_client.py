@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from kubernetes import client
 
 from gpusched import kube
 from gpusched.dev.localcluster import pki
+from gpusched.kubeasync import AsyncApi
 
 
 def test_calls_without_their_own_timeout_get_the_default_deadline(
@@ -29,3 +37,37 @@ def test_calls_without_their_own_timeout_get_the_default_deadline(
         with contextlib.suppress(RuntimeError):
             api.call_api("GET", "https://127.0.0.1:1/api", _request_timeout=timeout)
     assert seen == [(1.0, 2.0), 5]
+
+
+def test_async_calls_without_their_own_timeout_end_at_the_clients_deadline() -> None:
+    """A server that never answers (a half-open connection after a failover) holds a call for
+    ``timeout_seconds``, not for ever; a call's own timeout still wins."""
+
+    async def scenario() -> list[float]:
+        async def stall(request: web.Request) -> web.Response:
+            await asyncio.sleep(3600)
+            return web.json_response({})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", stall)
+        async with TestServer(app) as server:
+            configuration = client.Configuration()
+            configuration.host = str(server.make_url("")).rstrip("/")
+            api = AsyncApi(configuration, timeout_seconds=0.5)
+            took = []
+            try:
+                for method, timeout in (("POST", None), ("GET", None), ("GET", 1.5)):
+                    started = time.monotonic()
+                    with pytest.raises(TimeoutError):
+                        await asyncio.wait_for(
+                            api.request(method, "/api/v1/namespaces/ns/pods", {}, timeout=timeout),
+                            10,
+                        )
+                    took.append(time.monotonic() - started)
+            finally:
+                await api.close()
+            return took
+
+    post, get, own = asyncio.run(scenario())
+    assert post < 3 and get < 3
+    assert 1.4 < own < 3
