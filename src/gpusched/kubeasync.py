@@ -44,13 +44,18 @@ RequestHook = Callable[[str, str, int], None]
 
 
 class ApiError(Exception):
-    """A non-2xx answer: ``status``, the API server's ``reason`` and its message."""
+    """A non-2xx answer: ``status``, the API server's ``reason`` and its message, and how long
+    it asked the client to wait before trying again (``Retry-After``, with a 429 of API
+    Priority and Fairness or a 503), if it did."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
 
 
 async def _decode(raw: bytes) -> dict[str, Any]:
@@ -177,7 +182,7 @@ class AsyncApi:
                 status = response.status
                 raw = await response.read()
                 if status >= 300:
-                    raise _error(status, response.reason or "", raw)
+                    raise _error(status, response.reason or "", raw, response.headers)
                 return await _decode(raw)
         finally:
             self._count(method, path, status)
@@ -241,7 +246,9 @@ class AsyncApi:
             ) as response:
                 status = response.status
                 if status >= 300:
-                    raise _error(status, response.reason or "", await response.read())
+                    raise _error(
+                        status, response.reason or "", await response.read(), response.headers
+                    )
                 buffer = b""
                 async for chunk in response.content.iter_any():
                     buffer += chunk
@@ -266,7 +273,19 @@ def _param(value: Any) -> str:
     return str(value)
 
 
-def _error(status: int, reason: str, raw: bytes) -> ApiError:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` in seconds (the API server sends whole seconds), None without one."""
+    value = headers.get("Retry-After", "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < 3600 else None
+
+
+def _error(
+    status: int, reason: str, raw: bytes, headers: Mapping[str, str] | None = None
+) -> ApiError:
     try:
         payload = json.loads(raw) if raw else {}
     except ValueError:
@@ -275,7 +294,10 @@ def _error(status: int, reason: str, raw: bytes) -> ApiError:
         payload = {}
     text = raw[:200].decode(errors="replace")
     return ApiError(
-        status, str(payload.get("reason") or reason), str(payload.get("message") or text)
+        status,
+        str(payload.get("reason") or reason),
+        str(payload.get("message") or text),
+        _retry_after(headers or {}),
     )
 
 

@@ -2,8 +2,8 @@
 shared by the extender and the operator.
 
 It lists once (paged), then watches from the list's resourceVersion with bookmarks, resumes from
-the last version it saw when a watch ends, and lists again only when the server answers
-``410 Gone`` (the version left the API server's history) or the connection fails. It runs as a
+the last version it saw when a watch ends or fails (after a backoff), and lists again only when
+the server answers ``410 Gone`` (the version left the API server's history). It runs as a
 task on the owner's event loop and calls the consumer there, so a cache fed by it needs no locks.
 """
 
@@ -34,6 +34,15 @@ class ExpiredError(Exception):
     """The watch's resourceVersion is too old: list again."""
 
 
+class EmptyWatchError(Exception):
+    """A watch ended at once without a single event: retried after a backoff."""
+
+
+#: A watch that ends sooner than this with no event is retried after a backoff, not at once
+#: (client-go's reflector treats such a watch as failed the same way).
+SHORT_WATCH_SECONDS = 1.0
+
+
 @dataclass
 class Reflector:
     """Keeps ``consumer`` in step with the collection at ``path`` until cancelled."""
@@ -55,26 +64,48 @@ class Reflector:
     """Set once the first list is in the consumer."""
     lists: int = 0
     """LIST calls made (the first and every re-list)."""
+    version: str | None = None
+    """The resourceVersion the next watch resumes from (None: list first)."""
 
     async def run(self) -> None:
-        """List, then watch; on a failure back off and list again."""
+        """List, then watch; a failed watch is resumed from the last version seen, after a
+        backoff that grows until a watch delivers something again (at least what the server's
+        ``Retry-After`` asks); only an expired version lists again."""
         backoff = self.backoff_seconds
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                version = await self._list()
-                backoff = self.backoff_seconds
+                if self.version is None:
+                    self.version = await self._list()
                 while True:
-                    version = await self._watch(version)
+                    started = loop.time()
+                    events = await self._watch()
+                    if events:
+                        backoff = self.backoff_seconds
+                    elif loop.time() - started < SHORT_WATCH_SECONDS:
+                        # Ended at once with nothing (an API server shutting down, a proxy
+                        # closing streams): reopened at once it would be reopened in a loop.
+                        raise EmptyWatchError(f"watch ended after {loop.time() - started:.1f}s")
             except ExpiredError:
                 log.info("watch of %s expired; listing again", self.name)
+                self.version = None
                 continue
             except asyncio.CancelledError:
                 raise
-            except (ApiError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as err:
+            except (
+                ApiError,
+                EmptyWatchError,
+                aiohttp.ClientError,
+                OSError,
+                TimeoutError,
+                ValueError,
+            ) as err:
                 if self.on_error is not None:
                     self.on_error(self.name, err)
-                log.warning("watch of %s failed (%s); retrying in %.1fs", self.name, err, backoff)
-                await asyncio.sleep(backoff)
+                asked = err.retry_after if isinstance(err, ApiError) else None
+                wait = max(backoff, asked or 0.0)
+                log.warning("watch of %s failed (%s); retrying in %.1fs", self.name, err, wait)
+                await asyncio.sleep(wait)
                 backoff = min(backoff * 2, self.max_backoff_seconds)
 
     def start(self) -> asyncio.Task[None]:
@@ -91,18 +122,22 @@ class Reflector:
         self._notify()
         return version
 
-    async def _watch(self, version: str) -> str:
-        """One watch request; returns the version to resume from."""
+    async def _watch(self) -> int:
+        """One watch request from :attr:`version`, which follows every event it delivers;
+        how many it delivered (bookmarks included)."""
+        assert self.version is not None
+        events = 0
         try:
             async for event in self.api.watch(
-                self.path, version, self.params, metadata_only=self.metadata_only
+                self.path, self.version, self.params, metadata_only=self.metadata_only
             ):
-                version = self._take(event, version)
+                self.version = self._take(event, self.version)
+                events += 1
         except ApiError as err:
             if err.status == 410:
                 raise ExpiredError(err.message) from err
             raise
-        return version
+        return events
 
     def _take(self, event: dict[str, Any], version: str) -> str:
         """Hand one event to the consumer; the version it moves the watch to."""
