@@ -162,7 +162,13 @@ class KindFeed:
             _, identity = self.seen.pop(key)
             self.delete({"metadata": identity})
         for item in items:
-            self._upsert(item)
+            # Only newer copies of what the store holds: a key it lacks was deleted while the
+            # list was in flight (kopf delivers a new object itself), one with another UID was
+            # deleted and created again since.
+            meta = item["metadata"]
+            known = self.seen.get(_key(meta))
+            if known is not None and known[1].get("uid") == meta.get("uid"):
+                self._upsert(item)
         if gone:
             log.info("%s: %d deleted while the watch was down, removed", self.name, len(gone))
         return len(gone)

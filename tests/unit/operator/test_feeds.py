@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
+from gpusched.kubeasync import AsyncApi
 from gpusched.operator.feeds import KindFeed, vanished
 from gpusched.operator.store import Store
 from tests.cases.manifests import tenantquota
@@ -55,3 +57,38 @@ def test_a_list_lacks_deleted_objects_not_those_created_after_it() -> None:
 def test_a_list_without_a_version_lacks_everything_it_does_not_hold() -> None:
     seen = {"a": (5, {}), "b": (70, {})}
     assert vanished(seen, {"a"}, "") == ["b"]
+
+
+class _ListWhile:
+    """The API server's answer to the reconcile LIST, taken as of ``version``, while kopf's
+    watch delivers ``meanwhile`` before the answer arrives."""
+
+    def __init__(
+        self, feed: KindFeed, items: list[dict[str, Any]], version: str, meanwhile: list[Any]
+    ) -> None:
+        self.feed, self.items, self.version, self.meanwhile = feed, items, version, meanwhile
+
+    async def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        for event in self.meanwhile:
+            self.feed.take(event)
+        return self.items, self.version
+
+
+def test_an_object_deleted_or_recreated_while_the_reconcile_list_is_in_flight_stays_so() -> None:
+    store = Store()
+    feed = _feed(store)
+    for name in ("kept", "deleted", "recreated"):
+        feed.take({"type": "ADDED", "object": _quota(name, 10)})
+    listed = [_quota("kept", 15), _quota("deleted", 10), _quota("recreated", 10)]
+    again = _quota("recreated", 30, uid="new") | {"spec": {"namespaces": ["again"]}}
+    meanwhile = [
+        {"type": "DELETED", "object": _quota("deleted", 25)},
+        {"type": "DELETED", "object": _quota("recreated", 26)},
+        {"type": "ADDED", "object": again},
+    ]
+    api = _ListWhile(feed, listed, "20", meanwhile)
+    asyncio.run(feed.reconcile(cast(AsyncApi, api)))
+    assert sorted(store.quotas) == ["kept", "recreated"]
+    assert store.quotas["recreated"].metadata.uid == "new"
+    assert store.quotas["recreated"].spec.namespaces == ["again"]
+    assert feed.seen["kept"][0] == 15  # a newer copy of what the store holds is taken
