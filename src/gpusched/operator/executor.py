@@ -216,6 +216,12 @@ class Executor:
         """One action; True when it took effect (or had already)."""
         try:
             async with self._slots:
+                if not self.leading():
+                    # The Lease lapsed while this write waited for a slot: another replica may
+                    # lead now, and only a leader writes.
+                    if undo is not None:
+                        undo()
+                    return False
                 return await self._call(action)
         except Exception as err:  # connection errors, timeouts, unexpected answers
             self.metrics.api_errors.labels(type(action).__name__).inc()
