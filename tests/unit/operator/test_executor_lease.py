@@ -4,6 +4,7 @@ lapses are never sent (another replica may be deciding by then)."""
 from __future__ import annotations
 
 import asyncio
+
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes import client
