@@ -107,6 +107,15 @@ class Reflector:
                 log.warning("watch of %s failed (%s); retrying in %.1fs", self.name, err, wait)
                 await asyncio.sleep(wait)
                 backoff = min(backoff * 2, self.max_backoff_seconds)
+            except Exception as err:
+                # The consumer failed on an object: what it holds may be half-updated, so it
+                # takes a fresh list; the watch never ends while its owner thinks it runs.
+                if self.on_error is not None:
+                    self.on_error(self.name, err)
+                log.exception("watch of %s: consumer failed; listing again", self.name)
+                self.version = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff_seconds)
 
     def start(self) -> asyncio.Task[None]:
         """Run as a task of the running loop."""

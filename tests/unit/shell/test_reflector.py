@@ -43,12 +43,14 @@ def _pod(name: str, version: str) -> dict[str, Any]:
 Watch = Callable[[web.Request, int], Any]
 
 
-def _run(watch: Watch, seconds: float) -> tuple[Reflector, list[str], _Items]:
+def _run(
+    watch: Watch, seconds: float, consumer: _Items | None = None, backoff: float = 0.5
+) -> tuple[Reflector, list[str], _Items]:
     """Run a reflector for ``seconds`` against a server whose LIST answers one pod at version
-    100 and whose n-th WATCH request is answered by ``watch(request, n)``; the reflector and
-    the ``resourceVersion`` of every WATCH request."""
+    100 and whose n-th WATCH request is answered by ``watch(request, n)``; the reflector (still
+    running at the end), the ``resourceVersion`` of every WATCH request and the consumer."""
     versions: list[str] = []
-    consumer = _Items()
+    consumer = consumer or _Items()
 
     async def pods(request: web.Request) -> web.StreamResponse:
         if request.query.get("watch") != "true":
@@ -66,9 +68,10 @@ def _run(watch: Watch, seconds: float) -> tuple[Reflector, list[str], _Items]:
             configuration = client.Configuration()
             configuration.host = str(server.make_url("")).rstrip("/")
             api = AsyncApi(configuration)
-            reflector = Reflector("pods", api, PATH, consumer, backoff_seconds=0.5)
+            reflector = Reflector("pods", api, PATH, consumer, backoff_seconds=backoff)
             task = reflector.start()
             await asyncio.sleep(seconds)
+            assert not task.done()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await api.close()
@@ -151,3 +154,31 @@ def test_only_an_expired_version_lists_again() -> None:
     reflector, versions, _ = _run(watch, 1.0)
     assert versions == ["100", "100"]
     assert reflector.lists == 2
+
+
+class _Fragile(_Items):
+    """A consumer that fails on the first event it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def upsert(self, item: dict[str, Any]) -> None:
+        if not self.failed:
+            self.failed = True
+            raise KeyError("a consumer's own fault")
+        super().upsert(item)
+
+
+def test_a_consumer_that_fails_gets_a_fresh_list_and_the_watch_goes_on() -> None:
+    fragile = _Fragile()
+
+    async def watch(request: web.Request, n: int) -> web.StreamResponse:
+        if n == 1:
+            return await _stream(request, [{"type": "ADDED", "object": _pod("b", "120")}])
+        return await _hold(request)
+
+    reflector, versions, _ = _run(watch, 1.0, fragile, backoff=0.2)
+    assert reflector.lists == 2
+    assert versions == ["100", "100"]
+    assert fragile.items == {"a": "100"}
