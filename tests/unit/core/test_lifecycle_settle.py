@@ -630,3 +630,12 @@ def test_a_failed_job_ends_when_its_last_pod_ended() -> None:
     one = with_pods(facts, pod(facts, 0, phase="Failed", status_extra=failed), pod(facts, 1))
     s = settle(one, OK, NOW, CONFIG).status
     assert (s.phase, s.finished_at, s.gpu_seconds) == (JobPhase.FAILED, NOW, 8 * 1800)
+
+
+def test_a_planned_set_naming_a_gpu_twice_is_no_plan() -> None:
+    """It would hold fewer GPUs than it lists: no component believes it."""
+    facts = job()
+    planned = {keys.ANNOTATION_PLANNED_GPU_INDICES: "3,3"}
+    assert pod(facts, 0, annotations=planned).planned_gpus is None
+    fine = {keys.ANNOTATION_PLANNED_GPU_INDICES: "3,4"}
+    assert pod(facts, 0, annotations=fine).planned_gpus == (3, 4)

@@ -16,9 +16,9 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from gpusched.api import keys
-from gpusched.api.annotations import parse_indices, whole_number
+from gpusched.api.annotations import whole_number
 from gpusched.api.gpujob import GpuJob, GpuJobStatus, JobPhase
-from gpusched.core.podgpus import GpuClaim, claim_of, controlling_gpujob
+from gpusched.core.podgpus import GpuClaim, claim_of, controlling_gpujob, distinct_indices
 from gpusched.core.scheduling import RequestError, gpu_count
 
 #: Pod phases after which a pod holds no GPU.
@@ -240,7 +240,7 @@ class PodFacts:
         """The GPUs admission planned, on a GpuJob's pod only."""
         if not self.controller_uid:
             return None
-        return parse_indices(self.annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES))
+        return distinct_indices(self.annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES))
 
     @property
     def host(self) -> str | None:
