@@ -25,6 +25,7 @@ from typing import Any, Final
 from gpusched.api import keys
 from gpusched.api.annotations import whole_number
 from gpusched.api.nodegputopology import GpuHealthState, NodeGpuTopologySpec, NodeGpuTopologyStatus
+from gpusched.core.podgpus import unplaced_order
 
 #: Pod phases after which a pod holds nothing.
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -538,7 +539,8 @@ def _choose_unplaced(
 
 def _placement_avoids(state: NodeState, devices: Iterable[str]) -> list[str]:
     """``devices`` in the order placement is least likely to choose them: Degraded GPUs first,
-    then from the highest index down.
+    then from the highest index down (:func:`gpusched.core.podgpus.unplaced_order`, the
+    order the extender assumes for them too).
 
     The extender learns which GPUs a pod it did not place holds only once the node agent has
     written ``gpusched.io/allocated-gpu-indices``; until then it knows their number alone and
@@ -547,14 +549,11 @@ def _placement_avoids(state: NodeState, devices: Iterable[str]) -> list[str]:
     lands on the GPUs at the other end rather than on the foreign pod's, where the kubelet would
     refuse it. Devices the node does not know come last."""
     entries = {g.uuid: g for g in state.gpus}
-
-    def key(device: str) -> tuple[int, int, int, str]:
-        gpu = entries.get(device)
-        if gpu is None:
-            return (1, 1, 0, device)
-        return (0, int(gpu.state is not GpuHealthState.DEGRADED), -gpu.index, device)
-
-    return sorted(devices, key=key)
+    known = [d for d in devices if d in entries]
+    unknown = sorted(d for d in devices if d not in entries)
+    by_index = {entries[d].index: d for d in known}
+    degraded = {entries[d].index for d in known if entries[d].state is GpuHealthState.DEGRADED}
+    return [by_index[i] for i in unplaced_order(by_index, degraded)] + unknown
 
 
 def _too_few_unplaced(

@@ -19,7 +19,7 @@ for ``gpusched explain``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,3 +132,10 @@ def planned_for(pod: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...] | N
         annotations.get(keys.ANNOTATION_PLANNED_NODE) or None,
         distinct_indices(annotations.get(keys.ANNOTATION_PLANNED_GPU_INDICES)),
     )
+
+
+def unplaced_order(indices: Iterable[int], degraded: Collection[int]) -> list[int]:
+    """GPU indices in the order a pod gpusched did not place gets them: the order placement is
+    least likely to choose them (it avoids Degraded GPUs and breaks ties towards the lowest
+    indices, :mod:`gpusched.core.objective`)."""
+    return sorted(indices, key=lambda i: (i not in degraded, -i))

@@ -22,7 +22,7 @@ from gpusched.core.placement import (
     evaluate_set,
     place,
 )
-from gpusched.core.podgpus import controlling_gpujob, planned_for
+from gpusched.core.podgpus import controlling_gpujob, planned_for, unplaced_order
 from gpusched.core.prepared import PreparedNode
 from gpusched.core.ranking import NodeRank, WiringRank, node_rank, wiring_rank
 
@@ -239,7 +239,8 @@ def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
             resolvable=False,
         )
     planned = _planned_set(view, request)
-    result = planned or place(view.prepared, request.gpus, request.policy, busy=view.busy)
+    busy = view.busy | foreign_guess(view) if view.unaccounted else view.busy
+    result = planned or place(view.prepared, request.gpus, request.policy, busy=busy)
     if isinstance(result, Refusal):
         return _refused(view, request, result)
     if view.unaccounted:
@@ -251,6 +252,19 @@ def evaluate(view: NodeView, request: GpuRequest) -> Verdict:
                 "GPUs (some are held by pods gpusched did not place)",
             )
     return Verdict(result, rank=node_rank(result, unaccounted=view.unaccounted))
+
+
+def foreign_guess(view: NodeView) -> frozenset[int]:
+    """The GPUs that pods gpusched did not place are taken to hold while their assignment is
+    not known yet: the ones the node agent hands such pods (Degraded first, then from the
+    highest index down, :func:`gpusched.core.podgpus.unplaced_order`), so a set placed in the
+    meantime avoids them."""
+    prepared = view.prepared
+    if prepared is None or not view.unaccounted:
+        return frozenset()
+    free = prepared.indices(prepared.placeable_mask & ~prepared.mask(view.busy))
+    degraded = set(prepared.indices(prepared.degraded_mask))
+    return frozenset(unplaced_order(free, degraded)[: view.unaccounted])
 
 
 def _planned_set(view: NodeView, request: GpuRequest) -> Placement | None:

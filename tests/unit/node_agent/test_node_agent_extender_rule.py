@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpusched.api import keys
 from gpusched.core.nodeagent import (
     KubeletPod,
@@ -11,12 +13,12 @@ from gpusched.core.nodeagent import (
     preferred_allocation,
 )
 from gpusched.core.scheduling import evaluate, gpu_request
-from gpusched.dev.localcluster.topologies import fixture_objects
+from gpusched.dev.localcluster.topologies import FIXTURE_NAMES, fixture_objects
 from gpusched.scheduler.cache import ClusterCache
 
 
-def _topology(node: str) -> dict[str, object]:
-    spec, status = fixture_objects("hgx-h100-sxm-8gpu-8nic", node)
+def _topology(node: str, fixture: str = "hgx-h100-sxm-8gpu-8nic") -> dict[str, object]:
+    spec, status = fixture_objects(fixture, node)
     return {"metadata": {"name": node}, "spec": spec.to_k8s(), "status": status.to_k8s()}
 
 
@@ -78,3 +80,30 @@ def test_the_extender_avoids_the_gpus_the_node_agent_gives_a_foreign_pod_it_cann
         placement = evaluate(cache.view("n1"), gpu_request(_pod("new", k, {}))).placement
         assert placement is not None
         assert not held & set(placement.gpus)
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_NAMES)
+def test_on_every_wiring_a_pod_placed_before_the_node_agent_reports_misses_the_foreign_gpus(
+    fixture: str,
+) -> None:
+    """Whatever the foreign pod's size and the next pod's, the set the extender chooses
+    while it knows only how many GPUs the foreign pod holds avoids the ones it holds."""
+    spec, status = fixture_objects(fixture, "n1")
+    gpus = node_gpus(spec, status)
+    for size in range(1, len(gpus)):
+        foreign = pod_gpus(_pod("foreign", size, {}))
+        snapshot = NodeState(
+            "n1",
+            {foreign.key: foreign},
+            {foreign.key: KubeletPod("ns", "foreign", {"c": frozenset()})},
+            gpus,
+        )
+        given = preferred_allocation(snapshot, [g.uuid for g in gpus], [], size)
+        held = {g.index for g in gpus if g.uuid in given.devices}
+        cache = ClusterCache()
+        cache.replace_topologies([_topology("n1", fixture)])
+        cache.replace_pods([_pod("foreign", size, {})])
+        for k in range(1, len(gpus) - size + 1):
+            placement = evaluate(cache.view("n1"), gpu_request(_pod("new", k, {}))).placement
+            if placement is not None:
+                assert not held & set(placement.gpus), (fixture, size, k)
