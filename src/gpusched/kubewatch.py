@@ -73,10 +73,12 @@ class Reflector:
         ``Retry-After`` asks); only an expired version lists again."""
         backoff = self.backoff_seconds
         loop = asyncio.get_running_loop()
+        listed_at = float("-inf")
         while True:
             try:
                 if self.version is None:
                     self.version = await self._list()
+                    listed_at = loop.time()
                 while True:
                     started = loop.time()
                     events = await self._watch()
@@ -89,6 +91,10 @@ class Reflector:
             except ExpiredError:
                 log.info("watch of %s expired; listing again", self.name)
                 self.version = None
+                if loop.time() - listed_at < SHORT_WATCH_SECONDS:
+                    # Expired right after a list: listing again at once could go on for ever.
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self.max_backoff_seconds)
                 continue
             except asyncio.CancelledError:
                 raise

@@ -182,3 +182,13 @@ def test_a_consumer_that_fails_gets_a_fresh_list_and_the_watch_goes_on() -> None
     assert reflector.lists == 2
     assert versions == ["100", "100"]
     assert fragile.items == {"a": "100"}
+
+
+def test_a_version_that_expires_right_after_each_list_is_listed_again_after_a_backoff() -> None:
+    async def watch(request: web.Request, n: int) -> web.StreamResponse:
+        gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "old"}}
+        return await _stream(request, [gone])
+
+    reflector, versions, _ = _run(watch, 2.0)
+    # Lists at 0, 0.5, 1.5 s: 3 in 2 s (without the backoff, hundreds).
+    assert 2 <= reflector.lists <= 4
