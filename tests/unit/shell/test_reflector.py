@@ -189,6 +189,6 @@ def test_a_version_that_expires_right_after_each_list_is_listed_again_after_a_ba
         gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "old"}}
         return await _stream(request, [gone])
 
-    reflector, versions, _ = _run(watch, 2.0)
+    reflector, _, _ = _run(watch, 2.0)
     # Lists at 0, 0.5, 1.5 s: 3 in 2 s (without the backoff, hundreds).
     assert 2 <= reflector.lists <= 4
