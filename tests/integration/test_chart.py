@@ -137,6 +137,27 @@ def test_the_probe_policy_allows_exactly_the_labels_the_probe_publishes() -> Non
     assert listed == published | GFD_KEYS
 
 
+def test_the_priority_class_policy_reviews_only_a_creation_or_a_new_class() -> None:
+    """An update that keeps the job's class (an annotation such as a workload's
+    ``gpusched.io/last-checkpoint``, a label, the garbage collector removing a finalizer) is not
+    reviewed: after a tenant narrows ``allowedPriorityClasses`` its existing jobs stay editable.
+    The policy reviews exactly what the operator's webhook reviews for GpuJobs, so the condition
+    is the webhook's; test_hostile_user.py asks the real API server."""
+    objects = render.render()
+    policy = next(
+        o
+        for o in objects
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and o["metadata"]["name"] == "gpusched-gpujob-priority-classes"
+    )
+    webhook = next(o for o in objects if o["kind"] == "ValidatingWebhookConfiguration")
+    (gpujobs,) = [w for w in webhook["webhooks"] if w["rules"][0]["resources"] == ["gpujobs"]]
+    (reviewed,) = gpujobs["matchConditions"]
+    assert "oldObject.spec.priorityClassName" in reviewed["expression"]
+    conditions = [c["expression"] for c in policy["spec"]["matchConditions"]]
+    assert reviewed["expression"] in conditions, conditions
+
+
 def test_full_values_render_the_node_agent_and_the_operators_namespace_confinement() -> None:
     objects = render.render(_values(chart_dir() / "ci" / "full-values.yaml"))
     daemonset = next(o for o in objects if o["kind"] == "DaemonSet")

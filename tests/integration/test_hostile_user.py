@@ -246,3 +246,80 @@ def test_a_gpujob_may_name_only_the_classes_its_tenant_allows(
     assert f"tenant {quota} allows team-low, not team-high" in message
     user.create_job(gpujob("polite", priorityClassName="team-low"))
     user.create_job(gpujob("unnamed"))
+
+
+def _wait_for_class_refused(user: User, class_name: str, timeout: float = 30.0) -> None:
+    """The policy reads TenantQuotas from an informer: wait until it refuses ``class_name``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            user.custom.create_namespaced_custom_object(
+                G,
+                V,
+                user.namespace,
+                "gpujobs",
+                gpujob("probe-class", priorityClassName=class_name),
+                dry_run="All",
+            )
+        except ApiException as err:
+            if err.status in (403, 422):
+                return
+            raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the priority-class policy never refused {class_name}")
+        time.sleep(0.3)
+
+
+def test_a_gpujob_stays_editable_after_its_tenant_disallows_its_class(
+    kube: Any, tenant: tuple[User, str]
+) -> None:
+    """Narrowing ``allowedPriorityClasses`` refuses new jobs and changes of class, never the
+    updates an existing job keeps receiving: its workload's checkpoint annotation, a label, and
+    the garbage collector removing ``foregroundDeletion`` when it is deleted."""
+    user, quota = tenant
+    scheduling = client.SchedulingV1Api(kube)
+    for name, value in (("team-low", 10), ("team-high", 1000)):
+        try:
+            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    user.create_job(gpujob("settled", priorityClassName="team-low"))
+    client.CustomObjectsApi(kube).patch_cluster_custom_object(
+        G, V, "tenantquotas", quota, {"spec": {"allowedPriorityClasses": ["team-high"]}}
+    )
+    _wait_for_class_refused(user, "team-low")
+
+    edit = {
+        "metadata": {
+            "annotations": {keys.ANNOTATION_LAST_CHECKPOINT: "2030-01-01T00:00:00Z"},
+            "labels": {"stage": "two"},
+        }
+    }
+    user.custom.patch_namespaced_custom_object(G, V, user.namespace, "gpujobs", "settled", edit)
+    stored = user.custom.get_namespaced_custom_object(G, V, user.namespace, "gpujobs", "settled")
+    assert stored["metadata"]["annotations"][keys.ANNOTATION_LAST_CHECKPOINT] == (
+        "2030-01-01T00:00:00Z"
+    )
+    assert stored["spec"]["priorityClassName"] == "team-low"
+
+    message = refused(
+        lambda: user.custom.patch_namespaced_custom_object(
+            G, V, user.namespace, "gpujobs", "settled", {"spec": {"priorityClassName": "team-mid"}}
+        )
+    )
+    assert f"tenant {quota} allows team-high, not team-mid" in message
+
+    user.custom.delete_namespaced_custom_object(
+        G, V, user.namespace, "gpujobs", "settled", propagation_policy="Foreground"
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            user.custom.get_namespaced_custom_object(G, V, user.namespace, "gpujobs", "settled")
+        except ApiException as err:
+            if err.status == 404:
+                break
+            raise
+        assert time.monotonic() < deadline, "the garbage collector never removed its finalizer"
+        time.sleep(0.5)
