@@ -253,6 +253,10 @@ def test_the_argument_check_catches_a_flag_the_cli_refuses() -> None:
             {"nodeAgent": {"enabled": True, "metricsPort": 9402}},
             "deviceProbe.metricsPort and nodeAgent.metricsPort",
         ),
+        ({"operator": {"explain": {"port": 8080}}}, r"explain.port .* \(\[8080 8081 8080 9443\]\)"),
+        ({"operator": {"explain": {"port": 8081}}}, r"explain.port .* \(\[8080 8081 8081 9443\]\)"),
+        ({"operator": {"explain": {"port": 9443}}}, r"explain.port .* \(\[8080 8081 9443 9443\]\)"),
+        ({"operator": {"explain": {"port": 443}}}, "may not be 443"),
     ],
 )
 def test_ports_shared_inside_one_pod_are_refused(values: dict[str, Any], message: str) -> None:
