@@ -71,3 +71,39 @@ def test_schema_is_self_contained_draft_2020_12_and_closed() -> None:
 def test_the_model_refuses_an_unknown_key_by_name() -> None:
     with pytest.raises(ValidationError, match="replica"):
         Values.model_validate({"operator": {"replica": 3}})
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"deviceProbe": {"interval": "0s"}}, "interval"),
+        ({"deviceProbe": {"interval": "0ms"}}, "interval"),
+        ({"deviceProbe": {"interval": "0h0m0.0s"}}, "interval"),
+        ({"deviceProbe": {"resync": "0s"}}, "resync"),
+        ({"deviceProbe": {"resync": "00m"}}, "resync"),
+        ({"scheduler": {"extender": {"httpTimeout": "0s"}}}, "httpTimeout"),
+        ({"scheduler": {"extender": {"httpTimeout": "500ms"}}}, "httpTimeout"),
+        ({"scheduler": {"extender": {"httpTimeout": "0m0s"}}}, "httpTimeout"),
+    ],
+)
+def test_a_period_of_zero_and_a_timeout_under_a_second_are_refused(
+    values: dict[str, object], named: str
+) -> None:
+    """The probe's flags refuse a zero interval or resync (its pods would crash-loop), and
+    kube-scheduler reads a zero timeout as its own default; helm reads the same patterns from
+    values.schema.json (tests/integration/test_chart.py)."""
+    with pytest.raises(ValidationError, match=named):
+        Values.model_validate(values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"deviceProbe": {"interval": "0.5s", "resync": "1h0m"}},
+        {"deviceProbe": {"interval": "250ms", "resync": "10m", "telemetryRefresh": "0s"}},
+        {"scheduler": {"extender": {"httpTimeout": "1s"}}},
+        {"scheduler": {"extender": {"httpTimeout": "1m30s"}}},
+    ],
+)
+def test_durations_longer_than_zero_are_accepted(values: dict[str, object]) -> None:
+    Values.model_validate(values)

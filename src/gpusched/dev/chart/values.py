@@ -38,6 +38,33 @@ GoDuration = Annotated[
         examples=["10s", "5m", "1h30m"],
     ),
 ]
+_GO_UNIT = "(ns|us|ms|s|m|h)"
+_GO_PART = rf"[0-9]+(\.[0-9]+)?{_GO_UNIT}"
+_GO_NONZERO_PART = rf"([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*){_GO_UNIT}"
+#: A Go duration longer than zero, for a period a component waits between two rounds of work:
+#: its flag refuses zero (a component started with it exits, so its pod would crash-loop).
+#: One part at least has a digit other than 0; the pattern stays within what both JSON Schema
+#: engines read (helm's Go regexp and pydantic's have no look-ahead).
+PositiveGoDuration = Annotated[
+    str,
+    Field(
+        pattern=rf"^({_GO_PART})*{_GO_NONZERO_PART}({_GO_PART})*$",
+        examples=["10s", "5m", "1h30m"],
+    ),
+]
+#: A Go duration of whole seconds, minutes and hours, at least one second (``30s``, ``2m``,
+#: ``1m30s``), for a timeout: below a second, calls that normally succeed would time out.
+TimeoutGoDuration = Annotated[
+    str,
+    Field(
+        pattern=(
+            r"^(0*[1-9][0-9]*h([0-9]+m)?([0-9]+s)?"
+            r"|([0-9]+h)?0*[1-9][0-9]*m([0-9]+s)?"
+            r"|([0-9]+h)?([0-9]+m)?0*[1-9][0-9]*s)$"
+        ),
+        examples=["30s", "2m", "1m30s"],
+    ),
+]
 #: A Prometheus duration (``30s``, ``1m``, ``1h``, ``1d``).
 PromDuration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h|d|w|y))+$")]
 #: A label key: an optional DNS-subdomain prefix and a name of at most 63 characters.
@@ -173,10 +200,10 @@ class DeviceProbe(Placement):
         ]
     )
     """Taints of GPU nodes the probe tolerates, including its own no-healthy-GPU taint."""
-    interval: GoDuration = "10s"
-    """Time between health readings (XID events are published at once)."""
-    resync: GoDuration = "300s"
-    """Full re-read of the inventory and of what the API server holds."""
+    interval: PositiveGoDuration = "10s"
+    """Time between health readings (XID events are published at once); longer than zero."""
+    resync: PositiveGoDuration = "300s"
+    """Full re-read of the inventory and of what the API server holds; longer than zero."""
     telemetryRefresh: GoDuration = "600s"
     """Least time between writes caused by temperature or power alone."""
     taintUnhealthy: bool = False
@@ -249,8 +276,9 @@ class Extender(Closed):
     """Loopback port kube-scheduler calls the extender on (never reachable from outside the pod)."""
     metricsPort: Port = 8889
     """Port serving only `/metrics`, `/healthz` and `/readyz` on the pod's address."""
-    httpTimeout: GoDuration = "30s"
-    """How long kube-scheduler waits for one extender call."""
+    httpTimeout: TimeoutGoDuration = "30s"
+    """How long kube-scheduler waits for one extender call: whole seconds, minutes or hours, at
+    least 1s (zero would mean kube-scheduler's own default, shorter ones fail busy calls)."""
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
     """Log level (`debug` logs every refused node)."""
     maxNodes: int = Field(5000, ge=1, le=100000)
