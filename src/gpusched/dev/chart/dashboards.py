@@ -830,14 +830,14 @@ HEALTH: Final = Dashboard(
             (
                 Panel(
                     "Unhealthy GPUs",
-                    "GPUs out of placement: fatal XID, uncorrectable ECC, pending row "
-                    "remapping, lost.",
+                    "GPUs out of placement: Unhealthy (fatal XID, uncorrectable ECC, lost) "
+                    "or Unschedulable (row remapping pending, until a GPU reset).",
                     "stat",
                     "short",
                     (
                         Query(
-                            "sum(max by (node, gpu) "
-                            f'(gpusched_probe_gpu_health{{state="Unhealthy", {_NODE}}}))'
+                            "sum(max by (node, gpu) (gpusched_probe_gpu_health"
+                            f'{{state=~"Unhealthy|Unschedulable", {_NODE}}}))'
                         ),
                     ),
                     width=5,
