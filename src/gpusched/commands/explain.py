@@ -15,11 +15,46 @@ pod.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
+
+#: What Kubernetes allows as an object's name (a DNS subdomain) and as a namespace (a DNS
+#: label). The names go into API paths: anything else (``..``, an empty name, a slash) would
+#: ask for another path than the object's, so it is refused before anything is asked.
+_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAMESPACE: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _target(job: str, namespace: str) -> tuple[str, str, str]:
+    """(kind, namespace, name) of the JOB argument: ``""`` for a GpuJob or ``"pod"``; a name or
+    namespace Kubernetes would not accept is refused as the bad parameter it is."""
+    kind, _, target = job.partition("/") if job.startswith("pod/") else ("", "", job)
+    hint = "'-n' / '--namespace'"
+    if "/" in target:
+        namespace, target = target.split("/", 1)
+        hint = "JOB"
+    if len(namespace) > 63 or not _NAMESPACE.fullmatch(namespace):
+        raise click.BadParameter(
+            f"{namespace!r} is not a namespace (lowercase letters, digits and '-', at most 63)",
+            param_hint=hint,
+        )
+    if len(target) > 253 or not _NAME.fullmatch(target):
+        raise click.BadParameter(
+            f"{job!r}: {target!r} is not a {'pod' if kind else 'GpuJob'} name (lowercase "
+            "letters, digits, '-' and '.', at most 253); expected NAME, NAMESPACE/NAME, "
+            "pod/NAME or pod/NAMESPACE/NAME",
+            param_hint="JOB",
+        )
+    return kind, namespace, target
+
+
+def _one_line(err: BaseException) -> str:
+    """``err``'s message on one line (YAML and connection errors span several)."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def _operator_url(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
@@ -72,6 +107,10 @@ def explain(
 ) -> None:
     """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits; with
     pod/NAME (or pod/NAMESPACE/NAME), whether a pod holds exactly the GPUs gpusched chose."""
+    import aiohttp
+    import yaml
+    from kubernetes.config.config_exception import ConfigException
+
     from gpusched.commands.operator import _labels
     from gpusched.core.admission.explain import Explanation
     from gpusched.kube import load_configuration
@@ -80,11 +119,17 @@ def explain(
     from gpusched.operator import asking
     from gpusched.operator.explainer import JobNotFoundError, explain_in_cluster, render
 
-    kind, _, target = job.partition("/") if job.startswith("pod/") else ("", "", job)
-    if "/" in target:
-        namespace, target = target.split("/", 1)
+    kind, namespace, target = _target(job, namespace)
     key = f"{namespace}/{target}"
-    configuration = load_configuration(kubeconfig)
+    try:
+        configuration = load_configuration(kubeconfig)
+    # The kubernetes loader raises TypeError and AttributeError on a file that is YAML but not
+    # a kubeconfig (a plain string, a list).
+    except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, AttributeError) as err:
+        where = kubeconfig or "$KUBECONFIG, the pod's service account or ~/.kube/config"
+        raise click.ClickException(
+            f"cannot read the Kubernetes configuration ({where}): {_one_line(err)}"
+        ) from None
     kube = BlockingApi(configuration)
     payload: dict[str, Any] = {}
     unanswered: str | None = None  # why the operator, asked, did not answer
@@ -137,6 +182,17 @@ def explain(
         before = f"{unanswered}; deciding here instead: " if unanswered else ""
         raise click.ClickException(
             f"{kind or 'gpujob'} {namespace}/{target}: {before}{err}"
+        ) from None
+    except (aiohttp.ClientError, OSError) as err:  # TimeoutError is an OSError
+        before = f"{unanswered}; deciding here instead: " if unanswered else ""
+        raise click.ClickException(
+            f"{kind or 'gpujob'} {namespace}/{target}: {before}the API server at "
+            f"{configuration.host} did not answer: {_one_line(err)}"
+        ) from None
+    except ValueError as err:
+        raise click.ClickException(
+            f"{kind or 'gpujob'} {namespace}/{target}: an answer could not be read: "
+            f"{_one_line(err)}"
         ) from None
     finally:
         kube.close()
