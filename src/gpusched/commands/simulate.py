@@ -209,8 +209,18 @@ def simulate(
             openb_pods=openb_pods,
             seed=seed,
         )
-    except (ValueError, OSError) as exc:
+        # The what-if inputs and the output directory are checked before any replay: a bad file
+        # or an unwritable --out would otherwise be reported only after the base run.
+        what_if_workload = (
+            with_quotas(workload, load_tenant_quotas(what_if_quotas)) if what_if_quotas else None
+        )
+        what_if_cluster = from_mix(what_if_nodes) if what_if_nodes else None
+    except (ValueError, OSError) as exc:  # QuotaError and ClusterError are ValueErrors
         raise click.ClickException(str(exc)) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: cannot make the directory: {exc}") from None
     speed = DEFAULT_SPEED.slowdown if speed_model == "measured" and kind != "openb" else None
     # The FGD experiment's pods never leave and are decided in arrival order: one cycle over all
     # of them places exactly what one cycle per arrival would (a test checks it), far faster.
@@ -237,13 +247,9 @@ def simulate(
 
     results = replay_all(workload, cluster)
     baseline = None
-    if what_if_quotas is not None or what_if_nodes is not None:
-        changed_workload = (
-            with_quotas(workload, load_tenant_quotas(what_if_quotas))
-            if what_if_quotas
-            else workload
-        )
-        changed_cluster = from_mix(what_if_nodes) if what_if_nodes else cluster
+    if what_if_workload is not None or what_if_cluster is not None:
+        changed_workload = workload if what_if_workload is None else what_if_workload
+        changed_cluster = cluster if what_if_cluster is None else what_if_cluster
         if what_if_nodes and trace == "philly" and not quotas:
             changed_workload = adapters.philly(
                 traces_dir, cluster_gpus=changed_cluster.gpus, limit=limit, seed=seed
@@ -262,27 +268,30 @@ def simulate(
         )
         baseline, results = results, replay_all(changed_workload, changed_cluster)
     title = f"gpusched simulate: {workload.name} on {cluster.name}"
-    report = write_report(
-        results, out, command=command, title=title, baseline=baseline, notes=notes
-    )
-    if demand is not None:
-        curves = fgd.curves_of(results, workload)
-        reference_csv = (
-            adapters.traces_dir(traces_dir)
-            / "alibaba-gpu-v2023"
-            / "fgd-expected-results"
-            / "analysis_allo_discrete.csv"
+    try:
+        report = write_report(
+            results, out, command=command, title=title, baseline=baseline, notes=notes
         )
-        reference = (
-            fgd.published(reference_csv, f"openb_pod_list_{openb_pods}")
-            if reference_csv.is_file()
-            else {}
-        )
-        with report.open("a") as f:
-            f.write("\n".join(fgd.section(curves, reference, out)) + "\n")
-        (out / "fgd.json").write_text(
-            json.dumps({"curves": curves, "published": reference}, indent=1) + "\n"
-        )
+        if demand is not None:
+            curves = fgd.curves_of(results, workload)
+            reference_csv = (
+                adapters.traces_dir(traces_dir)
+                / "alibaba-gpu-v2023"
+                / "fgd-expected-results"
+                / "analysis_allo_discrete.csv"
+            )
+            reference = (
+                fgd.published(reference_csv, f"openb_pod_list_{openb_pods}")
+                if reference_csv.is_file()
+                else {}
+            )
+            with report.open("a") as f:
+                f.write("\n".join(fgd.section(curves, reference, out)) + "\n")
+            (out / "fgd.json").write_text(
+                json.dumps({"curves": curves, "published": reference}, indent=1) + "\n"
+            )
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: cannot write the report: {exc}") from None
     for r in results:
         click.echo(f"{r.policy}: replayed in {r.cpu_seconds:.0f} CPU-s", err=True)
     click.echo(f"report: {report}")

@@ -32,9 +32,17 @@ def load_tenant_quotas(path: Path) -> tuple[TenantQuota, ...]:
         raise QuotaError(f"{path}: not YAML ({exc})") from None
     quotas = []
     for number, document in enumerate(documents, 1):
-        items: list[Any] = (
-            document.get("items", []) if document.get("kind") == "List" else [document]
-        )
+        # A manifest is a mapping; a plain string or a list (a file that is YAML but no
+        # manifest) has no kind to look at.
+        if not isinstance(document, dict):
+            what = "a list" if isinstance(document, list) else f"the plain value {document!r}"
+            raise QuotaError(
+                f"{path}: document {number}: {what}, not a TenantQuota manifest (a mapping with "
+                "apiVersion, kind, metadata and spec)"
+            )
+        items: Any = document.get("items", []) if document.get("kind") == "List" else [document]
+        if not isinstance(items, list):
+            raise QuotaError(f"{path}: document {number}: items: not a list")
         for item in items:
             try:
                 quotas.append(TenantQuota.model_validate(item))

@@ -215,3 +215,24 @@ def test_a_tenant_quota_with_a_bad_field_is_refused_naming_it(tmp_path: Path) ->
     path.write_text(QUOTAS.replace("guaranteedGpus: 8", "guaranteedGpus: -8"))
     with pytest.raises(QuotaError, match=r"document 2: spec\.guaranteedGpus"):
         load_tenant_quotas(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("just a string\n", r"document 1: the plain value 'just a string', not a TenantQuota"),
+        ("42\n", r"document 1: the plain value 42, not a TenantQuota"),
+        (QUOTAS + "---\n- a\n- list\n", r"document 3: a list, not a TenantQuota"),
+        ("kind: List\nitems: {a: 1}\n", r"document 1: items: not a list"),
+        ("kind: List\nitems:\n", r"document 1: items: not a list"),
+    ],
+)
+def test_a_yaml_document_that_is_no_manifest_is_refused_naming_it(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """A file that is YAML but holds no mapping (a typo'd path to some other file) is a
+    QuotaError, which the CLI reports in one line."""
+    path = tmp_path / "quotas.yaml"
+    path.write_text(text)
+    with pytest.raises(QuotaError, match=said):
+        load_tenant_quotas(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gpusched.commands.simulate import simulate
@@ -96,3 +97,61 @@ def test_bad_invocations_are_refused_saying_why(tmp_path: Path) -> None:
     )
     assert demand.exit_code != 0
     assert "--demand is the FGD experiment" in demand.output
+
+
+def _refused_in_one_line(args: list[str], *said: str) -> None:
+    result = CliRunner().invoke(simulate, args)
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    (error,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    for words in said:
+        assert words in error, error
+
+
+@pytest.mark.parametrize("option", ["--quotas", "--what-if-quotas"])
+def test_a_quota_file_that_is_no_manifest_is_one_error_line(tmp_path: Path, option: str) -> None:
+    quotas = tmp_path / "quotas.yaml"
+    quotas.write_text("just a string\n")
+    args = ["--trace", str(_trace(tmp_path)), "--nodes", "hgx-h100-sxm-8gpu-8nic=1"]
+    _refused_in_one_line(
+        [*args, option, str(quotas), "--out", str(tmp_path / "out")],
+        str(quotas),
+        "not a TenantQuota manifest",
+    )
+    assert not (tmp_path / "out").exists(), "refused before anything was replayed"
+
+
+def test_a_bad_what_if_node_pool_is_one_error_line(tmp_path: Path) -> None:
+    args = ["--trace", str(_trace(tmp_path)), "--nodes", "hgx-h100-sxm-8gpu-8nic=1"]
+    _refused_in_one_line(
+        [*args, "--what-if-nodes", "garbage", "--out", str(tmp_path / "out")],
+        "node pool entry 'garbage'",
+    )
+
+
+def test_an_out_directory_that_cannot_be_made_is_one_error_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    args = ["--trace", str(_trace(tmp_path)), "--nodes", "hgx-h100-sxm-8gpu-8nic=1"]
+    _refused_in_one_line(
+        [*args, "--out", str(blocker / "out")], f"--out {blocker / 'out'}: cannot make"
+    )
+
+
+def test_a_report_that_cannot_be_written_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory that exists but refuses files (permissions, a full disk) fails only when
+    the report is written."""
+    from gpusched.commands import simulate as command
+
+    def refuses(*_args: object, **_kwargs: object) -> Path:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "out" / "report.md"))
+
+    monkeypatch.setattr(command, "write_report", refuses)
+    args = ["--trace", str(_trace(tmp_path)), "--nodes", "hgx-h100-sxm-8gpu-8nic=1"]
+    _refused_in_one_line(
+        [*args, "--policies", "gpusched", "--out", str(tmp_path / "out")],
+        "cannot write the report",
+        "Permission denied",
+    )
