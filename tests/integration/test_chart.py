@@ -184,6 +184,41 @@ def test_full_values_render_the_node_agent_and_the_operators_namespace_confineme
     assert "variables.namespaceLabels['gpusched.io/tenant'] == 'true'" in expressions
 
 
+def test_the_explain_port_is_open_to_all_unless_its_network_policy_is_enabled() -> None:
+    assert not [o for o in render.render() if o["kind"] == "NetworkPolicy"]
+
+
+def test_the_explain_network_policy_closes_only_the_explain_port() -> None:
+    """The port answers without authentication: only the listed peers (the API server, for
+    its proxy) reach it; the operator's other ports stay open to all, since NetworkPolicies
+    add up and a policy selecting the pods would otherwise shut the webhook, the probes and
+    the scrapes out too."""
+    values = _values(chart_dir() / "ci" / "full-values.yaml")
+    allowed = values["operator"]["explain"]["networkPolicy"]
+    objects = render.render(values)
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    operator = next(
+        o
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpusched-operator"
+    )
+    pod = operator["spec"]["template"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    explain = ports.pop("explain")
+    rules = policy["spec"]["ingress"]
+    (open_to_all,) = [r for r in rules if "from" not in r]
+    assert {p["port"] for p in open_to_all["ports"]} == set(ports.values())
+    (closed,) = [r for r in rules if "from" in r]
+    assert [p["port"] for p in closed["ports"]] == [explain]
+    assert closed["from"] == [
+        *({"ipBlock": {"cidr": cidr}} for cidr in allowed["allowCidrs"]),
+        *allowed["allowFrom"],
+    ]
+
+
 def _gpusched_containers(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Every container of a workload or a hook pod that runs ``gpusched``."""
     out = []

@@ -358,19 +358,49 @@ class Webhook(Closed):
     Service (kept across upgrades)."""
 
 
+#: An IPv4 or IPv6 address block in CIDR notation (``10.0.0.0/24``, ``fd00::/64``).
+Cidr = Annotated[
+    str, Field(pattern=r"^([0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)/[0-9]{1,3}$")
+]
+
+
+class ExplainNetworkPolicy(Closed):
+    enabled: bool = False
+    """A NetworkPolicy on the operator's pods that lets only `allowCidrs` and `allowFrom` reach
+    the explain port (its other ports stay open to all, as without it). The port answers
+    without authentication, so any pod that can reach it reads every job's explanation and can
+    make the leader run extra cycles; the `<release>-explain` Role governs only the API
+    server's proxy path. Off by default: the allow-list must name the API server's addresses,
+    which only the cluster's admin knows (docs/install.md); with an empty one the policy would
+    shut out `gpusched explain` through the proxy too. It needs a CNI that enforces
+    NetworkPolicies."""
+    allowCidrs: list[Cidr] = Field(default_factory=list)
+    """Address blocks that may reach the explain port: the API server's as the operator's pods
+    see them (for `gpusched explain` through its proxy), e.g. `10.0.0.10/32`."""
+    allowFrom: list[dict[str, Any]] = Field(default_factory=list)
+    """NetworkPolicyPeers that may reach it too, as Kubernetes writes them (`podSelector`,
+    `namespaceSelector`), e.g. a namespace of tools that ask the port directly. A
+    kube-apiserver running as a static pod uses its node's network: list its node's address
+    in `allowCidrs`, a podSelector does not match it."""
+
+
 class Explain(Closed):
     port: Port = 8082
     """The operator's HTTP port for `gpusched explain`: the leading replica answers from its
     last admission cycle (milliseconds, where deciding again takes a cycle over the whole
-    cluster); the Service names it `explain`."""
+    cluster); the Service names it `explain`. It answers whoever reaches it, unauthenticated:
+    close it with `networkPolicy`."""
     groups: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(default_factory=list)
-    """Groups allowed to ask it, through the API server's proxy to the operator's Service (a
+    """Groups allowed to ask it through the API server's proxy to the operator's Service (a
     Role granting `services/proxy` on that Service alone), e.g. `system:authenticated`. An
     answer names other tenants' jobs and the nodes, whatever the asker may read otherwise;
     empty: only those the admin binds the `<release>-explain` Role to. Without it `gpusched
-    explain` decides locally, which needs read access to the whole cluster."""
+    explain` decides locally, which needs read access to the whole cluster. The Role governs
+    that path only, not the port itself (`networkPolicy`)."""
     users: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(default_factory=list)
     """Users allowed to ask it (as `groups`)."""
+    networkPolicy: ExplainNetworkPolicy = Field(default_factory=ExplainNetworkPolicy)
+    """Who may reach the explain port itself, from inside the cluster."""
 
 
 class Pricing(Closed):
