@@ -107,3 +107,16 @@ def test_a_period_of_zero_and_a_timeout_under_a_second_are_refused(
 )
 def test_durations_longer_than_zero_are_accepted(values: dict[str, object]) -> None:
     Values.model_validate(values)
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.10", "nonsense/8", "10.0.0.0/8; rm", ""])
+def test_the_explain_network_policy_takes_only_address_blocks(cidr: str) -> None:
+    with pytest.raises(ValidationError, match="allowCidrs"):
+        Values.model_validate(
+            {"operator": {"explain": {"networkPolicy": {"enabled": True, "allowCidrs": [cidr]}}}}
+        )
+
+
+def test_the_explain_network_policy_takes_ipv4_and_ipv6_blocks() -> None:
+    policy = {"enabled": True, "allowCidrs": ["10.0.0.10/32", "fd00::/64", "::1/128"]}
+    Values.model_validate({"operator": {"explain": {"networkPolicy": policy}}})
