@@ -583,6 +583,7 @@ class OperatorMetrics:
             self.reservations,
             self.reserved_idle_gpus,
             self.lending_hold_gpus,
+            self.largest_free_domain,
         ):
             gauge.clear()
 
@@ -600,6 +601,7 @@ class OperatorMetrics:
             self.tenant_recent_borrowed,
             self.user_gpus,
             self.user_cost,
+            self.below_guarantee,
         )
 
     def forget_tenants(self, kept: Collection[str]) -> None:

@@ -44,6 +44,16 @@ class _Counted:
     """When it started waiting (epoch seconds), while queued."""
 
 
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """A gang released and queued again: which admission of which job, and why."""
+
+    tenant: str
+    reason: str
+    uid: str
+    admission: int
+
+
 class JobCounts:
     """Per tenant: jobs by phase, GPUs pending, and the longest a queued job has waited."""
 
@@ -58,10 +68,10 @@ class JobCounts:
         self._earliest: dict[str, float | None] = {}
         """Tenant -> the earliest of those, while its queue stays the same."""
 
-    def update(self, decision: Decision) -> list[tuple[str, str]]:
-        """Count the decision's jobs; (tenant, reason) of each job requeued in it (a requeue
-        moves the job's status, so a requeued job is never one counted already)."""
-        requeued: list[tuple[str, str]] = []
+    def update(self, decision: Decision) -> list[Requeue]:
+        """Count the decision's jobs; each job requeued in it (settled so: a release whose
+        status write is refused or waits is settled again in a later cycle)."""
+        requeued: list[Requeue] = []
         jobs, final, settled, contexts = (
             self._jobs,
             decision.final,
@@ -83,7 +93,9 @@ class JobCounts:
                 continue
             counted = _count(job, status, context)
             if done.requeued is not None:
-                requeued.append((counted.tenant, done.requeued))
+                requeued.append(
+                    Requeue(counted.tenant, done.requeued, job.uid, job.status.admission)
+                )
             if before is not None:
                 self._remove(key, before)
             self._add(key, counted)

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 #: and between two times its status is worked out: a burst of admissions makes a cycle every few
 #: hundred milliseconds, and each would otherwise meter every tenant's jobs again.
 QUOTA_MIN_INTERVAL = 1.0
+#: Admissions and releases remembered as counted (a decision planned again after its writes
+#: were refused is the same admission: counted once).
+COUNTED_EVENTS = 100_000
 #: Most waiting jobs whose status wording (not reason) is rewritten in one cycle.
 STATUS_REFRESH_BUDGET = 100
 
@@ -111,6 +115,7 @@ class AdmissionLoop:
         """Per job, the object last found to need no dry run (needing one is a property of
         the object alone)."""
         self._counted_tenants: set[str] = set()
+        self._counted_events: OrderedDict[tuple[str, str, int, str], None] = OrderedDict()
         """Tenants whose counters exist (made once, at 0)."""
         self.checker = TemplateChecker(api)
         self.executor = Executor(
@@ -554,24 +559,39 @@ class AdmissionLoop:
         finally:
             self._quota_busy.discard(name)
 
+    def _first_time(self, event: tuple[str, str, int, str]) -> bool:
+        """Whether this replica counts ``event`` (an admission or a release of one admission
+        of a job) for the first time; the last :data:`COUNTED_EVENTS` are remembered."""
+        if event in self._counted_events:
+            return False
+        self._counted_events[event] = None
+        while len(self._counted_events) > COUNTED_EVENTS:
+            self._counted_events.popitem(last=False)
+        return True
+
     def _count(self, decision: Decision) -> None:
         m = self.metrics
         now = decision.world.now
         counts = self.counts
-        for tenant, reason in counts.update(decision):
-            m.requeues.labels(tenant, reason).inc()
+        for requeue in counts.update(decision):
+            if self._first_time(("requeue", requeue.uid, requeue.admission, requeue.reason)):
+                m.requeues.labels(requeue.tenant, requeue.reason).inc()
         m.jobs.clear()
         for (tenant, name), n in counts.phases.items():
             m.jobs.labels(tenant, name).set(n)
         jobs = {j.key: j for j in decision.world.jobs} if decision.plan.admitted else {}
         for admission in decision.plan.admitted:
+            job = jobs[admission.job]
+            # Planned again after its writes were refused (a victim's status moved, the
+            # Lease lapsed): the same admission of the job, counted once.
+            if not self._first_time(("admit", job.uid, job.status.admission + 1, "")):
+                continue
             m.admissions.labels(admission.tenant, admission.reason.value).inc()
             for victim in admission.victims:
                 m.preemptions.labels(victim.victim_tenant or "", victim.reason.value).inc()
                 m.preempted_gpu_seconds.labels(victim.victim_tenant or "", victim.reason.value).inc(
                     victim.gpu_seconds_lost
                 )
-            job = jobs[admission.job]
             told = job.status.first_expected_start
             if told is not None:
                 error = (now - told).total_seconds()
@@ -593,12 +613,12 @@ class AdmissionLoop:
                 for preempt in PreemptReason:
                     m.preemptions.labels(u.name, preempt.value)
                     m.preempted_gpu_seconds.labels(u.name, preempt.value)
-                for requeue in (
+                for released in (
                     st.Reason.PODS_READY_TIMEOUT,
                     st.Reason.PODS_LOST,
                     st.Reason.PODS_REFUSED,
                 ):
-                    m.requeues.labels(u.name, requeue.value)
+                    m.requeues.labels(u.name, released.value)
             m.gpus_used.labels(u.name).set(u.used)
             m.gpus_borrowed.labels(u.name).set(u.borrowed)
             m.gpus_guaranteed.labels(u.name).set(

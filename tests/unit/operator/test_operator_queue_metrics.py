@@ -65,3 +65,15 @@ def test_a_deleted_tenant_leaves_no_series_behind_in_its_spending_and_usage_gaug
     for gauge in (m.gpus_borrowed, m.tenant_cost, m.tenant_budget_cap, m.user_gpus):
         left = {s.labels["tenant"] for family in gauge.collect() for s in family.samples}
         assert left == {"kept"}, gauge
+
+
+def test_a_replica_that_stops_leading_keeps_no_gauge_of_the_last_cycle() -> None:
+    """Summed with the leader's, a stand-by's series would count tenants below their
+    guarantee, and free capacity, twice."""
+    m = OperatorMetrics()
+    m.below_guarantee.labels("a").set(1)
+    m.largest_free_domain.labels("node").set(8)
+    m.gpus_used.labels("a").set(4)
+    m.stand_by()
+    for gauge in (m.below_guarantee, m.largest_free_domain, m.gpus_used):
+        assert not [s for family in gauge.collect() for s in family.samples], gauge
