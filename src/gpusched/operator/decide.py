@@ -604,11 +604,11 @@ def decide(
     t0 = time.perf_counter()
     now = world.now
     tenants = tenant_map(world.quotas)
-    leaving = leaving_victims(world.jobs)
+    lifecycle = config.lifecycle()
+    leaving = leaving_victims(world.jobs, now=now, stuck_after=lifecycle.pods_ready_timeout)
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
     until = leaving_deadlines(leaving, by_key)
     contexts = memo.job_contexts(world, tenants, verdicts, leaving, history, until=until)
-    lifecycle = config.lifecycle()
     memo.forget_except(by_key)
     settled, accounted_moved = memo.settle_all(by_key, contexts, now, lifecycle)
     t1 = time.perf_counter()

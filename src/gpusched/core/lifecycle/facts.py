@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Final
 
@@ -402,6 +402,36 @@ def gone_by(pods: Iterable[PodFacts]) -> datetime | None:
     return due
 
 
+#: A node and GPU indices on it (empty: which ones is not known).
+Spot = tuple[str, tuple[int, ...]]
+
+
+def holds_any(pod: PodFacts, spots: Iterable[Spot]) -> bool:
+    """Whether the pod may hold a GPU of ``spots``: on the same node, sharing an index (or
+    with either side's indices not known)."""
+    host = pod.host
+    held = set(pod.bound_gpus or ())
+    return any(
+        node == host and (not held or not gpus or not held.isdisjoint(gpus)) for node, gpus in spots
+    )
+
+
+def placed_on(job: JobFacts) -> list[Spot]:
+    """The GPUs the job's status plans or records for it."""
+    return [(p.node, tuple(p.gpu_indices)) for p in job.status.placement]
+
+
+def kept(pods: Iterable[PodFacts], since: datetime | None, stuck_after: float | None) -> bool:
+    """Whether the GPUs of leaving ``pods`` were still kept for a job admitted at ``since``:
+    once the pods outstay their deletion by ``stuck_after`` seconds they are kept for nobody
+    (the preemptor waiting on them is released then), so a job admitted after that never
+    waits for them (None: no such bound is applied)."""
+    if since is None or stuck_after is None:
+        return True
+    due = gone_by(pods)
+    return due is None or since <= due + timedelta(seconds=stuck_after)
+
+
 def leaving_deadlines(
     leaving: Mapping[str, Iterable[str]], jobs: Mapping[str, JobFacts]
 ) -> dict[str, datetime | None]:
@@ -418,15 +448,44 @@ def leaving_deadlines(
     return out
 
 
-def leaving_victims(jobs: Iterable[JobFacts]) -> dict[str, list[str]]:
-    """Preemptor key -> its victims whose pods still hold the GPUs it was admitted on."""
+def leaving_victims(
+    jobs: Iterable[JobFacts],
+    *,
+    now: datetime | None = None,
+    stuck_after: float | None = None,
+) -> dict[str, list[str]]:
+    """Preemptor key -> its victims (job keys) whose pods still hold GPUs planned for it.
+
+    A queued preemptor (decided again this cycle: its new placement is the plan's to compare)
+    waits for all its victims still leaving. A victim whose pods outstayed their deletion by
+    ``stuck_after`` seconds before the preemptor's admission (``now`` for a queued one) is
+    not waited for: its GPUs were no longer kept for it (:func:`kept`), and waiting would
+    release it again and again (None: no such bound)."""
+    jobs = list(jobs)
+    by_key = {job.key: job for job in jobs}
     leaving: dict[str, list[str]] = {}
     for job in jobs:
         status = job.status
-        if (
-            status.phase is JobPhase.PREEMPTED
-            and status.preemptions
-            and any(p.live for p in job.pods_of(status.admission))
-        ):
-            leaving.setdefault(status.preemptions[-1].preemptor, []).append(job.key)
+        if status.phase is not JobPhase.PREEMPTED or not status.preemptions:
+            continue
+        live = [p for p in job.pods_of(status.admission) if p.live]
+        preemptor = status.preemptions[-1].preemptor
+        found = by_key.get(preemptor)
+        if live and (found is None or _waits_for(found, live, now, stuck_after)):
+            leaving.setdefault(preemptor, []).append(job.key)
     return leaving
+
+
+def _waits_for(
+    preemptor: JobFacts, live: list[PodFacts], now: datetime | None, stuck_after: float | None
+) -> bool:
+    """Whether a preemptor waits for its victim's ``live`` pods: they are on GPUs its status
+    plans for it (a queued one: wherever they are) and were still kept for it when it was
+    admitted."""
+    status = preemptor.status
+    if status.phase in (JobPhase.ADMITTED, JobPhase.RUNNING):
+        spots = placed_on(preemptor)
+        return any(holds_any(p, spots) for p in live) and kept(
+            live, status.admitted_at, stuck_after
+        )
+    return kept(live, now, stuck_after)

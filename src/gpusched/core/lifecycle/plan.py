@@ -42,7 +42,7 @@ from gpusched.core.lifecycle.actions import (
     Urgency,
     WriteStatus,
 )
-from gpusched.core.lifecycle.facts import JobFacts
+from gpusched.core.lifecycle.facts import JobFacts, holds_any
 from gpusched.core.lifecycle.patch import merge_patch
 from gpusched.core.lifecycle.pods import pod_manifest
 from gpusched.core.lifecycle.settle import Settled
@@ -162,7 +162,7 @@ def plan(
                 jobs,
                 settled,
                 now,
-                leaving=bool(leaving.get(admission.job)),
+                leaving=_victims_hold(admission, jobs, leaving.get(admission.job, ())),
                 defer=defer,
                 protections=protections,
             )
@@ -231,6 +231,22 @@ class _Reports:
             return False
         self.room -= 1
         return True
+
+
+def _victims_hold(
+    admission: Admission, jobs: Mapping[str, JobFacts], leaving: Collection[str]
+) -> bool:
+    """Whether what the job waits for (``leaving``: victims of an earlier preemption of
+    it) still holds a GPU this admission plans for it: then its pods wait for them. One it
+    cannot see is taken to hold them; a victim elsewhere does not hold up pods on free GPUs."""
+    spots = [(p.node, () if p.count_only else p.gpus) for p in admission.placement]
+    for name in leaving:
+        victim = jobs.get(name)
+        if victim is None:
+            return True
+        if any(p.live and holds_any(p, spots) for p in victim.pods_of(victim.status.admission)):
+            return True
+    return False
 
 
 def _admission(
