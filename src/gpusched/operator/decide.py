@@ -605,9 +605,11 @@ def decide(
     now = world.now
     tenants = tenant_map(world.quotas)
     lifecycle = config.lifecycle()
-    leaving = leaving_victims(world.jobs, now=now, stuck_after=lifecycle.pods_ready_timeout)
+    leaving = leaving_victims(
+        world.jobs, world.pods, now=now, stuck_after=lifecycle.pods_ready_timeout
+    )
     by_key: dict[str, JobFacts] = {job.key: job for job in world.jobs}
-    until = leaving_deadlines(leaving, by_key)
+    until = leaving_deadlines(leaving, by_key, world.pods)
     contexts = memo.job_contexts(world, tenants, verdicts, leaving, history, until=until)
     memo.forget_except(by_key)
     settled, accounted_moved = memo.settle_all(by_key, contexts, now, lifecycle)

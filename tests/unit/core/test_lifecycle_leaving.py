@@ -132,3 +132,42 @@ def _plans(*nodes: str) -> tuple[ReplicaPlan, ...]:
     return tuple(
         ReplicaPlan(r, n, (0, 1, 2, 3), TopologyScope.NVLINK, 90.0) for r, n in enumerate(nodes)
     )
+
+
+def _orphan(due: datetime | None) -> PodFacts:
+    """A pod of ``ns/train``, a GpuJob deleted since, on n0 GPUs 0-3 (deleted, due gone at
+    ``due``; None: not deleted yet)."""
+    gone = job("train")
+    facts = pod(gone, 0, deleting=due is not None, due=due or NOW)
+    return _planned(facts, "n0")
+
+
+def test_pods_of_a_deleted_job_on_a_preemptors_gpus_keep_it_waiting_until_they_outstay() -> None:
+    """The victim's GpuJob deleted mid-preemption: its pod still terminating on n0 GPUs 0-3
+    (due gone 600 s from now) keeps the preemptor planned there from creating its pods, until
+    the pods-ready timeout after that; a job planned on other GPUs does not wait."""
+    due = NOW + timedelta(seconds=600)
+    waiting = _urgent(
+        admitted_status(reason="WaitingForPreemption", admitted_at=NOW - timedelta(seconds=5))
+    )
+    orphan = _orphan(due)
+    leaving = leaving_victims([waiting], [orphan], now=NOW, stuck_after=TIMEOUT)
+    assert leaving == {"ns/urgent": ["ns/pod/train-1-0"]}
+    assert leaving_deadlines(leaving, {}, [orphan]) == {"ns/urgent": due}
+    context = replace(OK, leaving=True, leaving_until=due)
+    held = settle(waiting, context, NOW, CONFIG)
+    assert (held.status.phase, held.wake_at) == (JobPhase.ADMITTED, due + timedelta(seconds=300))
+    assert not [a for a in held.actions if isinstance(a, CreatePod)]
+    late = due + timedelta(seconds=TIMEOUT + 1)
+    released = settle(waiting, context, late, CONFIG)
+    assert (released.status.phase, released.requeued) == (JobPhase.QUEUED, "PodsReadyTimeout")
+
+    elsewhere = _urgent(admitted_status(nodes=("n2", "n3")))
+    assert leaving_victims([elsewhere], [orphan], now=NOW, stuck_after=TIMEOUT) == {}
+    not_deleted = _orphan(None)
+    assert leaving_victims([waiting], [not_deleted]) == {"ns/urgent": ["ns/pod/train-1-0"]}
+    assert leaving_deadlines({"ns/urgent": ["ns/pod/train-1-0"]}, {}, [not_deleted]) == {
+        "ns/urgent": None
+    }
+    # The same pod while its job is there is that job's, not an orphan.
+    assert leaving_victims([waiting, with_pods(job("train"), orphan)], [orphan]) == {}

@@ -17,7 +17,7 @@ from gpusched.dev.localcluster.topologies import fixture_objects
 from gpusched.operator.decide import Decision, OperatorConfig, decide
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import World
-from tests.unit.core.lifecycle_testdata import NOW, job, pod, stamp, with_pods
+from tests.unit.core.lifecycle_testdata import NOW, admitted_status, job, pod, stamp, with_pods
 
 CONFIG = OperatorConfig()
 TIMEOUT = timedelta(seconds=CONFIG.lifecycle().pods_ready_timeout)
@@ -130,3 +130,31 @@ def test_a_preemptor_released_for_stuck_victims_runs_on_free_gpus_while_they_sta
     settled = second.settled["ns/urgent"]
     assert (settled.status.phase, settled.requeued) == (JobPhase.ADMITTED, None)
     assert _created(second) == ["urgent-2-0"]  # its pod not seen yet: created again
+
+
+def test_a_preemptor_waits_for_the_pods_of_a_victim_whose_job_was_deleted() -> None:
+    """``ns/train`` was deleted while its pod, preempted, terminates on n0 (due gone in 10
+    minutes): ``ns/urgent``, admitted there waiting for it, creates no pod until it is gone,
+    and is released if it is still there the pods-ready timeout after that."""
+    due = NOW + timedelta(minutes=10)
+    orphan = _victim(due).pods
+    urgent = job(
+        "urgent",
+        replicas=1,
+        gpus=8,
+        status=admitted_status(
+            nodes=("n0",),
+            reason="WaitingForPreemption",
+            admitted_at=NOW - timedelta(seconds=5),
+            placement=[{"replica": 0, "node": "n0", "gpuIndices": list(range(8))}],
+        ),
+    )
+    waiting = decide(_world(NOW, (urgent,), orphan), {}, CONFIG, NodeReader())
+    assert _created(waiting) == []
+    assert waiting.contexts["ns/urgent"].leaving_until == due
+    assert waiting.settled["ns/urgent"].status.phase is JobPhase.ADMITTED
+    late = due + TIMEOUT + timedelta(seconds=1)
+    stuck = decide(_world(late, (urgent,), orphan), {}, CONFIG, NodeReader())
+    released = stuck.settled["ns/urgent"]
+    assert (released.status.phase, released.requeued) == (JobPhase.QUEUED, "PodsReadyTimeout")
+    assert _created(stuck) == []

@@ -406,6 +406,12 @@ def gone_by(pods: Iterable[PodFacts]) -> datetime | None:
 Spot = tuple[str, tuple[int, ...]]
 
 
+def pod_ref(pod: PodFacts) -> str:
+    """The name a pod goes by among the jobs a preemptor waits for (never a GpuJob's key:
+    those have one ``/``)."""
+    return f"{pod.namespace}/pod/{pod.name}"
+
+
 def holds_any(pod: PodFacts, spots: Iterable[Spot]) -> bool:
     """Whether the pod may hold a GPU of ``spots``: on the same node, sharing an index (or
     with either side's indices not known)."""
@@ -433,28 +439,41 @@ def kept(pods: Iterable[PodFacts], since: datetime | None, stuck_after: float | 
 
 
 def leaving_deadlines(
-    leaving: Mapping[str, Iterable[str]], jobs: Mapping[str, JobFacts]
+    leaving: Mapping[str, Iterable[str]],
+    jobs: Mapping[str, JobFacts],
+    pods: Iterable[PodFacts] = (),
 ) -> dict[str, datetime | None]:
-    """Preemptor key -> when the pods of its victims still leaving are all due gone (None
-    while one of them is not being deleted yet)."""
+    """Preemptor key -> when the pods it waits for (its victims' still leaving, pods of
+    GpuJobs that are gone, by :func:`pod_ref`) are all due gone (None while one of them is
+    not being deleted yet, or is not known)."""
+    refs: dict[str, PodFacts] | None = None
     out: dict[str, datetime | None] = {}
     for preemptor, names in leaving.items():
-        victims = [jobs.get(name) for name in names]
-        out[preemptor] = (
-            None
-            if None in victims
-            else gone_by(p for v in victims if v is not None for p in v.pods_of(v.status.admission))
-        )
+        held: list[PodFacts] = []
+        for name in names:
+            victim = jobs.get(name)
+            if victim is not None:
+                held.extend(victim.pods_of(victim.status.admission))
+                continue
+            refs = refs if refs is not None else {pod_ref(p): p for p in pods}
+            if name not in refs:
+                held = []
+                break
+            held.append(refs[name])
+        out[preemptor] = gone_by(held) if held else None
     return out
 
 
 def leaving_victims(
     jobs: Iterable[JobFacts],
+    pods: Iterable[PodFacts] = (),
     *,
     now: datetime | None = None,
     stuck_after: float | None = None,
 ) -> dict[str, list[str]]:
-    """Preemptor key -> its victims (job keys) whose pods still hold GPUs planned for it.
+    """Preemptor key -> what still holds GPUs it is to run on: its victims (job keys) whose
+    pods are on its planned GPUs, and live pods of GpuJobs that are gone (:func:`pod_ref`)
+    on the planned GPUs of a job whose pods are not running yet.
 
     A queued preemptor (decided again this cycle: its new placement is the plan's to compare)
     waits for all its victims still leaving. A victim whose pods outstayed their deletion by
@@ -473,6 +492,8 @@ def leaving_victims(
         found = by_key.get(preemptor)
         if live and (found is None or _waits_for(found, live, now, stuck_after)):
             leaving.setdefault(preemptor, []).append(job.key)
+    for key, pod in _on_planned_gpus(jobs, pods, stuck_after):
+        leaving.setdefault(key, []).append(pod_ref(pod))
     return leaving
 
 
@@ -489,3 +510,28 @@ def _waits_for(
             live, status.admitted_at, stuck_after
         )
     return kept(live, now, stuck_after)
+
+
+def _on_planned_gpus(
+    jobs: list[JobFacts], pods: Iterable[PodFacts], stuck_after: float | None
+) -> list[tuple[str, PodFacts]]:
+    """(job key, pod): live pods of GpuJobs that are gone (deleted while their pods still
+    terminate, a victim among them) on the planned GPUs of an admitted job. No admission
+    counted those pods when it planned, so the job's pods wait for them as for victims."""
+    uids = {job.uid for job in jobs}
+    orphans = [
+        p for p in pods if p.live and p.controller_uid and p.controller_uid not in uids and p.host
+    ]
+    if not orphans:
+        return []
+    by_node: dict[str, list[JobFacts]] = {}
+    for job in jobs:
+        if job.status.phase is JobPhase.ADMITTED:
+            for node in {p.node for p in job.status.placement}:
+                by_node.setdefault(node, []).append(job)
+    found = []
+    for pod in orphans:
+        for job in by_node.get(pod.host or "", []):
+            if holds_any(pod, placed_on(job)) and kept([pod], job.status.admitted_at, stuck_after):
+                found.append((job.key, pod))
+    return found
