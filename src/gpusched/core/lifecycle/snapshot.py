@@ -149,8 +149,9 @@ def foreign_pods(
     jobs: Iterable[JobFacts],
     settled: Mapping[str, Settled],
 ) -> list[PodFacts]:
-    """Live bound GPU pods that no accounted job explains (other workloads, leftovers of a
-    job's earlier admission)."""
+    """Live GPU pods on a node that no accounted job explains (other workloads, leftovers of
+    a job's earlier admission or of a deleted job), bound or, a GpuJob's pod, planned
+    (:func:`_on_a_node`)."""
     accounted: set[tuple[str, str, int]] = set()
     accounted_names: set[tuple[str, str, int]] = set()
     for job in jobs:
@@ -162,7 +163,7 @@ def foreign_pods(
         accounted_names.add((job.namespace, job.name, current))
     out = []
     for pod in pods:
-        if not pod.live or not pod.node or pod.gpus <= 0:
+        if not pod.live or pod.gpus <= 0 or not _on_a_node(pod):
             continue
         admission = pod.admission
         if pod.job and admission is not None:
@@ -174,17 +175,28 @@ def foreign_pods(
     return out
 
 
+def _on_a_node(pod: PodFacts) -> bool:
+    """Whether the pod holds GPUs on a node: bound to it, or a GpuJob's pod not bound yet
+    (its Binding may be in flight), not being deleted, with its planned node and GPUs, which
+    the extender binds it to and no other job may be planned on meanwhile."""
+    if pod.node:
+        return True
+    return bool(pod.host and pod.planned_gpus and not pod.deleting)
+
+
 def foreign_busy(pods: Iterable[PodFacts]) -> Busy:
-    """Per node, the GPUs ``pods`` hold: indices where believed, else a count."""
+    """Per node (bound, else planned), the GPUs ``pods`` hold: indices where believed, else a
+    count."""
     busy: Busy = {}
     for pod in pods:
-        assert pod.node is not None
-        indices, unknown = busy.setdefault(pod.node, (set(), 0))
+        host = pod.host
+        assert host is not None
+        indices, unknown = busy.setdefault(host, (set(), 0))
         gpus = pod.bound_gpus
         if gpus:
             indices.update(gpus)
         else:
-            busy[pod.node] = (indices, unknown + pod.gpus)
+            busy[host] = (indices, unknown + pod.gpus)
     return busy
 
 
