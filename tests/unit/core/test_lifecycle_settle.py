@@ -521,6 +521,34 @@ def test_a_priority_class_the_tenant_does_not_allow_keeps_the_job_out() -> None:
     assert again.needs_verdict or again.state is JobState.QUEUED
 
 
+def test_a_waiting_job_its_tenant_stops_allowing_shows_no_reservation_or_expected_start() -> None:
+    """Failed, it will not start: the expected starts and GPUs held for it while it waited
+    are gone from its status."""
+    start = stamp(NOW + timedelta(minutes=30))
+    status = {
+        "phase": "Queued",
+        "tenant": "t",
+        "admission": 0,
+        "expectedStart": start,
+        "firstExpectedStart": stamp(NOW + timedelta(minutes=10)),
+        "reservation": {
+            "start": start,
+            "placement": [{"replica": 0, "node": "n0", "gpuIndices": [0, 1, 2, 3]}],
+            "idleGpus": 4,
+        },
+    }
+    facts = job(status=status, priorityClassName="high")
+    assert facts.status.reservation is not None
+    refused = replace(OK, class_not_allowed="tenant t allows low, not high")
+    failed = settle(facts, refused, NOW, CONFIG).status
+    assert (failed.phase, failed.reason) == (JobPhase.FAILED, "PriorityClassNotAllowed")
+    assert (failed.reservation, failed.expected_start, failed.first_expected_start) == (
+        None,
+        None,
+        None,
+    )
+
+
 def test_the_tenant_caps_grace_periods_and_minimum_runtimes() -> None:
     capped = JobContext(tenant="t", verdict=Verdict(), protection=Protection(600, 60, 30))
     running = admitted_status(phase="Running", startedAt=stamp(NOW - timedelta(seconds=10)))

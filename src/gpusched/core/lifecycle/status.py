@@ -187,12 +187,17 @@ def queued(t: Transition, tenant: str | None, gpus: int) -> Transition:
 
 
 def invalid(t: Transition, reason: Reason, message: str, gpus: int) -> Transition:
+    """Failed before it ran (its spec, PriorityClass or tenant refuses it): a job that waited
+    no longer shows when it was expected to start nor GPUs held for it."""
     return t.set(
         phase=JobPhase.FAILED,
         reason=reason.value,
         message=message[:4000],
         gpus=gpus,
         queue_position=None,
+        expected_start=None,
+        first_expected_start=None,
+        reservation=None,
         observed_generation=t.generation,
     ).cond(Cond.QUOTA_RESERVED, False, reason, message)
 
