@@ -1934,7 +1934,10 @@ class Cycle:
                 room = self.tenants[claiming].guaranteed - self.used_at(claiming)
                 return job.total_gpus <= room + freed.get(claiming, 0)
             if cross or not job.preemptible:
-                return ledger.fits_within(job, own) or self._takes_the_rest(job, ledger, own)
+                # The rest of a guarantee rounded up is claimed by a tenant short of it as it
+                # stands: one at or above it does not get below it by evicting its own jobs,
+                # and so earn a reclaim.
+                return ledger.fits_within(job, own) or self._takes_the_rest(job, ledger)
             return True
 
         self._claiming = claiming
