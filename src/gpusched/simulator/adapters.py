@@ -15,7 +15,7 @@ import os
 import random
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -62,6 +62,16 @@ def _philly_priority(job_id: str, seed: int) -> int:
     return 1 if random.Random(f"{seed}/{job_id}").random() < PHILLY_HIGH_PRIORITY_SHARE else 0
 
 
+def _utc_seconds(stamp: str) -> float:
+    """Seconds since the epoch of a trace timestamp. Philly's are naive wall-clock strings; they
+    are read as UTC, never as the machine's local time, so submit times (and the order of jobs
+    around a daylight-saving change) are the same on every machine."""
+    parsed = datetime.fromisoformat(stamp)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
 def philly(
     directory: Path | None = None,
     *,
@@ -86,14 +96,13 @@ def philly(
       does not charge the network again. Up to 8 GPUs the placement is not recorded; the run
       time is taken as that of a well-wired set.
     * Jobs with a run time of 0 are dropped (counted in the notes); job ids are the row numbers
-      of the file, submit times seconds after the first submission.
+      of the file, submit times seconds after the first submission, the trace's timestamps read
+      as UTC (whatever the machine's time zone).
     """
     root = traces_dir(directory) / "philly-pollux"
     rows = _read_csv(root / "philly.csv")
     vc_nodes = {r["vc"]: int(r["node num"]) for r in _read_csv(root / "philly_vc_nodes.csv")}
-    stamped = sorted(
-        (datetime.fromisoformat(r["timestamp"]).timestamp(), i, r) for i, r in enumerate(rows)
-    )
+    stamped = sorted((_utc_seconds(r["timestamp"]), i, r) for i, r in enumerate(rows))
     if limit is not None:
         stamped = stamped[:limit]
     start = stamped[0][0] if stamped else 0.0

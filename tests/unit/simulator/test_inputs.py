@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import math
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -236,3 +238,31 @@ def test_a_yaml_document_that_is_no_manifest_is_refused_naming_it(
     path.write_text(text)
     with pytest.raises(QuotaError, match=said):
         load_tenant_quotas(path)
+
+
+def test_philly_submit_times_are_read_as_utc_whatever_the_machine_time_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two pairs of rows around the 2017 US daylight-saving changes: in UTC, the jobs are 40 and
+    # 80 minutes apart; read as Los Angeles local time they would be 100 and 20 minutes apart.
+    root = tmp_path / "philly-pollux"
+    root.mkdir()
+    (root / "philly.csv").write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-03-12 01:50:00,60.0,1,60.0,vc\n"
+        "2017-03-12 03:10:00,60.0,1,60.0,vc\n"
+        "2017-11-05 01:30:00,60.0,1,60.0,vc\n"
+        "2017-11-05 02:10:00,60.0,1,60.0,vc\n"
+    )
+    (root / "philly_vc_nodes.csv").write_text("vc,node num\nvc,1\n")
+    first_change = (datetime(2017, 11, 5, 1, 30) - datetime(2017, 3, 12, 1, 50)).total_seconds()
+    expected = [0.0, 4800.0, first_change, first_change + 2400.0]
+    for zone in ("America/Los_Angeles", "UTC"):
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        try:
+            w = adapters.philly(tmp_path, cluster_gpus=8)
+        finally:
+            monkeypatch.undo()
+            time.tzset()
+        assert [j.submit for j in w.jobs] == expected, zone
