@@ -5,9 +5,10 @@ device plugin, with nothing that knows about gangs or wiring.
   ResourceQuota (``requests.nvidia.com/gpu`` = the tenant's guarantee, a hard cap: nothing is
   borrowed) has room; a pod counts against the quota from creation, pending or not. Each Job is
   synced on its own and a refused creation is retried, so a small job is not held behind a large
-  one of its tenant: any pod that fits the room left is created, oldest job first. Real
-  controllers retry with backoff (up to minutes); this creates at the first instant it fits,
-  which favours the baseline.
+  one of its tenant: any pod that fits the room left is created, oldest job first. Priority
+  plays no part here: the Job controller creates pods as jobs come and knows no PriorityClass;
+  only kube-scheduler's queue orders by it. Real controllers retry with backoff (up to
+  minutes); this creates at the first instant it fits, which favours the baseline.
 * kube-scheduler takes created pods by priority, then creation time, and binds each on its own to
   the node with the most free GPUs (LeastAllocated, ties at random). A pod that does not fit
   waits until GPUs are freed; pods of other jobs behind it go on (no head-of-line blocking).
@@ -41,6 +42,11 @@ ASSUMPTIONS = (
 )
 
 
+#: A replica not yet created: (submission, trace order, job, replica), the Job controller's order.
+Uncreated = tuple[float, int, str, int]
+#: A created pod in kube-scheduler's queue: (-priority, submission, trace order, job, replica).
+Queued = tuple[int, float, int, str, int]
+
 _QUOTA = "ResourceQuota: the tenant's hard limit is used by created pods"
 _NODES = "a pod finds no node with room"
 
@@ -55,15 +61,15 @@ class KubeDefaultPolicy:
         self.book = Book(nodes, NodeRule.SPREAD, GpuRule.DEVICE_PLUGIN, seed)
         self.quota = {t.name: t.guaranteed for t in tenants}
         self.charged: dict[str, int] = {t.name: 0 for t in tenants}
-        self.uncreated: dict[str, list[tuple[int, float, int, str, int]]] = {}
-        """Per tenant: replicas not yet created (heap by priority, submission, trace order)."""
-        self.pending: list[tuple[int, float, int, str, int]] = []
+        self.uncreated: dict[str, list[Uncreated]] = {}
+        """Per tenant: replicas not yet created (heap by submission, trace order)."""
+        self.pending: list[Queued] = []
         """Created pods not yet bound (kube-scheduler's queue)."""
         self.jobs: dict[str, TraceJob] = {}
         self.bound: dict[str, list[Placed]] = {}
         self.order: dict[str, int] = {}
         self.freed = False
-        self.fresh: list[tuple[int, float, int, str, int]] = []
+        self.fresh: list[Queued] = []
         self.sizes: dict[str, Counter[int]] = {}
         """Per tenant: GPUs per replica of the pods not yet created (the smallest decides
         whether the room left can take any)."""
@@ -75,7 +81,7 @@ class KubeDefaultPolicy:
         seq = self.order.setdefault(job.id, len(self.order))
         queue = self.uncreated.setdefault(job.tenant, [])
         for replica in range(job.replicas):
-            heapq.heappush(queue, (-job.priority, job.submit, seq, job.id, replica))
+            heapq.heappush(queue, (job.submit, seq, job.id, replica))
         self.sizes.setdefault(job.tenant, Counter())[job.gpus_per_replica] += job.replicas
 
     def finished(self, job: str, now: float) -> None:
@@ -91,10 +97,10 @@ class KubeDefaultPolicy:
             sizes = self.sizes.get(tenant, Counter())
             if not queue or room < min(k for k, n in sizes.items() if n > 0):
                 continue
-            kept: list[tuple[int, float, int, str, int]] = []
+            kept: list[Uncreated] = []
             while queue and room >= min(k for k, n in sizes.items() if n > 0):
                 pod = heapq.heappop(queue)
-                job = self.jobs[pod[3]]
+                job = self.jobs[pod[2]]
                 k = job.gpus_per_replica
                 if k > room:
                     kept.append(pod)
@@ -103,7 +109,7 @@ class KubeDefaultPolicy:
                 room -= k
                 sizes[k] -= 1
                 self.charged[tenant] = self.charged.get(tenant, 0) + k
-                self.fresh.append(pod)
+                self.fresh.append((-job.priority, *pod))
             for pod in kept:
                 heapq.heappush(queue, pod)
 
@@ -149,7 +155,7 @@ class KubeDefaultPolicy:
         if found is None:
             return None
         bound = len(self.bound.get(job, ()))
-        if any(p[3] == job for q in self.uncreated.values() for p in q):
+        if any(p[2] == job for q in self.uncreated.values() for p in q):
             return (
                 f"ResourceQuota: tenant {found.tenant}'s hard limit "
                 f"{self.quota.get(found.tenant, 0)} GPUs is used by created pods"

@@ -1,0 +1,54 @@
+"""The order in which the Kubernetes baselines take waiting jobs, against times worked out by
+hand on one 8-GPU node: where priority counts and where only age does."""
+
+from __future__ import annotations
+
+from gpusched.core.admission import Tenant
+from gpusched.simulator.engine import replay
+from gpusched.simulator.model import RunResult
+from gpusched.simulator.policies import build
+from tests.unit.simulator.simdata import cluster, trace_job, workload
+
+H100 = "hgx-h100-sxm-8gpu-8nic"
+
+
+def _attempts(result: RunResult) -> dict[str, list[tuple[float, float, bool]]]:
+    return {j.id: [(a.start, a.end, a.preempted) for a in j.attempts] for j in result.jobs}
+
+
+def test_kube_default_creates_pods_oldest_job_first_whatever_their_priority() -> None:
+    # The ResourceQuota (8 GPUs) holds L and H uncreated while R runs. The Job controller knows
+    # no PriorityClass: at 10 it creates the older L, and the newer high-priority H waits.
+    nodes = cluster((H100, "h100"))
+    tenants = (Tenant("a", guaranteed=8),)
+    jobs = workload(
+        trace_job("R", 0, 8, 10, "a"),
+        trace_job("L", 1, 8, 100, "a", priority=0),
+        trace_job("H", 2, 8, 100, "a", priority=1),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, build("kube-default", nodes.nodes, tenants, 0))
+    assert _attempts(result) == {
+        "R": [(0, 10, False)],
+        "L": [(10, 110, False)],
+        "H": [(110, 210, False)],
+    }
+
+
+def test_kube_default_binds_created_pods_by_priority_then_age() -> None:
+    # With quota for all, L and H are both created at once and wait for the node in
+    # kube-scheduler's queue, which takes the higher priority first.
+    nodes = cluster((H100, "h100"))
+    tenants = (Tenant("a", guaranteed=24),)
+    jobs = workload(
+        trace_job("R", 0, 8, 10, "a"),
+        trace_job("L", 1, 8, 100, "a", priority=0),
+        trace_job("H", 2, 8, 100, "a", priority=1),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, build("kube-default", nodes.nodes, tenants, 0))
+    assert _attempts(result) == {
+        "R": [(0, 10, False)],
+        "H": [(10, 110, False)],
+        "L": [(110, 210, False)],
+    }
