@@ -52,3 +52,59 @@ def test_kube_default_binds_created_pods_by_priority_then_age() -> None:
         "H": [(10, 110, False)],
         "L": [(110, 210, False)],
     }
+
+
+def test_kueue_like_admits_by_priority_within_a_queue_before_an_older_workload() -> None:
+    # BestEffortFIFO orders a ClusterQueue by priority, then creation: when R ends, the newer
+    # high-priority H is admitted before the older L, and nothing is preempted. Admitting L first
+    # would have it preempted by H at once (work thrown away for nothing).
+    nodes = cluster((H100, "h100"))
+    tenants = (Tenant("a", guaranteed=8), Tenant("b", guaranteed=0))
+    jobs = workload(
+        trace_job("R", 0, 8, 10, "a", priority=1),
+        trace_job("L", 1, 8, 100, "a", priority=0),
+        trace_job("H", 2, 8, 100, "a", priority=1),
+        trace_job("X", 20, 1, 5, "b"),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, build("kueue-like", nodes.nodes, tenants, 0))
+    assert _attempts(result) == {
+        "R": [(0, 10, False)],
+        "H": [(10, 110, False)],
+        "L": [(110, 210, False)],
+        "X": [(210, 215, False)],
+    }
+    assert result.preemptions == 0
+
+
+def test_kueue_like_queues_take_turns_by_heads_within_nominal_quota_then_priority() -> None:
+    # Borrowing: a's L fits within a's nominal quota, b's older high-priority X would borrow:
+    # L first. Priority: both heads would borrow (nominal 4 each, jobs of 8): B, of higher
+    # priority, before the older A.
+    nodes = cluster((H100, "h100"))
+    tenants = (Tenant("a", guaranteed=8), Tenant("b", guaranteed=0))
+    jobs = workload(
+        trace_job("R", 0, 8, 10, "a"),
+        trace_job("X", 1, 8, 50, "b", priority=1),
+        trace_job("L", 2, 8, 100, "a"),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, build("kueue-like", nodes.nodes, tenants, 0))
+    assert _attempts(result) == {
+        "R": [(0, 10, False)],
+        "L": [(10, 110, False)],
+        "X": [(110, 160, False)],
+    }
+    tenants = (Tenant("a", guaranteed=4), Tenant("b", guaranteed=4))
+    jobs = workload(
+        trace_job("R", 0, 8, 10, "a"),
+        trace_job("A", 1, 8, 100, "a", priority=0),
+        trace_job("B", 2, 8, 100, "b", priority=1),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, build("kueue-like", nodes.nodes, tenants, 0))
+    assert _attempts(result) == {
+        "R": [(0, 10, False)],
+        "B": [(10, 110, False)],
+        "A": [(110, 210, False)],
+    }

@@ -5,7 +5,11 @@ admission, preemption to reclaim quota, and kube-scheduler with the device plugi
   may borrow what the others leave unused (up to ``borrowingLimit`` = limit - guarantee when the
   tenant has a limit).
 * BestEffortFIFO: each queue's workloads by priority, then creation; a head that does not fit
-  does not block the rest. Queues take turns in the order of their oldest head.
+  does not block the rest. Queues take turns by their heads, in the order Kueue's scheduler
+  gives the heads of a cycle: a head within its queue's nominal quota before one that would
+  borrow, then higher priority (PrioritySortingWithinCohort, Kueue's default), then older.
+  Priority thus counts inside a queue before age, so an older low-priority workload is not
+  admitted ahead of a waiting high-priority one of its queue only to be preempted by it.
 * A workload is admitted when its quota fits *and* its pods fit on the nodes right now (what
   Kueue's waitForPodsReady converges to; without it, admitted pods would pend). Pods then land
   topology-blind: the node with the most free GPUs, GPUs by the device plugin.
@@ -30,7 +34,8 @@ from gpusched.simulator.policies.book import Book, GpuRule, NodeRule
 
 ASSUMPTIONS = (
     "one ClusterQueue per tenant, nominalQuota = guarantee, one cohort, borrowing up to the "
-    "tenant's limit; BestEffortFIFO (priority, then creation) per queue",
+    "tenant's limit; BestEffortFIFO (priority, then creation) per queue; queues take turns by "
+    "their heads: within nominal quota before borrowing, then priority, then creation",
     "admits a whole job when quota fits and its pods fit on nodes now; pods placed "
     "topology-blind (most free GPUs; GPUs by the NVIDIA device plugin)",
     "preemption: reclaimWithinCohort Any (only for workloads within nominal quota, victims from "
@@ -114,19 +119,16 @@ class KueueLikePolicy:
         self.changed = False
         starts: list[Start] = []
         preempted: list[str] = []
-        heads = {
+        queues = {
             tenant: sorted(queue.values(), key=lambda j: (-j.priority, j.submit, j.id))
             for tenant, queue in self.queues.items()
             if queue
         }
-        # Queues take turns by the age of their oldest remaining workload.
-        pending = sorted(
-            (job for jobs in heads.values() for job in jobs),
-            key=lambda j: (j.submit, j.id),
-        )
+        at = dict.fromkeys(queues, 0)
         failed: dict[tuple[str, int, int, int, str | None], str] = {}
         self.now = now
-        for job in pending:
+        while (job := self._next_head(queues, at)) is not None:
+            at[job.tenant] += 1
             shape = (job.tenant, job.priority, job.replicas, job.gpus_per_replica, job.gpu_model)
             if shape in failed:
                 self.reasons[job.id] = failed[shape]
@@ -158,6 +160,26 @@ class KueueLikePolicy:
         if preempted:
             self.changed = True
         return Decisions(starts=tuple(starts), preempted=tuple(preempted))
+
+    def _next_head(self, queues: dict[str, list[TraceJob]], at: dict[str, int]) -> TraceJob | None:
+        """The next workload to try: of the heads of the queues (each queue in BestEffortFIFO
+        order, priority then creation, a head tried once per pass), the one Kueue's scheduler
+        takes first when it orders the ClusterQueues' heads of a cycle: one that fits within its
+        queue's nominal quota before one that would borrow, then the higher priority
+        (PrioritySortingWithinCohort, on by default), then the older. Whether a head borrows is
+        judged on the usage as it is now, after the admissions and evictions before it."""
+        best: TraceJob | None = None
+        best_key: tuple[bool, int, float, str] | None = None
+        for tenant, jobs in queues.items():
+            i = at[tenant]
+            if i >= len(jobs):
+                continue
+            head = jobs[i]
+            borrows = self.used.get(tenant, 0) + head.gpus > self.nominal.get(tenant, 0)
+            key = (borrows, -head.priority, head.submit, head.id)
+            if best_key is None or key < best_key:
+                best, best_key = head, key
+        return best
 
     def _why(self, job: TraceJob) -> str:
         if not self._quota_fits(job):
