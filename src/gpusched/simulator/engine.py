@@ -33,7 +33,7 @@ from gpusched.simulator.model import (
     TraceJob,
     Workload,
 )
-from gpusched.simulator.policies.base import Placed, SimPolicy
+from gpusched.simulator.policies.base import KnowsReplay, Placed, SimPolicy
 
 #: Slowdown of a job on a set whose worst link is ``link`` (``gpus`` GPUs in all).
 SpeedModel = Callable[[Link, int], float]
@@ -204,6 +204,8 @@ class Replay:
         heapq.heapify(self.events)
         self.arrivals_left = len(self.events)
         self._wakes: set[float] = set()
+        if isinstance(policy, KnowsReplay):
+            policy.replay_started(cluster, speed)
 
     # --- ground truth --------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from gpusched.core.admission import Tenant
+from gpusched.simulator.cluster import from_mix
 from gpusched.simulator.engine import replay
 from gpusched.simulator.model import Cluster, Link, RunResult, TraceJob, Workload
 from gpusched.simulator.policies import POLICIES, build
@@ -308,3 +309,45 @@ def test_jobs_that_never_end_leave_no_reservation() -> None:
     result = _run(jobs, nodes)
     assert _times(result) == {"a": (0, math.inf), "b": None, "c": (2, 12)}
     assert _estimates(result) == {}
+
+
+def test_the_oracle_reads_the_replays_network_levels() -> None:
+    # One NVL72 rack: 18 trays of 4 GPUs in one NVLink clique (a network level whose link is
+    # NVLink). A (16 trays) runs at full speed, 0..100, so H (the whole rack) is reserved 100;
+    # C (one tray, 170 s) would end after that on GPUs H needs, so it waits for H. An oracle
+    # that took A's trays to talk over the network would expect A to end later, and let C
+    # delay H.
+    nodes = from_mix("gb200-nvl72-rack=1")
+    tenants = (Tenant("t", guaranteed=72),)
+    jobs = Workload(
+        "t",
+        (
+            TraceJob("A", 0, 100, 16, 4, "t"),
+            TraceJob("H", 1, 100, 18, 4, "t"),
+            TraceJob("C", 2, 170, 1, 4, "t"),
+        ),
+        tenants,
+    )
+    levels = tuple(level.level for level in nodes.levels)
+    policy = build("easy-backfill", nodes.nodes, tenants, 0, levels)
+    result = replay(jobs, nodes, policy, speed=DEFAULT.slowdown)
+    assert _times(result) == {"A": (0, 100), "H": (100, 200), "C": (200, 370)}
+    assert _estimates(result)["H"] == (1, 100)
+
+
+def test_the_oracle_charges_no_slowdown_when_the_replay_has_no_speed_model() -> None:
+    # The replay (openb, or --speed-model none) runs A for its 100 s as given: H, behind it on
+    # the one node, is expected at 100, not at A's duration under the default speed model.
+    nodes = cluster((H100, "h100"))
+    tenants = (Tenant("t", guaranteed=8),)
+    jobs = Workload(
+        "t",
+        (
+            TraceJob("A", 0, 100, 1, 8, "t", measured_on=Link.SOCKET),
+            TraceJob("H", 1, 100, 1, 8, "t", measured_on=Link.SOCKET),
+        ),
+        tenants,
+    )
+    result = replay(jobs, nodes, build("easy-backfill", nodes.nodes, tenants, 0), speed=None)
+    assert _times(result) == {"A": (0, 100), "H": (100, 200)}
+    assert _estimates(result)["H"] == (1, 100)

@@ -57,7 +57,7 @@ POLICIES: Final[dict[str, Build]] = {
     "best-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.BEST_FIT, seed),
     "first-fit": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.FIRST_FIT, seed),
     "random": lambda nodes, tenants, seed: PackingPolicy(nodes, NodeRule.RANDOM, seed),
-    # Oracle run times under the default speed model (the one `gpusched simulate` replays with).
+    # Oracle run times: the replay hands it its own cluster and speed model when it starts.
     "easy-backfill": lambda nodes, tenants, seed: EasyBackfillPolicy(nodes, seed),
 }
 

@@ -3,10 +3,11 @@ start (and whom to preempt) after each batch of events at one instant."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from gpusched.simulator.model import TraceJob
+from gpusched.simulator.model import Cluster, Link, TraceJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +64,13 @@ class SimPolicy(Protocol):
     def last_wait(self, job: str) -> str | None:
         """Why the job waited in the last decision it waited in; asked when it starts after
         waiting (the reason at the end of that wait). Cheap: asked for every such start."""
+
+
+@runtime_checkable
+class KnowsReplay(Protocol):
+    """A policy that must know how the replay runs jobs (an oracle of run times): the replay
+    hands it its own cluster (with the network levels) and job-speed model before the first
+    event, so the policy's view cannot differ from what the replay charges."""
+
+    def replay_started(self, cluster: Cluster, speed: Callable[[Link, int], float] | None) -> None:
+        """The replay runs on ``cluster`` and slows jobs down by ``speed`` (None: not at all)."""

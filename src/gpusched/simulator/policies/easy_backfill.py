@@ -31,16 +31,15 @@ running job would make fit (only with jobs that never end, the FGD experiment).
 **Oracle run time.** A job runs, in the replay, its trace ``duration`` (the run time on a
 well-wired set) times the speed model's slowdown of the placement it gets: ``speed(link, gpus) /
 speed(measured_on, gpus)`` (1.0 for one GPU), ``link`` the worst link of its GPUs
-(:func:`gpusched.simulator.engine.worst_link`). This policy computes exactly that, with the same
-expression the engine uses, so its ends are the replay's to the bit when both use the same speed
-model: :data:`gpusched.simulator.speed.DEFAULT`, which ``gpusched simulate`` uses for Philly and
-trace files unless ``--speed-model none``. On openb the engine charges no slowdown, and the oracle
-agrees: its count-only nodes' link is the one the durations were measured on (factor 1). Under
-``--speed-model none`` (the registry cannot pass the replay's model to a policy) the oracle is
-off by the speed factor for multi-GPU jobs placed on another link than they were measured on. A
-job that runs past its oracle end is expected to end at once; one that ends before it frees its
-GPUs then, and the next decision plans from there. The policy asks the engine to wake it at the
-shadow time (:attr:`Decisions.wake_at`), which matters only when ends are not exact.
+(:func:`gpusched.simulator.engine.worst_link`, across nodes the narrowest network level of the
+cluster holding them all). This policy computes exactly that, with the same expression the
+engine uses, so its ends are the replay's to the bit: the replay hands it its own cluster (with
+its network levels: an NVLink clique, a leaf switch) and its own speed model, or none (openb,
+``--speed-model none``), before the first event (:meth:`replay_started`). Until then it assumes
+:data:`gpusched.simulator.speed.DEFAULT` and no network levels. A job that runs past its oracle
+end is expected to end at once; one that ends before it frees its GPUs then, and the next
+decision plans from there. The policy asks the engine to wake it at the shadow time
+(:attr:`Decisions.wake_at`), which matters only when ends are not exact.
 
 With exact ends the reservation never moves: every job that got an expected start (the head's
 shadow time, told once in :attr:`Decisions.estimates`) starts exactly then.
@@ -62,7 +61,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpusched.simulator.model import Link, SimNode, TraceJob
+from gpusched.simulator.model import Cluster, Link, SimNode, TraceJob
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 from gpusched.simulator.policies.book import Book, GpuRule, NodeRule
 from gpusched.simulator.speed import DEFAULT as DEFAULT_SPEED
@@ -131,13 +130,18 @@ class EasyBackfillPolicy:
         seed: int = 0,
         *,
         speed: SpeedFn | None = DEFAULT_SPEED.slowdown,
+        cluster: Cluster | None = None,
     ) -> None:
         # Imported here: the engine imports this package (policies.base) at load time.
         from gpusched.simulator.engine import worst_link
 
         self._worst_link = worst_link
         self.speed = speed
-        """The speed model the oracle assumes the replay uses (None: no slowdown)."""
+        """The speed model the oracle assumes the replay uses (None: no slowdown); the replay's
+        own, once it starts (:meth:`replay_started`)."""
+        self.cluster = cluster
+        """The cluster whose network levels decide a gang's link across nodes (None: any two
+        nodes talk over the network); the replay's own, once it starts."""
         self.book = Book(nodes, NodeRule.BEST_FIT, GpuRule.LOWEST, seed)
         self.nodes = {n.name: n for n in nodes}
         self.capacity = {name: len(slot.free) for name, slot in self.book.slots.items()}
@@ -157,6 +161,14 @@ class EasyBackfillPolicy:
         self._possible: dict[Shape, bool] = {}
 
     # --- events ----------------------------------------------------------------------------
+
+    def replay_started(self, cluster: Cluster, speed: SpeedFn | None) -> None:
+        """Take the replay's cluster and speed model (:class:`KnowsReplay`): an oracle's run
+        times are the replay's only if the links and the slowdown are the ones it charges."""
+        self.cluster = cluster
+        self.speed = speed
+        for job, shape, _ in self.queue.values():
+            self.queue[job.id] = (job, shape, self.least_run(job))
 
     def submit(self, job: TraceJob, now: float) -> None:
         shape = (job.replicas, job.gpus_per_replica, job.gpu_model)
@@ -178,7 +190,7 @@ class EasyBackfillPolicy:
         if self.speed is None or job.gpus <= 1:
             slowdown = 1.0
         else:
-            factor = self.speed(self._worst_link(self.nodes, placed), job.gpus)
+            factor = self.speed(self._worst_link(self.nodes, placed, self.cluster), job.gpus)
             measured = self.speed(job.measured_on, job.gpus) if job.measured_on else 1.0
             slowdown = factor / measured
         return now + job.duration * slowdown
