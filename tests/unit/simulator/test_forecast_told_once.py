@@ -91,3 +91,29 @@ def test_a_job_that_ran_before_is_not_told_again_so_its_wait_plays_no_forecast(
     assert [a.preempted for a in x1.attempts] == [True, False]
     assert x1.estimate is None
     assert played == []
+
+
+def test_forecasts_run_at_the_first_event_after_the_interval_never_on_a_wake_of_their_own() -> None:
+    # Z (100 s) finishes first, so 8-GPU jobs of t have a predicted run time. A runs from 100;
+    # B waits from 160. The forecast of 0 is due again at 300, but nothing happens then: the
+    # policy asks for no wake-up, and B is first told at 500, when C arrives. No wake-up means
+    # no cycle the events did not cause, so the decisions are those of the events alone.
+    nodes = cluster(("hgx-h100-sxm-8gpu-8nic", "h100"))
+    tenants = (Tenant("t", guaranteed=8),)
+    jobs = workload(
+        trace_job("Z", 0, 8, 100),
+        trace_job("A", 100, 8, 7200),
+        trace_job("B", 160, 8, 100),
+        trace_job("C", 500, 8, 50),
+        tenants=tenants,
+    )
+    result = replay(jobs, nodes, GpuschedPolicy(nodes.nodes, tenants))
+    told = {j.id: j.estimated_at for j in result.jobs}
+    assert told["B"] == 500
+    assert told["C"] == 500
+    assert {j.id: j.attempts[0].start for j in result.jobs} == {
+        "Z": 0,
+        "A": 100,
+        "B": 7300,
+        "C": 7400,
+    }

@@ -48,7 +48,8 @@ ASSUMPTIONS = (
     "gpusched's own admission cycle (gpusched.core.admission), run after every batch of events",
     "GPU sets: gpusched's placement engine inside that cycle (topology scope, bandwidth, packing)",
     "run times: predicted from the jobs finished so far (gpusched.core.runtime), never the "
-    "trace's; expected starts from the operator's forecast, every forecast interval (with "
+    "trace's; expected starts from the operator's forecast, at most once per forecast "
+    "interval, by the first cycle an event causes after it (no wake-up of its own; with "
     "each tenant's steady rate of the last 12 h of submissions expected again over the next "
     "12 h in gpusched-arrivals)",
     "pods run the instant their job is admitted; preempted pods leave at once (no grace period)",
@@ -58,8 +59,11 @@ ASSUMPTIONS = (
 #: Seconds after a cycle that changed nothing within which arrivals are decided on top of it
 #: (the operator's ``--arrivals-on-top`` default).
 ARRIVALS_ON_TOP: Final = 10.0
-#: Seconds of virtual time between two forecasts of every waiting job's start (the operator's
-#: ``--forecast-interval`` default); reservations' starts are told every cycle.
+#: Least seconds of virtual time between two forecasts of every waiting job's start (the
+#: operator's ``--forecast-interval`` default); reservations' starts are told every cycle. A
+#: forecast rides on the first cycle the replay's events cause once it is due: a wake-up for it
+#: alone would be a cycle of its own (predictions refreshed, later arrivals decided on top of
+#: it), which could change admissions.
 FORECAST_INTERVAL: Final = 300.0
 
 
