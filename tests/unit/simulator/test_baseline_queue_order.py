@@ -5,11 +5,23 @@ from __future__ import annotations
 
 from gpusched.core.admission import Tenant
 from gpusched.simulator.engine import replay
-from gpusched.simulator.model import RunResult
+from gpusched.simulator.model import RunResult, TraceJob
 from gpusched.simulator.policies import build
 from tests.unit.simulator.simdata import cluster, trace_job, workload
 
 H100 = "hgx-h100-sxm-8gpu-8nic"
+
+#: R runs first; then L (older, priority 0) and H (newer, priority 1) wait for the node.
+R, L, H = (
+    trace_job("R", 0, 8, 10, "a"),
+    trace_job("L", 1, 8, 100, "a", priority=0),
+    trace_job("H", 2, 8, 100, "a", priority=1),
+)
+
+
+def _run(policy: str, tenants: tuple[Tenant, ...], *jobs: TraceJob) -> RunResult:
+    nodes = cluster((H100, "h100"))
+    return replay(workload(*jobs, tenants=tenants), nodes, build(policy, nodes.nodes, tenants, 0))
 
 
 def _attempts(result: RunResult) -> dict[str, list[tuple[float, float, bool]]]:
@@ -19,15 +31,7 @@ def _attempts(result: RunResult) -> dict[str, list[tuple[float, float, bool]]]:
 def test_kube_default_creates_pods_oldest_job_first_whatever_their_priority() -> None:
     # The ResourceQuota (8 GPUs) holds L and H uncreated while R runs. The Job controller knows
     # no PriorityClass: at 10 it creates the older L, and the newer high-priority H waits.
-    nodes = cluster((H100, "h100"))
-    tenants = (Tenant("a", guaranteed=8),)
-    jobs = workload(
-        trace_job("R", 0, 8, 10, "a"),
-        trace_job("L", 1, 8, 100, "a", priority=0),
-        trace_job("H", 2, 8, 100, "a", priority=1),
-        tenants=tenants,
-    )
-    result = replay(jobs, nodes, build("kube-default", nodes.nodes, tenants, 0))
+    result = _run("kube-default", (Tenant("a", guaranteed=8),), R, L, H)
     assert _attempts(result) == {
         "R": [(0, 10, False)],
         "L": [(10, 110, False)],
@@ -38,15 +42,7 @@ def test_kube_default_creates_pods_oldest_job_first_whatever_their_priority() ->
 def test_kube_default_binds_created_pods_by_priority_then_age() -> None:
     # With quota for all, L and H are both created at once and wait for the node in
     # kube-scheduler's queue, which takes the higher priority first.
-    nodes = cluster((H100, "h100"))
-    tenants = (Tenant("a", guaranteed=24),)
-    jobs = workload(
-        trace_job("R", 0, 8, 10, "a"),
-        trace_job("L", 1, 8, 100, "a", priority=0),
-        trace_job("H", 2, 8, 100, "a", priority=1),
-        tenants=tenants,
-    )
-    result = replay(jobs, nodes, build("kube-default", nodes.nodes, tenants, 0))
+    result = _run("kube-default", (Tenant("a", guaranteed=24),), R, L, H)
     assert _attempts(result) == {
         "R": [(0, 10, False)],
         "H": [(10, 110, False)],
@@ -58,16 +54,9 @@ def test_kueue_like_admits_by_priority_within_a_queue_before_an_older_workload()
     # BestEffortFIFO orders a ClusterQueue by priority, then creation: when R ends, the newer
     # high-priority H is admitted before the older L, and nothing is preempted. Admitting L first
     # would have it preempted by H at once (work thrown away for nothing).
-    nodes = cluster((H100, "h100"))
     tenants = (Tenant("a", guaranteed=8), Tenant("b", guaranteed=0))
-    jobs = workload(
-        trace_job("R", 0, 8, 10, "a", priority=1),
-        trace_job("L", 1, 8, 100, "a", priority=0),
-        trace_job("H", 2, 8, 100, "a", priority=1),
-        trace_job("X", 20, 1, 5, "b"),
-        tenants=tenants,
-    )
-    result = replay(jobs, nodes, build("kueue-like", nodes.nodes, tenants, 0))
+    urgent = trace_job("R", 0, 8, 10, "a", priority=1)
+    result = _run("kueue-like", tenants, urgent, L, H, trace_job("X", 20, 1, 5, "b"))
     assert _attempts(result) == {
         "R": [(0, 10, False)],
         "H": [(10, 110, False)],
@@ -81,28 +70,17 @@ def test_kueue_like_queues_take_turns_by_heads_within_nominal_quota_then_priorit
     # Borrowing: a's L fits within a's nominal quota, b's older high-priority X would borrow:
     # L first. Priority: both heads would borrow (nominal 4 each, jobs of 8): B, of higher
     # priority, before the older A.
-    nodes = cluster((H100, "h100"))
     tenants = (Tenant("a", guaranteed=8), Tenant("b", guaranteed=0))
-    jobs = workload(
-        trace_job("R", 0, 8, 10, "a"),
-        trace_job("X", 1, 8, 50, "b", priority=1),
-        trace_job("L", 2, 8, 100, "a"),
-        tenants=tenants,
-    )
-    result = replay(jobs, nodes, build("kueue-like", nodes.nodes, tenants, 0))
+    borrower = trace_job("X", 1, 8, 50, "b", priority=1)
+    result = _run("kueue-like", tenants, R, borrower, trace_job("L", 2, 8, 100, "a"))
     assert _attempts(result) == {
         "R": [(0, 10, False)],
         "L": [(10, 110, False)],
         "X": [(110, 160, False)],
     }
     tenants = (Tenant("a", guaranteed=4), Tenant("b", guaranteed=4))
-    jobs = workload(
-        trace_job("R", 0, 8, 10, "a"),
-        trace_job("A", 1, 8, 100, "a", priority=0),
-        trace_job("B", 2, 8, 100, "b", priority=1),
-        tenants=tenants,
-    )
-    result = replay(jobs, nodes, build("kueue-like", nodes.nodes, tenants, 0))
+    older = trace_job("A", 1, 8, 100, "a", priority=0)
+    result = _run("kueue-like", tenants, R, older, trace_job("B", 2, 8, 100, "b", priority=1))
     assert _attempts(result) == {
         "R": [(0, 10, False)],
         "B": [(10, 110, False)],
