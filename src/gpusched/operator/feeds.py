@@ -37,6 +37,8 @@ Raw = Mapping[str, Any]
 RECONCILE_AFTER = 2.0
 #: Seconds between attempts of an anchor LIST that failed.
 ANCHOR_RETRY = 2.0
+#: The longest wait before a reconcile LIST that failed is tried again.
+MAX_RECONCILE_BACKOFF = 60.0
 
 
 def _version(meta: Mapping[str, Any]) -> int:
@@ -72,6 +74,8 @@ class KindFeed:
     api: AsyncApi | None = field(default=None, repr=False)
     _pending: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
     _running: asyncio.Task[int] | None = field(default=None, init=False, repr=False)
+    _failures: int = field(default=0, init=False, repr=False)
+    """Reconcile LISTs failed in a row (each waits twice as long as the one before)."""
 
     # --- kopf's events -------------------------------------------------------------------
 
@@ -127,11 +131,12 @@ class KindFeed:
         anchor, and a kind kopf lists empty sends no event that would start a reconcile."""
         self._schedule_reconcile()
 
-    def _schedule_reconcile(self) -> None:
+    def _schedule_reconcile(self, delay: float | None = None) -> None:
         if self._pending is not None:
             self._pending.cancel()
         loop = asyncio.get_running_loop()
-        self._pending = loop.call_later(self.reconcile_after, self._launch)
+        later = self.reconcile_after if delay is None else delay
+        self._pending = loop.call_later(later, self._launch)
 
     def _launch(self) -> None:
         self._pending = None
@@ -153,10 +158,15 @@ class KindFeed:
         except Exception as err:
             if not (self.optional and not_installed(err)):
                 self._failed(err)
-                log.warning("listing %s to reconcile failed (%s); retrying", self.name, err)
-                self._schedule_reconcile()
+                self._failures += 1
+                delay = min(self.reconcile_after * 2**self._failures, MAX_RECONCILE_BACKOFF)
+                log.warning(
+                    "listing %s to reconcile failed (%s); retrying in %.0f s", self.name, err, delay
+                )
+                self._schedule_reconcile(delay)
                 return 0
             items, list_version = [], ""
+        self._failures = 0
         gone = vanished(self.seen, {_key(item["metadata"]) for item in items}, list_version)
         for key in gone:
             _, identity = self.seen.pop(key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from gpusched.kubeasync import AsyncApi
+from gpusched.kubeasync import ApiError, AsyncApi
 from gpusched.operator.feeds import KindFeed, vanished
 from gpusched.operator.store import Store
 from tests.cases.manifests import tenantquota
@@ -92,3 +92,26 @@ def test_an_object_deleted_or_recreated_while_the_reconcile_list_is_in_flight_st
     assert store.quotas["recreated"].metadata.uid == "new"
     assert store.quotas["recreated"].spec.namespaces == ["again"]
     assert feed.seen["kept"][0] == 15  # a newer copy of what the store holds is taken
+
+
+class _Refusing:
+    """An API server that refuses every LIST (429 under API Priority and Fairness)."""
+
+    async def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        raise ApiError(429, "TooManyRequests", "slow down")
+
+
+def test_a_reconcile_list_that_keeps_failing_is_retried_ever_later() -> None:
+    async def delays() -> list[float]:
+        feed = _feed(Store())
+        feed.reconcile_after = 1.0
+        loop = asyncio.get_running_loop()
+        waits = []
+        for _ in range(8):
+            await feed.reconcile(cast(AsyncApi, _Refusing()))
+            assert feed._pending is not None
+            waits.append(round(feed._pending.when() - loop.time()))
+        feed.stop()
+        return waits
+
+    assert asyncio.run(delays()) == [2, 4, 8, 16, 32, 60, 60, 60]
