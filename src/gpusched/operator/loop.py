@@ -41,7 +41,13 @@ from gpusched.core.lifecycle import (
     tenant_map,
 )
 from gpusched.core.lifecycle import status as st
-from gpusched.core.lifecycle.tenants import QuotaEvent, QuotaUpdate, meterable, tree_problems
+from gpusched.core.lifecycle.tenants import (
+    QuotaEvent,
+    QuotaUpdate,
+    meterable,
+    stopped_runs,
+    tree_problems,
+)
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
@@ -143,6 +149,9 @@ class AdmissionLoop:
         """The TenantQuota objects whose status was worked out then (a new one is due at once)."""
         self._quota_written: dict[str, float] = {}
         self._quota_busy: set[str] = set()
+        self._carried: dict[str, list[MeteredJob]] = {}
+        """Per TenantQuota, runs that stopped while its status could not be written, for its
+        next metering."""
         self._user_series: dict[str, set[str]] = {}
         self._tenants: set[str] = set()
         """The TenantQuotas of the last cycle counted (a deleted one's series go)."""
@@ -450,20 +459,27 @@ class AdmissionLoop:
         problems = tree_problems(decision.world.quotas)
         for quota in decision.world.quotas:
             name = quota.metadata.name or ""
-            if (wanted is not None and name not in wanted) or name in self._quota_busy:
+            if wanted is not None and name not in wanted:
+                continue
+            mine = members.get(name, set()) | {name}
+            # In the order of the store, as if read from one list (sums stay the same).
+            jobs = sorted((j for t in mine for j in metered.get(t, ())), key=lambda j: j[0])
+            stopped = stopped_runs([job for _, job in jobs], now)
+            if name in self._quota_busy:
+                # Its last status is still being written: the runs that stopped now are
+                # counted at its next metering (next cycle their status no longer says so).
+                self._carried.setdefault(name, []).extend(stopped)
                 continue
             self._quotas_seen[name] = quota
             found = usage.get(name)
             if found is None:
                 continue
-            mine = members.get(name, set()) | {name}
-            # In the order of the store, as if read from one list (sums stay the same).
-            jobs = sorted((j for t in mine for j in metered.get(t, ())), key=lambda j: j[0])
+            carried = self._carried.pop(name, [])
             update = quota_status(
                 quota,
                 found,
                 decision.tenants.conflicts.get(name, []),
-                [job for _, job in jobs],
+                [*(job for _, job in jobs), *carried],
                 now,
                 pricing=self.config.pricing,
                 half_life=self.config.usage_half_life,
@@ -486,7 +502,12 @@ class AdmissionLoop:
             self._quota_busy.add(name)
             task = asyncio.create_task(
                 self._write_quota(
-                    name, quota.metadata.uid or "", update.status, patch, update.events
+                    name,
+                    quota.metadata.uid or "",
+                    update.status,
+                    patch,
+                    update.events,
+                    unwritten=[*carried, *stopped],
                 )
             )
             self._tasks.add(task)
@@ -532,9 +553,15 @@ class AdmissionLoop:
         status: TenantQuotaStatus,
         patch: dict[str, Any],
         events: Sequence[QuotaEvent] = (),
+        *,
+        unwritten: Sequence[MeteredJob] = (),
     ) -> None:
+        """Write a TenantQuota's status; when it is not written, the runs that stopped since
+        its last metering (``unwritten``) are kept for its next one."""
+        written = False
         try:
             answer = await self.api.patch_quota_status(name, uid, patch)
+            written = not isinstance(answer, Refused)
             if not isinstance(answer, Refused):
                 self.store.upsert_quota(answer)
                 self._quota_written[name] = time.monotonic()
@@ -558,6 +585,8 @@ class AdmissionLoop:
             log.warning("status of TenantQuota %s not written: %s", name, err)
         finally:
             self._quota_busy.discard(name)
+            if not written and unwritten:
+                self._carried.setdefault(name, [])[:0] = unwritten
 
     def _first_time(self, event: tuple[str, str, int, str]) -> bool:
         """Whether this replica counts ``event`` (an admission or a release of one admission

@@ -21,6 +21,7 @@ from gpusched.core.lifecycle.tenants import (
     core_tenant,
     meterable,
     quota_status,
+    stopped_runs,
     tree_problems,
 )
 
@@ -297,6 +298,26 @@ def test_a_gang_seen_only_once_it_ran_is_charged_its_whole_run_to_its_tenant() -
     kept = MeteredJob("team", 8, done, done, "alice", {})
     later = quota_status(again, usage(), [], [kept], now + timedelta(minutes=5), pricing=PRICES)
     assert later.status.gpu_seconds == 8 * 565
+
+
+def test_a_run_that_stopped_while_its_tenant_was_busy_is_charged_at_its_next_metering() -> None:
+    """Preempted at 12:00 while its tenant's status was being written (metered at 11:50):
+    kept as a run that ended then, the next metering at 12:01, whose statuses no longer say
+    it ran, charges its 10 minutes (8 GPUs x 600 s), not a minute more."""
+    stop = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    running_then = GpuJobStatus(phase=JobPhase.RUNNING, started_at=stop - timedelta(hours=1))
+    preempted = GpuJobStatus(phase=JobPhase.PREEMPTED)
+    [kept] = stopped_runs(
+        [
+            MeteredJob("team", 8, running_then, preempted, "alice", {}),
+            MeteredJob("team", 2, running_then, running_then, "bob", {}),
+        ],
+        stop,
+    )
+    last = stop - timedelta(minutes=10)
+    q = quota({"lastMeteredAt": last.isoformat(), "periodStart": "2026-11-01T00:00:00Z"})
+    later = quota_status(q, usage(), [], [kept], stop + timedelta(minutes=1), pricing=PRICES)
+    assert later.status.gpu_seconds == 8 * 600
 
 
 BASE = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)

@@ -6,6 +6,7 @@ to now are counted only from the status it had when the cycle began."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -13,9 +14,11 @@ from typing import Any, cast
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
-from gpusched.api.tenantquota import TenantQuota
+from gpusched.api.tenantquota import TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import Tenant
 from gpusched.core.lifecycle import JobContext, JobFacts
+from gpusched.core.lifecycle.tenants import MeteredJob
+from gpusched.operator.api import Refused
 from gpusched.operator.decide import Decision
 from gpusched.operator.loop import QUOTA_MIN_INTERVAL, AdmissionLoop
 from gpusched.operator.store import Store
@@ -122,3 +125,21 @@ def test_a_changed_tenant_quota_is_worked_out_at_once() -> None:
     loop = _worked_out_just_now()
     loop._quotas_seen["other"] = _quota("other")  # the store holds a newer object
     assert loop._quotas_due(_decision()) == {"other"}
+
+
+class _Refusing:
+    """The API server refusing a TenantQuota status patch (a conflict)."""
+
+    async def patch_quota_status(self, name: str, uid: str, patch: Any) -> Refused:
+        return Refused(409, "the object has been modified")
+
+
+def test_runs_stopped_since_a_metering_that_was_not_written_are_kept_for_the_next() -> None:
+    loop = AdmissionLoop(cast(Any, _Refusing()), Store())
+    stopped = MeteredJob("team", 8, GpuJobStatus(), GpuJobStatus(), "alice", {})
+    loop._quota_busy.add("team")
+    asyncio.run(
+        loop._write_quota("team", "u", TenantQuotaStatus(), {"gpuSeconds": 1}, unwritten=[stopped])
+    )
+    assert loop._carried == {"team": [stopped]}
+    assert "team" not in loop._quota_busy

@@ -4,7 +4,7 @@ the operator writes on them."""
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpusched.api.gpujob import GpuJobSpec, GpuJobStatus, JobPhase
@@ -202,6 +202,18 @@ def runs_between(
         if end > begin:
             models = dict(job.models) if sum(job.models.values()) == job.gpus else {"": job.gpus}
             out.append(Run(job.submitter, models, begin, end))
+    return out
+
+
+def stopped_runs(jobs: Iterable[MeteredJob], now: datetime) -> list[MeteredJob]:
+    """The jobs that stopped running in this cycle, as runs that ended ``now`` (or when their
+    pods did): what only this cycle can still count, kept when the tenant's status cannot be
+    written now (its next metering sees them no longer running)."""
+    out = []
+    for job in jobs:
+        if job.before.phase is JobPhase.RUNNING and job.after.phase is not JobPhase.RUNNING:
+            ended = job.after.finished_at or now
+            out.append(replace(job, after=job.after.model_copy(update={"finished_at": ended})))
     return out
 
 
