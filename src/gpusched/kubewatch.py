@@ -58,6 +58,8 @@ class Reflector:
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 30.0
     on_error: Callable[[str, BaseException], None] | None = None
+    on_list: Callable[[], None] | None = None
+    """Called as each LIST is sent (what it returns is at least as new as that moment)."""
     on_event: Callable[[], None] | None = None
     """Called after the consumer took a list or an event (e.g. to wake a loop)."""
     synced: asyncio.Event = field(default_factory=asyncio.Event)
@@ -128,6 +130,8 @@ class Reflector:
         return asyncio.create_task(self.run(), name=f"watch-{self.name}")
 
     async def _list(self) -> str:
+        if self.on_list is not None:
+            self.on_list()
         items, version = await self.api.list(
             self.path, self.params, metadata_only=self.metadata_only
         )

@@ -113,6 +113,8 @@ class ClusterCache:
     pods: dict[str, PodRecord] = field(default_factory=dict)
     by_node: dict[str, dict[str, PodRecord]] = field(default_factory=dict)
     """The same records indexed by node, so a view costs the node's pods, not the cluster's."""
+    _pods_listed_at: float | None = field(default=None, repr=False)
+    """When the last LIST of the bound pods was sent (None: not known)."""
     assumptions: dict[str, Assumption] = field(default_factory=dict)
     synced: set[str] = field(default_factory=set)
     topology_errors: dict[str, str] = field(default_factory=dict)
@@ -267,15 +269,33 @@ class ClusterCache:
         meta = obj["metadata"]
         self._drop_pod(pod_key(meta["namespace"], meta["name"]), meta.get("uid", ""))
 
+    def listing_pods(self) -> None:
+        """A LIST of the bound pods is being sent: what it returns shows every pod bound by
+        now that still exists."""
+        self._pods_listed_at = self.clock()
+
     def replace_pods(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """Initial list or re-list: exactly these pods exist."""
+        """Initial list or re-list: exactly these pods exist. A bind that returned before the
+        list was sent and whose pod it lacks was of a pod deleted since (while the watch was
+        down, say): its GPUs are free again, not held until the reservation's TTL."""
         self._views.clear()
         before = self.pods
         self.pods = {}
         self.by_node.clear()
+        listed: set[str] = set()
         for obj in objects:
             meta = obj["metadata"]
+            listed.add(str(meta.get("uid") or ""))
             self.apply_pod(obj, before.get(pod_key(meta["namespace"], meta["name"])))
+        since = self._pods_listed_at
+        if since is not None:
+            gone = [
+                uid
+                for uid, a in self.assumptions.items()
+                if a.bound_at is not None and a.bound_at < since and uid not in listed
+            ]
+            for uid in gone:
+                self._pop_assumption(uid)
         self.synced.add("pods")
 
     def _unindex(self, key: str) -> PodRecord | None:

@@ -122,6 +122,7 @@ class Extender:
             "/api/v1/pods",
             _Consumer(cache.replace_pods, cache.apply_pod, cache.delete_pod),
             params={"fieldSelector": "spec.nodeName!="},
+            on_list=cache.listing_pods,
         )
         pending = Reflector(
             "pending-pods",

@@ -125,6 +125,28 @@ def test_bound_but_unconfirmed_assumption_expires_after_its_ttl(cache: ClusterCa
     assert cache.view("n1").busy == frozenset()
 
 
+def test_a_relist_frees_the_gpus_of_binds_whose_pods_it_no_longer_shows(
+    cache: ClusterCache,
+) -> None:
+    """Bound before the list was sent and absent from it: deleted while the watch was down.
+    Listed: the pod itself holds its GPUs. Bound after it was sent, or still binding: kept (the
+    list may predate them)."""
+    clock = cache.clock
+    for uid, gpus in (("gone", (0,)), ("kept", (1,)), ("later", (2,)), ("binding", (3,))):
+        cache.assume(
+            Assumption(uid=uid, key=f"ns/{uid}", node="n1", gpus=gpus, topology_class="nvlink")
+        )
+    cache.mark_bound("gone")
+    cache.mark_bound("kept")
+    clock.now += 1
+    cache.listing_pods()
+    clock.now += 1
+    cache.mark_bound("later")
+    cache.replace_pods([pod("kept", "n1", 1, "1", uid="kept")])
+    assert set(cache.assumptions) == {"later", "binding"}
+    assert cache.view("n1").busy == {1, 2, 3}
+
+
 def test_deleting_a_pod_frees_its_gpus_and_any_assumption(cache: ClusterCache) -> None:
     cache.apply_pod(pod("a", "n1", 2, "0,1"))
     cache.assume(

@@ -44,7 +44,11 @@ Watch = Callable[[web.Request, int], Any]
 
 
 def _run(
-    watch: Watch, seconds: float, consumer: _Items | None = None, backoff: float = 0.5
+    watch: Watch,
+    seconds: float,
+    consumer: _Items | None = None,
+    backoff: float = 0.5,
+    on_list: Callable[[], None] | None = None,
 ) -> tuple[Reflector, list[str], _Items]:
     """Run a reflector for ``seconds`` against a server whose LIST answers one pod at version
     100 and whose n-th WATCH request is answered by ``watch(request, n)``; the reflector (still
@@ -68,7 +72,9 @@ def _run(
             configuration = client.Configuration()
             configuration.host = str(server.make_url("")).rstrip("/")
             api = AsyncApi(configuration)
-            reflector = Reflector("pods", api, PATH, consumer, backoff_seconds=backoff)
+            reflector = Reflector(
+                "pods", api, PATH, consumer, backoff_seconds=backoff, on_list=on_list
+            )
             task = reflector.start()
             await asyncio.sleep(seconds)
             assert not task.done()
@@ -151,9 +157,11 @@ def test_only_an_expired_version_lists_again() -> None:
             return await _stream(request, [gone])
         return await _hold(request)
 
-    reflector, versions, _ = _run(watch, 1.0)
+    sent: list[int] = []
+    reflector, versions, _ = _run(watch, 1.0, on_list=lambda: sent.append(len(sent)))
     assert versions == ["100", "100"]
     assert reflector.lists == 2
+    assert len(sent) == 2  # the owner hears of each LIST as it is sent
 
 
 class _Fragile(_Items):
