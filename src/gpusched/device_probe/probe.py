@@ -198,10 +198,17 @@ class Probe:
         self._watched = watched
         if not watched:
             return
-        watcher = EventWatcher(
-            self.backend.nvml, self.on_event, timeout_ms=self.config.event_timeout_ms
-        )
-        watcher.start([(g.index, g.handle) for g in reading.gpus if g.readable])
+        nvml = self.backend.nvml
+        watcher = EventWatcher(nvml, self.on_event, timeout_ms=self.config.event_timeout_ms)
+        try:
+            watcher.start([(g.index, g.handle) for g in reading.gpus if g.readable])
+        except nvml.NVMLError as err:
+            # No event set now (the driver short of resources, say): health is still polled,
+            # and the watcher is started again at the next cycle, not at the next resync.
+            log.warning("XID events not watched (%s); trying again next cycle", err)
+            watcher.stop()
+            self._watched = ()
+            return
         self._watcher = watcher
 
     def _stop_watcher(self) -> None:
@@ -326,7 +333,7 @@ class Probe:
                 self.reading = backend.read_inventory(self.config.node_name, self.reading)
                 self._need_inventory = False
                 self._report_issues(self.reading.issues)
-                self._update_watcher(self.reading)
+            self._update_watcher(self.reading)
             samples, issues = backend.read_health(self.reading.gpus)
             self._report_issues(issues)
         except NvmlUnavailableError as err:

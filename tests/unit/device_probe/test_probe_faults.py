@@ -254,6 +254,33 @@ def test_a_failed_event_wait_rereads_the_node_and_keeps_listening(make_node: Mak
         probe.close()
 
 
+class _EventSetFailsOnce(FakeNvml):
+    failed = False
+
+    def nvmlEventSetCreate(self) -> Any:  # noqa: N802 - pynvml's name
+        if not self.failed:
+            self.failed = True
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        return super().nvmlEventSetCreate()
+
+
+def test_xid_events_are_watched_from_the_next_cycle_when_the_event_set_could_not_be_made(
+    make_node: MakeNode,
+) -> None:
+    fake = make_node(H100)
+    nvml = _EventSetFailsOnce(fake.topology, fake.nvml.plan)
+    probe = _probe_over(nvml, fake, watch=True)
+    try:
+        assert probe.cycle().outcome == "ok"  # health polled; no events yet
+        assert nvml.failed
+        probe.cycle()
+        nvml.inject(Fault(gpu=2, xid=79))
+        _wait_for(lambda: probe.pending_events > 0, "the XID")
+        assert _state(probe.cycle(), 2) == (UNHEALTHY, "Xid79")
+    finally:
+        probe.close()
+
+
 class _CountFailsOnce(FakeNvml):
     """A driver whose device count fails once when told to (NVML unusable for one cycle)."""
 
