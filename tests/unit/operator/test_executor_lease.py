@@ -40,12 +40,14 @@ def test_writes_waiting_for_a_slot_when_the_lease_lapses_are_not_sent() -> None:
             victims = tuple(DeletePod("team", f"victim-{i}", f"uid-{i}") for i in range(20))
             step = Step(Stage.EVICT, victims)
             executor.submit([Group(frozenset({"team/big"}), (step,), Urgency.DECIDE)])
-            await asyncio.sleep(0.15)  # the first four went out, the next four wait for them
+            for _ in range(500):  # until the first four went out (the next wait for them)
+                if len(sent) >= 4:
+                    break
+                await asyncio.sleep(0.01)
             leading[0] = False
             await executor.drain()
             await api.close()
 
     asyncio.run(scenario())
-    assert 4 <= len(sent) <= 8
+    assert 4 <= len(sent) <= 8  # those in flight when it lapsed, never the 12 waiting
     assert all(sent[:4])
-    assert sent.count(False) <= 4  # at most those already in flight when it lapsed

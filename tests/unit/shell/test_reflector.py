@@ -124,7 +124,7 @@ def test_a_server_asking_to_wait_is_waited_for_and_nothing_is_listed_again() -> 
 
     early, versions, _ = _run(watch, 1.5)
     assert len(versions) == 1  # still waiting the 2 s asked (the backoff alone is 0.5 s)
-    later, versions, _ = _run(watch, 2.5)
+    later, versions, _ = _run(watch, 3.5)
     assert len(versions) == 2
     assert early.lists == later.lists == 1
 
@@ -158,7 +158,7 @@ def test_only_an_expired_version_lists_again() -> None:
         return await _hold(request)
 
     sent: list[int] = []
-    reflector, versions, _ = _run(watch, 1.0, on_list=lambda: sent.append(len(sent)))
+    reflector, versions, _ = _run(watch, 2.0, on_list=lambda: sent.append(len(sent)))
     assert versions == ["100", "100"]
     assert reflector.lists == 2
     assert len(sent) == 2  # the owner hears of each LIST as it is sent
