@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import Gauge
 
 from gpusched.api import keys
-from gpusched.api.gpujob import GpuJobStatus, JobPhase
+from gpusched.api.gpujob import GpuJobStatus
 from gpusched.api.tenantquota import TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import AdmitReason, PreemptReason, TenantUsage
 from gpusched.core.admission.tree import TenantTree
@@ -45,6 +45,8 @@ from gpusched.core.lifecycle.tenants import (
     QuotaEvent,
     QuotaUpdate,
     meterable,
+    started_unmetered,
+    stopped_running,
     stopped_runs,
     tree_problems,
 )
@@ -121,8 +123,9 @@ class AdmissionLoop:
         """Per job, the object last found to need no dry run (needing one is a property of
         the object alone)."""
         self._counted_tenants: set[str] = set()
-        self._counted_events: OrderedDict[tuple[str, str, int, str], None] = OrderedDict()
         """Tenants whose counters exist (made once, at 0)."""
+        self._counted_events: OrderedDict[tuple[str, str, int, str], None] = OrderedDict()
+        """Admissions and releases counted (:meth:`_first_time`)."""
         self.checker = TemplateChecker(api)
         self.executor = Executor(
             api,
@@ -153,9 +156,9 @@ class AdmissionLoop:
         """Per TenantQuota, runs that stopped while its status could not be written, for its
         next metering."""
         self._user_series: dict[str, set[str]] = {}
+        """Tenant -> users with per-user series published (to drop those that leave)."""
         self._tenants: set[str] = set()
         """The TenantQuotas of the last cycle counted (a deleted one's series go)."""
-        """Tenant -> users with per-user series published (to drop those that leave)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self.last: Decision | None = None
         """The last cycle's decision while this replica leads (``explain`` answers from it)."""
@@ -398,17 +401,11 @@ class AdmissionLoop:
             if tenant is None:
                 continue
             after = decision.final_status(job.key)
-            if job.status.phase is JobPhase.RUNNING and after.phase is not JobPhase.RUNNING:
+            if stopped_running(job.status, after) or any(
+                started_unmetered(job.status, after, metered_at.get(level))
+                for level in tree.levels(tenant)
+            ):
                 due.add(tenant)
-            elif job.status.started_at is None and after.started_at is not None:
-                # A start this cycle dates from the pods' own start: a tenant metered since
-                # then counted none of it, and only this cycle's status says it.
-                started = after.started_at
-                if any(
-                    (last := metered_at.get(level)) is not None and last > started
-                    for level in tree.levels(tenant)
-                ):
-                    due.add(tenant)
         if due:
             due |= {level for name in list(due) for level in tree.levels(name)}
         when = decision.world.now + timedelta(
@@ -561,8 +558,8 @@ class AdmissionLoop:
         written = False
         try:
             answer = await self.api.patch_quota_status(name, uid, patch)
-            written = not isinstance(answer, Refused)
             if not isinstance(answer, Refused):
+                written = True
                 self.store.upsert_quota(answer)
                 self._quota_written[name] = time.monotonic()
                 self.metrics.gpu_seconds.labels(name).set(status.gpu_seconds)

@@ -223,19 +223,10 @@ def test_a_probe_without_a_cluster_makes_no_writes(make_node: MakeNode) -> None:
     assert probe.cycle().writes == 0
 
 
-class _WaitFailsOnce(FakeNvml):
-    failed = False
-
-    def nvmlEventSetWait(self, event_set: Any, timeoutms: int) -> Any:  # noqa: N802 - pynvml's name
-        if not self.failed:
-            self.failed = True
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
-        return super().nvmlEventSetWait(event_set, timeoutms)
-
-
 def test_a_failed_event_wait_rereads_the_node_and_keeps_listening(make_node: MakeNode) -> None:
     fake = make_node(H100)
-    nvml = _WaitFailsOnce(fake.topology, fake.nvml.plan)
+    nvml = FakeNvml(fake.topology, fake.nvml.plan)
+    nvml.fail_next("nvmlEventSetWait")
     probe = Probe(
         NvmlBackend(nvml, Sysfs(fake.sysfs_root)),
         ProbeConfig(node_name="node-a", event_timeout_ms=100),
@@ -254,25 +245,16 @@ def test_a_failed_event_wait_rereads_the_node_and_keeps_listening(make_node: Mak
         probe.close()
 
 
-class _EventSetFailsOnce(FakeNvml):
-    failed = False
-
-    def nvmlEventSetCreate(self) -> Any:  # noqa: N802 - pynvml's name
-        if not self.failed:
-            self.failed = True
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
-        return super().nvmlEventSetCreate()
-
-
 def test_xid_events_are_watched_from_the_next_cycle_when_the_event_set_could_not_be_made(
     make_node: MakeNode,
 ) -> None:
     fake = make_node(H100)
-    nvml = _EventSetFailsOnce(fake.topology, fake.nvml.plan)
+    nvml = FakeNvml(fake.topology, fake.nvml.plan)
+    nvml.fail_next("nvmlEventSetCreate", code=pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
     probe = _probe_over(nvml, fake, watch=True)
     try:
         assert probe.cycle().outcome == "ok"  # health polled; no events yet
-        assert nvml.failed
+        assert nvml.calls["nvmlEventSetCreate"] == 1
         probe.cycle()
         nvml.inject(Fault(gpu=2, xid=79))
         _wait_for(lambda: probe.pending_events > 0, "the XID")
@@ -281,23 +263,11 @@ def test_xid_events_are_watched_from_the_next_cycle_when_the_event_set_could_not
         probe.close()
 
 
-class _CountFailsOnce(FakeNvml):
-    """A driver whose device count fails once when told to (NVML unusable for one cycle)."""
-
-    fail = False
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802 - pynvml's name
-        if self.fail:
-            self.fail = False
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
-        return super().nvmlDeviceGetCount()
-
-
 def test_a_fatal_xid_seen_while_nvml_is_down_is_applied_once_it_answers(
     make_node: MakeNode,
 ) -> None:
     fake = make_node(H100)
-    nvml = _CountFailsOnce(fake.topology, fake.nvml.plan)
+    nvml = FakeNvml(fake.topology, fake.nvml.plan)
     probe = Probe(
         NvmlBackend(nvml, Sysfs(fake.sysfs_root)),
         ProbeConfig(node_name="node-a", event_timeout_ms=100),
@@ -307,7 +277,7 @@ def test_a_fatal_xid_seen_while_nvml_is_down_is_applied_once_it_answers(
         probe.cycle()
         nvml.inject(Fault(gpu=4, xid=94))
         _wait_for(lambda: probe.pending_events > 0, "the XID")
-        nvml.fail = True
+        nvml.fail_next("nvmlDeviceGetCount")
         down = probe.cycle()
         assert down.outcome == "nvml-unavailable"
         assert _state(down, 4) == (UNHEALTHY, "NvmlUnavailable")

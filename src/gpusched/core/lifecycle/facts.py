@@ -518,17 +518,19 @@ def _on_planned_gpus(
     """(job key, pod): live pods of GpuJobs that are gone (deleted while their pods still
     terminate, a victim among them) on the planned GPUs of an admitted job. No admission
     counted those pods when it planned, so the job's pods wait for them as for victims."""
-    uids = {job.uid for job in jobs}
-    orphans = [
-        p for p in pods if p.live and p.controller_uid and p.controller_uid not in uids and p.host
-    ]
-    if not orphans:
-        return []
     by_node: dict[str, list[JobFacts]] = {}
     for job in jobs:
         if job.status.phase is JobPhase.ADMITTED:
             for node in {p.node for p in job.status.placement}:
                 by_node.setdefault(node, []).append(job)
+    if not by_node:  # nothing admitted waits for its pods: no pod need be looked at
+        return []
+    uids = {job.uid for job in jobs}
+    orphans = [
+        p
+        for p in pods
+        if p.live and p.controller_uid and p.controller_uid not in uids and p.host in by_node
+    ]
     found = []
     for pod in orphans:
         for job in by_node.get(pod.host or "", []):

@@ -205,13 +205,33 @@ def runs_between(
     return out
 
 
+def stopped_running(before: GpuJobStatus, after: GpuJobStatus) -> bool:
+    """Whether a job stopped running in this cycle (``before``: its status when the cycle
+    began, ``after``: as the cycle leaves it): only this cycle's metering still sees it run."""
+    return before.phase is JobPhase.RUNNING and after.phase is not JobPhase.RUNNING
+
+
+def started_unmetered(
+    before: GpuJobStatus, after: GpuJobStatus, last_metered: datetime | None
+) -> bool:
+    """Whether a job started in this cycle at a time (its pods' own start) before its tenant's
+    last metering, which counted none of it: later meterings count only from then."""
+    started = after.started_at
+    return (
+        before.started_at is None
+        and started is not None
+        and last_metered is not None
+        and started < last_metered
+    )
+
+
 def stopped_runs(jobs: Iterable[MeteredJob], now: datetime) -> list[MeteredJob]:
     """The jobs that stopped running in this cycle, as runs that ended ``now`` (or when their
     pods did): what only this cycle can still count, kept when the tenant's status cannot be
     written now (its next metering sees them no longer running)."""
     out = []
     for job in jobs:
-        if job.before.phase is JobPhase.RUNNING and job.after.phase is not JobPhase.RUNNING:
+        if stopped_running(job.before, job.after):
             ended = job.after.finished_at or now
             out.append(replace(job, after=job.after.model_copy(update={"finished_at": ended})))
     return out
@@ -400,13 +420,7 @@ def quota_status(
     stopped = any(
         job.tenant in mine
         and (
-            (job.before.phase is JobPhase.RUNNING and job.after.phase is not JobPhase.RUNNING)
-            or (
-                job.before.started_at is None
-                and job.after.started_at is not None
-                and last is not None
-                and job.after.started_at < last
-            )
+            stopped_running(job.before, job.after) or started_unmetered(job.before, job.after, last)
         )
         for job in jobs
     )

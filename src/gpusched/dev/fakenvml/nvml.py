@@ -141,6 +141,8 @@ class FakeNvml:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._event_sets: list[FakeEventSet] = []
+        self._failing: dict[str, tuple[int, int]] = {}
+        """NVML function -> (calls still to fail, error code): :meth:`fail_next`."""
         self._poll_interval = poll_interval
         self._last_poll = 0.0
 
@@ -212,11 +214,20 @@ class FakeNvml:
 
     # --- helpers -----------------------------------------------------------------------------
 
+    def fail_next(self, name: str, times: int = 1, code: int = pynvml.NVML_ERROR_UNKNOWN) -> None:
+        """Make the next ``times`` calls of the NVML function ``name`` fail with ``code`` (a
+        driver's one-off error: out of resources, a timeout, an unknown error)."""
+        self._failing[name] = (self._failing.get(name, (0, code))[0] + times, code)
+
     def _enter(self, name: str) -> None:
         self.calls[name] += 1
         self._poll_faults()
         if self._refcount == 0:
             raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        left, code = self._failing.get(name, (0, 0))
+        if left > 0:
+            self._failing[name] = (left - 1, code)
+            raise _error(code)
 
     def _gpu(self, name: str, handle: Any) -> Gpu:
         self._enter(name)
