@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.admission import AcrossReplicas, CycleConfig, Snapshot, Tenant
-from gpusched.core.admission.explain import describe, explain
+from gpusched.core.admission.cycle import Cycle
+from gpusched.core.admission.explain import describe, explain, sooner
 from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
 from tests.unit.core.test_forecast_play import Case
@@ -160,3 +163,27 @@ def test_the_answer_from_a_cycle_already_run_is_that_of_deciding_again(case: Cas
         for answer in (kept, fresh):
             answer.pop("counterfactual")
         assert kept == fresh, key
+
+
+def test_a_job_not_forecast_yet_is_offered_no_change_that_starts_it_no_sooner() -> None:
+    # The board frees in 3 h; a looser scope starts the 4-GPU job then too. Between forecasts
+    # the operator's answer carries no expected start: the job's own start is worked out, and
+    # the scope is not offered as a change that starts it sooner.
+    tenants = [Tenant("a", guaranteed=8)]
+    jobs = [
+        job("a/r", "a", 8, running_on=[("n0", tuple(range(8)))], expected_end=NOW + 3 * 3600),
+        job("a/w", "a", 4, scope=TopologyScope.NVLINK, mode=TopologyMode.REQUIRED, submitted=1),
+    ]
+    snapshot = Snapshot(NOW, tuple(tenants), tuple(jobs), (node("n0"),))
+    cycle = Cycle(snapshot)
+    told = describe(cycle, cycle.run(), "a/w")
+    assert (told.expected_start, told.forecast_at) == (None, None)
+    assert sooner(snapshot, cycle.jobs["a/w"], told) is None
+    # Nor is a job that no forecast can start (GPUs held with no known end) denied the one
+    # that starts it: two GPUs are free on another node.
+    held = (replace(jobs[0], expected_end=None), jobs[1])
+    nodes = (node("n0"), node("n1", busy=range(6)))
+    snapshot = replace(snapshot, jobs=held, nodes=nodes)
+    cycle = Cycle(snapshot)
+    told = describe(cycle, cycle.run(), "a/w")
+    assert sooner(snapshot, cycle.jobs["a/w"], told) == "2 GPUs per replica instead of 4: now"

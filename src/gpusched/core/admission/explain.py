@@ -406,7 +406,15 @@ def sooner(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None
     cycle."""
     if explanation.decision != "waiting" or explanation.reason not in _GPU_BOUND:
         return None
-    return counterfactual(snapshot, job, explanation.expected_start)
+    baseline = explanation.expected_start
+    if baseline is None and explanation.forecast_at is None:
+        # No forecast covered the job (the operator's answer between forecasts): its own start
+        # is not known to be never, and a change is sooner only against that start.
+        cycle = Cycle(snapshot)
+        if cycle.run().admission_of(job.key) is not None:
+            return None
+        baseline = cycle.forecast(until=job.key).get(job.key)
+    return counterfactual(snapshot, job, baseline)
 
 
 def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str | None:
