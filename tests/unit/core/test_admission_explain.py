@@ -187,3 +187,20 @@ def test_a_job_not_forecast_yet_is_offered_no_change_that_starts_it_no_sooner() 
     cycle = Cycle(snapshot)
     told = describe(cycle, cycle.run(), "a/w")
     assert sooner(snapshot, cycle.jobs["a/w"], told) == "2 GPUs per replica instead of 4: now"
+
+
+def test_an_expected_start_that_passed_since_the_last_forecast_is_told_as_now() -> None:
+    # The forecast of a minute ago expected the job 30 s ago; its GPUs are still held. The
+    # status shows the start as now (never in the past), and so does the explanation.
+    tenants = [Tenant("a", guaranteed=8)]
+    jobs = [
+        job("a/r", "a", 8, running_on=[("n0", tuple(range(8)))], expected_end=NOW + 600),
+        job("a/w", "a", 8, submitted=1),
+    ]
+    cycle = Cycle(Snapshot(NOW, tuple(tenants), tuple(jobs), (node("n0"),)))
+    result = cycle.run()
+    [waiting] = result.waiting
+    result = replace(result, waiting=(replace(waiting, expected_start=NOW - 30),))
+    told = describe(cycle, result, "a/w", NOW - 60)
+    assert told.expected_start == NOW
+    assert told.forecast_at == NOW - 60

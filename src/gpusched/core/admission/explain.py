@@ -172,7 +172,10 @@ def describe(
             out.expected_start = cycle.forecast(until=key).get(key)
             out.forecast_at = snapshot.now
         else:
-            out.expected_start = waiting.expected_start
+            # The last forecast's answer, never before now: the status shows it so (a start
+            # that has passed without the job starting is now at the earliest).
+            told = waiting.expected_start
+            out.expected_start = max(told, snapshot.now) if told is not None else None
             out.forecast_at = forecast_at
         reservation = next((r for r in result.reservations if r.job == key), None)
         if reservation is not None:
