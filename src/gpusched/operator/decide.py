@@ -9,7 +9,7 @@ import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus
@@ -22,6 +22,7 @@ from gpusched.core.admission import (
     Node,
     Snapshot,
     Waiting,
+    WaitReason,
 )
 from gpusched.core.admission.arrivals import expected_arrivals
 from gpusched.core.admission.model import GuaranteeRounding
@@ -471,7 +472,9 @@ class Memo:
         merged, forecast = self.merged[pool], self.forecast
         out: list[Waiting] = []
         for w in waiting:
-            if w.expected_start is not None:
+            if w.expected_start is not None or w.reason in _NEVER_STARTS:
+                # A job that waits for an owner or for a node that can hold it has no start,
+                # whatever the last forecast said of it while it had them.
                 out.append(w)
                 continue
             start = forecast.get(w.job)
@@ -500,6 +503,11 @@ class Memo:
         for table in tables:
             for key in gone if gone is not None else [k for k in table if k not in keys]:
                 table.pop(key, None)
+
+
+#: Waits the forecast gives no start (:meth:`Cycle.forecast`): no tenant owns the job, or no
+#: node could hold it even idle.
+_NEVER_STARTS: Final = frozenset({WaitReason.NO_TENANT, WaitReason.NO_FEASIBLE_NODES})
 
 
 def _reusable(job: JobFacts, done: Settled) -> bool:

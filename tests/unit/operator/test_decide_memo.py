@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from gpusched.api import keys
 from gpusched.api.tenantquota import TenantQuota
+from gpusched.core.admission import Waiting, WaitReason
 from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
@@ -139,3 +140,19 @@ def test_kept_job_contexts_are_those_worked_out_afresh_through_every_kind_of_cha
         fresh = job_contexts(changed, tenants, verdicts, leaving, history, until=until)
         assert kept == fresh, f"change {step}"
         assert list(kept) == list(fresh), f"change {step}: order"
+
+
+def test_between_forecasts_a_job_that_lost_its_owner_or_every_node_keeps_no_start() -> None:
+    """The last forecast told both jobs a start; since then one lost its TenantQuota and one
+    every node that could hold it: the forecast would give them none, nor does the cycle in
+    between (the start shown beside ``NoTenant`` would be one that cannot come)."""
+    memo = Memo()
+    start = NOW.timestamp() + 600
+    memo.forecast = {"team/a": start, "team/b": start, "team/c": start}
+    waiting = [
+        Waiting("team/a", None, WaitReason.NO_TENANT, "no owner", None, None),
+        Waiting("team/b", "team", WaitReason.NO_FEASIBLE_NODES, "no node", 1, None),
+        Waiting("team/c", "team", WaitReason.WAITING_FOR_CAPACITY, "full", 2, None),
+    ]
+    merged = memo.with_forecast(waiting, 0)
+    assert [w.expected_start for w in merged] == [None, None, start]
