@@ -64,6 +64,37 @@ def test_a_job_within_its_declared_limit_runs_on_and_wakes_the_cycle_at_the_limi
     assert done.wake_at == NOW + timedelta(seconds=500)
 
 
+def _first_seen_running(seconds: float, **spec: object) -> JobFacts:
+    """Admitted, its pods' containers running for ``seconds``: the run is not recorded yet."""
+    started = NOW - timedelta(seconds=seconds)
+    facts = job(status=admitted_status(admitted_at=started - timedelta(seconds=10)), **spec)
+    running = {
+        "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": stamp(started)}}}]
+    }
+    made = started - timedelta(seconds=5)
+    return with_pods(
+        facts,
+        pod(facts, 0, created=made, status_extra=running),
+        pod(facts, 1, node="n1", created=made, status_extra=running),
+    )
+
+
+def test_a_run_first_seen_past_its_declared_limit_fails_at_once() -> None:
+    # The operator was down while the pods started and ran past the limit: counted from their
+    # start, the limit has passed when the run is first recorded.
+    done = settle(_first_seen_running(3600, maxRuntimeSeconds=600), OK, NOW, CONFIG)
+    assert done.status.phase is JobPhase.FAILED
+    assert done.status.reason == "MaxRuntimeExceeded"
+    assert done.status.started_at == NOW - timedelta(seconds=3600)
+    assert len([a for a in done.actions if isinstance(a, DeletePod)]) == 2
+
+
+def test_a_run_first_seen_within_its_declared_limit_wakes_the_cycle_at_the_limit() -> None:
+    done = settle(_first_seen_running(100, maxRuntimeSeconds=600), OK, NOW, CONFIG)
+    assert done.status.phase is JobPhase.RUNNING
+    assert done.wake_at == NOW + timedelta(seconds=500)
+
+
 def test_a_running_job_is_expected_to_end_at_its_start_plus_its_predicted_run_time() -> None:
     facts = _running(100)
     context = JobContext(tenant="t", verdict=Verdict(), runtime=400.0)

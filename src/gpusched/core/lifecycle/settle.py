@@ -387,14 +387,9 @@ class _Settle:
             self.lost(current, f"{replicas - len(present)} of {replicas} pods disappeared")
             return
 
+        if self.ran_out(current):
+            return
         started_at = self.status.started_at
-        limit = spec.max_runtime_seconds
-        if started_at is not None and limit is not None:
-            deadline = started_at + timedelta(seconds=limit)
-            if self.now >= deadline:
-                self.past_limit(current, limit)
-                return
-            self.wake_at = min(deadline, self.wake_at or deadline)
 
         # Still holding its planned GPUs.
         self.state = JobState.ADMITTED
@@ -433,6 +428,24 @@ class _Settle:
             # job start would be the operator's most numerous write.
             since = self._started(current)
             self.move(st.running(self.transition(), replicas, bound=current, since=since))
+            # Its run is counted from its start, which may lie long before this moment (an
+            # operator down or restarting meanwhile): the limit holds from there.
+            self.ran_out(current)
+
+    def ran_out(self, current: list[PodFacts]) -> bool:
+        """Whether the job has run for its declared ``spec.maxRuntimeSeconds`` (then it fails,
+        :meth:`past_limit`); else the cycle is woken when it will have."""
+        assert self.job.job is not None
+        started_at = self.status.started_at
+        limit = self.job.job.spec.max_runtime_seconds
+        if started_at is None or limit is None:
+            return False
+        deadline = started_at + timedelta(seconds=limit)
+        if self.now >= deadline:
+            self.past_limit(current, limit)
+            return True
+        self.wake_at = min(deadline, self.wake_at or deadline)
+        return False
 
     def lost(self, current: list[PodFacts], why: str) -> None:
         """The gang lost a pod to the cluster, not to its work: released (its other pods
