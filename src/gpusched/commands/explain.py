@@ -169,7 +169,12 @@ def explain(
                     click.echo(_sooner_line(result.counterfactual, payload.get("soonerError")))
         else:
             result, status = explain_in_cluster(
-                configuration, key, _labels(node_selector), sooner=sooner
+                configuration,
+                key,
+                _labels(node_selector),
+                sooner=sooner,
+                # The chart names the operator's run-time history after its Service.
+                runtime_history=(operator_namespace, f"{operator_service}-runtime-history"),
             )
             why = unanswered or "--local"
             payload = {"decidedHere": why}

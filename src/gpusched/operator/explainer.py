@@ -12,9 +12,11 @@ from gpusched.core.admission.explain import Explanation, describe
 from gpusched.core.admission.explain import sooner as sooner_change
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.core.lifecycle.status import admitted_by_pods
+from gpusched.core.runtime import RuntimeHistory
 from gpusched.kubeasync import AsyncApi
 from gpusched.operator.decide import Decision, OperatorConfig, decide
 from gpusched.operator.nodes import NodeReader
+from gpusched.operator.runtimes import RuntimeBook
 from gpusched.operator.store import Store
 from gpusched.operator.watches import list_all
 
@@ -49,18 +51,27 @@ def explain_in_cluster(
     node_selector: Mapping[str, str] | None = None,
     *,
     sooner: bool = True,
+    runtime_history: tuple[str, str] | None = None,
 ) -> tuple[Explanation, dict[str, Any]]:
     """:func:`explain_job` over one fresh read of the cluster a ``kubernetes`` configuration
-    names (synchronous: for the CLI and scripts)."""
+    names (synchronous: for the CLI and scripts). ``runtime_history``: (namespace, name) of
+    the operator's run-time history ConfigMap, read so that run times are predicted as the
+    operator predicts them (a history that cannot be read predicts nothing)."""
 
-    async def read() -> Store:
+    async def read() -> tuple[Store, RuntimeHistory | None]:
         api = AsyncApi(configuration)
         try:
-            return await read_store(api)
+            history = None
+            if runtime_history is not None:
+                book = RuntimeBook(api, *runtime_history)
+                await book.load()
+                history = book.history
+            return await read_store(api), history
         finally:
             await api.close()
 
-    return explain_job(asyncio.run(read()), key, node_selector, sooner=sooner)
+    store, history = asyncio.run(read())
+    return explain_job(store, key, node_selector, sooner=sooner, history=history)
 
 
 def explain_job(
@@ -69,17 +80,22 @@ def explain_job(
     node_selector: Mapping[str, str] | None = None,
     *,
     sooner: bool = True,
+    history: RuntimeHistory | None = None,
 ) -> tuple[Explanation, dict[str, Any]]:
     """The explanation of ``namespace/name`` and the job's current status, decided now over
     ``store``: one cycle, the forecast played until the job is decided, and (``sooner``) the
-    change that would start it sooner. The job's template is taken as valid (checking it is
-    the operator's business)."""
+    change that would start it sooner. Run times are predicted from ``history`` (the
+    operator's; without it only declared limits are known, and the expected starts that
+    hang on predicted ends are not the operator's). The job's template is taken as valid
+    (checking it is the operator's business)."""
     world = store.world(datetime.now(UTC))
     verdicts: dict[str, Verdict | None] = {
         job.key: Verdict() for job in world.jobs if needs_validation(job)
     }
     config = OperatorConfig(node_selector=dict(node_selector or {}))
-    decision = decide(world, verdicts, config, NodeReader(config.node_selector), forecast=False)
+    decision = decide(
+        world, verdicts, config, NodeReader(config.node_selector), history=history, forecast=False
+    )
     explanation, status = answer(decision, key, play=True)
     job = decision.cycle.jobs.get(key)
     if sooner and job is not None:
