@@ -95,6 +95,20 @@ def test_a_run_first_seen_within_its_declared_limit_wakes_the_cycle_at_the_limit
     assert done.wake_at == NOW + timedelta(seconds=500)
 
 
+def test_a_run_first_seen_within_its_minimum_runtime_wakes_the_cycle_when_it_ends() -> None:
+    # Protected for 600 s from its pods' start 100 s ago: a preemption it blocks can happen in
+    # 500 s, also when this pass is the one that records the run.
+    done = settle(_first_seen_running(100, minRuntimeSeconds=600), OK, NOW, CONFIG)
+    assert done.status.phase is JobPhase.RUNNING
+    assert done.wake_at == NOW + timedelta(seconds=500)
+
+
+def test_a_run_first_seen_past_its_minimum_runtime_sets_no_wake_for_it() -> None:
+    done = settle(_first_seen_running(3600, minRuntimeSeconds=600), OK, NOW, CONFIG)
+    assert done.status.phase is JobPhase.RUNNING
+    assert done.wake_at is None
+
+
 def test_a_running_job_is_expected_to_end_at_its_start_plus_its_predicted_run_time() -> None:
     facts = _running(100)
     context = JobContext(tenant="t", verdict=Verdict(), runtime=400.0)

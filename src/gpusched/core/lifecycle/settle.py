@@ -389,16 +389,11 @@ class _Settle:
 
         if self.ran_out(current):
             return
-        started_at = self.status.started_at
 
         # Still holding its planned GPUs.
         self.state = JobState.ADMITTED
         self.placement = self.held(current)
-        min_runtime = self.context.protection.min_runtime(spec)
-        if started_at is not None and min_runtime:
-            protected = started_at + timedelta(seconds=min_runtime)
-            if protected > self.now:
-                self.wake_at = min(protected, self.wake_at or protected)  # preemptible then
+        self.wake_when_unprotected()
         if self.context.leaving:
             stuck = self._outstaying(self.context.leaving_until)
             if stuck is not None:
@@ -429,8 +424,10 @@ class _Settle:
             since = self._started(current)
             self.move(st.running(self.transition(), replicas, bound=current, since=since))
             # Its run is counted from its start, which may lie long before this moment (an
-            # operator down or restarting meanwhile): the limit holds from there.
-            self.ran_out(current)
+            # operator down or restarting meanwhile): the limit and the minimum runtime's
+            # protection hold from there.
+            if not self.ran_out(current):
+                self.wake_when_unprotected()
 
     def ran_out(self, current: list[PodFacts]) -> bool:
         """Whether the job has run for its declared ``spec.maxRuntimeSeconds`` (then it fails,
@@ -446,6 +443,18 @@ class _Settle:
             return True
         self.wake_at = min(deadline, self.wake_at or deadline)
         return False
+
+    def wake_when_unprotected(self) -> None:
+        """Wakes the cycle when the job's minimum runtime (as its tenant caps it) ends, counted
+        from its run's start: a preemption it blocked until then can happen at that moment."""
+        assert self.job.job is not None
+        started_at = self.status.started_at
+        min_runtime = self.context.protection.min_runtime(self.job.job.spec)
+        if started_at is None or not min_runtime:
+            return
+        protected = started_at + timedelta(seconds=min_runtime)
+        if protected > self.now:
+            self.wake_at = min(protected, self.wake_at or protected)
 
     def lost(self, current: list[PodFacts], why: str) -> None:
         """The gang lost a pod to the cluster, not to its work: released (its other pods
