@@ -121,6 +121,31 @@ def test_no_change_is_offered_when_none_starts_the_job_markedly_sooner() -> None
     assert e.counterfactual is None
 
 
+def test_a_scope_looser_than_the_next_one_is_offered_when_only_it_starts_the_job_sooner() -> None:
+    # The NVSwitch board frees in 4 h; the idle node has no NodeGpuTopology, so it meets only
+    # scope `node`: neither `pcie-switch` nor `numa` starts the 3-GPU job before the board.
+    tenants = (Tenant("a", guaranteed=16),)
+    running = job("a/r", "a", 8, running_on=[("n0", tuple(range(8)))], expected_end=NOW + 14400)
+    waiting = job("a/w", "a", 3, scope=TopologyScope.NVLINK, mode=TopologyMode.REQUIRED)
+    snapshot = Snapshot(NOW, tenants, (running, waiting), (node("n0"), node("c0", "count")))
+    e = explain(snapshot, "a/w")
+    assert e.expected_start == NOW + 14400
+    assert e.counterfactual == "scope `node` instead of `nvlink`: now (4 h earlier)"
+    # The job changed as offered, decided on its own, starts now on the idle node; changed to
+    # either scope between, it does not.
+    for scope, admitted in (
+        (TopologyScope.PCIE_SWITCH, False),
+        (TopologyScope.NUMA, False),
+        (TopologyScope.NODE, True),
+    ):
+        changed = replace(waiting, policy=replace(waiting.policy, scope=scope))
+        result = Cycle(replace(snapshot, jobs=(running, changed))).run()
+        admission = result.admission_of("a/w")
+        assert (admission is not None) is admitted, scope
+        if admission is not None:
+            assert [a.node for a in admission.placement] == ["c0"]
+
+
 def test_a_gang_whose_segments_no_rack_holds_is_told_preferred_segments_start_it_now() -> None:
     # Four idle nodes, one per rack: segments of 2 replicas per rack can never be placed.
     rack = "topology.kubernetes.io/rack"

@@ -422,9 +422,11 @@ def sooner(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None
 
 def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str | None:
     """The one change to ``job`` that starts it soonest, when markedly sooner than
-    ``baseline``: a looser topology scope (the next one), half the GPUs per replica, and for a
-    gang its segments or its domain only preferred. Each variant is decided by a cycle of its
-    own over the same snapshot, then forecast."""
+    ``baseline``: a looser topology scope, half the GPUs per replica, and for a gang its
+    segments or its domain only preferred. Each looser scope is tried, tightest first, and of
+    those starting the job equally soon the tightest is offered (the loosest asks the most of
+    the job's speed). Each variant is decided once, by a cycle of its own over the same
+    snapshot, then forecast: at most six, and the looser scopes stop at one starting it now."""
     variants: list[tuple[str, Job]] = []
     across = job.across
     if across is not None and across.segment_label is not None and across.segment_required:
@@ -442,35 +444,33 @@ def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str 
             )
         )
     policy = job.policy
-    rank = SCOPES.index(policy.scope)
-    if rank + 1 < len(SCOPES):
-        looser = SCOPES[rank + 1]
-        variants.append(
-            (
-                f"scope `{looser.value}` instead of `{policy.scope.value}`",
-                replace(job, policy=replace(policy, scope=looser)),
-            )
+    # Every looser scope, tightest first: one may help where the next looser does not (a
+    # count-only node meets only `node`). A scope is kept only when it starts the job sooner
+    # than each tighter one, so of two that start it equally soon the tighter is offered.
+    scopes = [
+        (
+            f"scope `{looser.value}` instead of `{policy.scope.value}`",
+            replace(job, policy=replace(policy, scope=looser)),
         )
+        for looser in SCOPES[SCOPES.index(policy.scope) + 1 :]
+    ]
+    halves: list[tuple[str, Job]] = []
     if job.gpus_per_replica > 1 and job.gpus_per_replica % 2 == 0:
         half = job.gpus_per_replica // 2
-        variants.append(
+        halves.append(
             (
                 f"{half} GPUs per replica instead of {job.gpus_per_replica}",
                 replace(job, gpus_per_replica=half),
             )
         )
     best: tuple[float, str] | None = None
-    for text, variant in variants:
-        jobs = tuple(variant if j.key == job.key else j for j in snapshot.jobs)
-        cycle = Cycle(replace(snapshot, jobs=jobs))
-        result = cycle.run()
-        start: float | None
-        if result.admission_of(job.key) is not None:
-            start = snapshot.now
-        else:
-            start = cycle.forecast(until=job.key).get(job.key)
-        if start is not None and (best is None or start < best[0]):
-            best = (start, text)
+    for group in (variants, scopes, halves):
+        for text, variant in group:
+            start = _start_of(snapshot, variant)
+            if start is not None and (best is None or start < best[0]):
+                best = (start, text)
+            if group is scopes and start is not None and start <= snapshot.now:
+                break  # no looser scope starts it sooner than now
     if best is None:
         return None
     start, text = best
@@ -486,6 +486,16 @@ def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str 
         if start <= snapshot.now
         else f"{text}: in about {_span(start - snapshot.now)}"
     )
+
+
+def _start_of(snapshot: Snapshot, variant: Job) -> float | None:
+    """When ``variant`` would start in place of its job: a cycle of its own over ``snapshot``
+    admits it now, or its forecast tells when (None: never)."""
+    jobs = tuple(variant if j.key == variant.key else j for j in snapshot.jobs)
+    cycle = Cycle(replace(snapshot, jobs=jobs))
+    if cycle.run().admission_of(variant.key) is not None:
+        return snapshot.now
+    return cycle.forecast(until=variant.key).get(variant.key)
 
 
 def _span(seconds: float) -> str:
