@@ -197,3 +197,48 @@ def test_a_tenant_is_ranked_by_its_first_job_no_cap_holds_back() -> None:
     result = Cycle(snap([team, Tenant("other")], jobs, nodes, NOW)).run()
     assert [a.job for a in result.admissions] == ["team/b1"]
     assert result.preemptions == ()
+
+
+# --- a job larger than a limit never starts under it, and is told so ---------------------
+
+
+def _waiting(tenants: list[Tenant], jobs: list[Any], key: str) -> tuple[WaitReason, str]:
+    result = Cycle(snap(tenants, jobs, [node("n0"), node("n1")], NOW)).run()
+    waiting = result.waiting_of(key)
+    assert waiting is not None
+    return waiting.reason, waiting.message
+
+
+def test_a_job_larger_than_its_tenants_borrowing_limit_is_told_it_can_never_start() -> None:
+    # 16 GPUs idle; the tenant may hold 6 at most (4 guaranteed): 8 never fit, whatever ends.
+    tenants = [Tenant("a", guaranteed=4, borrowing_limit=6)]
+    reason, message = _waiting(tenants, [job("a/big", "a", 8)], "a/big")
+    assert reason is WaitReason.QUOTA_EXCEEDED
+    assert message.startswith("needs 8 GPUs, more than the 6 tenant a may ever hold")
+    assert "4 guaranteed" in message
+    assert "can never start under that limit" in message
+    # A job that fits the limit, held back only by what the tenant holds now, is not told so.
+    held = job("a/r", "a", 4, running_on=[("n0", (0, 1, 2, 3))])
+    reason, message = _waiting(tenants, [held, job("a/w", "a", 4, submitted=1)], "a/w")
+    assert reason is WaitReason.QUOTA_EXCEEDED
+    assert "never" not in message
+    assert "tenant a holds 4 of its borrowing limit 6" in message
+
+
+def test_a_job_larger_than_a_parents_borrowing_limit_is_told_so_naming_the_parent() -> None:
+    tenants = [
+        Tenant("org", guaranteed=4, borrowing_limit=6),
+        Tenant("a", guaranteed=2, parent="org"),
+    ]
+    reason, message = _waiting(tenants, [job("a/big", "a", 8)], "a/big")
+    assert reason is WaitReason.QUOTA_EXCEEDED
+    assert message.startswith("needs 8 GPUs, more than the 6 tenant org (above a) may ever hold")
+    assert "can never start under that limit" in message
+
+
+def test_a_job_larger_than_the_per_user_gpu_cap_is_told_it_can_never_start() -> None:
+    tenants = [Tenant("team", guaranteed=16, user_max_gpus=4)]
+    reason, message = _waiting(tenants, [job("team/big", "team", 8, submitter="u")], "team/big")
+    assert reason is WaitReason.USER_CAP_EXCEEDED
+    assert message.startswith("needs 8 GPUs, more than the 4 GPUs tenant team allows one user")
+    assert "can never start under that cap" in message

@@ -456,6 +456,15 @@ class Cycle:
         assert job.tenant is not None
         who = f"user {job.submitter}" if job.submitter else "jobs with no recorded submitter"
         for level in self._capped_levels[job.tenant]:
+            cap = self.tenants[level].user_max_gpus
+            if cap is not None and job.total_gpus > cap:
+                # Said apart from a cap merely reached: no job of the user ending helps.
+                return (
+                    f"needs {job.total_gpus} GPUs, more than the {cap} GPUs tenant {level} "
+                    f"allows one user: it can never start under that cap; ask for at most "
+                    f"{cap} GPUs, or have the cap raised"
+                )
+        for level in self._capped_levels[job.tenant]:
             tenant = self.tenants[level]
             gpus, jobs = self.users.get((level, job.submitter), (0, 0))
             if tenant.user_max_gpus is not None and gpus + job.total_gpus > tenant.user_max_gpus:
@@ -585,13 +594,33 @@ class Cycle:
         """Whether the job asks more GPUs than the borrowing limit of its tenant or of a level
         above it: it can never start, so it neither claims a guarantee nor holds back the
         tenant's jobs behind it."""
+        return self._limit_beyond(job) is not None
+
+    def _limit_beyond(self, job: Job) -> str | None:
+        """The lowest level of the job's tenant whose borrowing limit is below the job's size
+        (None: every limit can hold it)."""
         assert job.tenant is not None
         size = job.total_gpus
         for level in self._levels[job.tenant]:
             limit = self.tenants[level].borrowing_limit
             if limit is not None and size > limit:
-                return True
-        return False
+                return level
+        return None
+
+    def _never_text(self, job: Job) -> str | None:
+        """Why the job can never start under a borrowing limit of its tenant or above it
+        (None: it can): said apart from a limit merely reached, since no job ending helps."""
+        level = self._limit_beyond(job)
+        if level is None:
+            return None
+        tenant = self.tenants[level]
+        limit = tenant.borrowing_limit
+        above = "" if level == job.tenant else f" (above {job.tenant})"
+        return (
+            f"needs {job.total_gpus} GPUs, more than the {limit} tenant {level}{above} may ever "
+            f"hold (its borrowing limit; {tenant.guaranteed} guaranteed): it can never start "
+            f"under that limit; ask for at most {limit} GPUs, or have the limit raised"
+        )
 
     def _within_an_ancestor(self, job: Job) -> bool:
         """Whether the job fits the unused guarantee of one of its tenant's ancestors."""
@@ -1016,7 +1045,9 @@ class Cycle:
         within = ledger.fits_within(job)
         failure: GangFailure | None = None
         above = self._level_limit_text(job)
-        if not ledger.within_limit(job):
+        if (never := self._never_text(job)) is not None:
+            failure = GangFailure(WaitReason.QUOTA_EXCEEDED, never)
+        elif not ledger.within_limit(job):
             failure = GangFailure(WaitReason.QUOTA_EXCEEDED, _limit_text(tenant, ledger, job))
         elif above is not None:
             failure = GangFailure(WaitReason.QUOTA_EXCEEDED, above)

@@ -43,7 +43,8 @@ class WaitReason(StrEnum):
     REQUEUE_BACKOFF = "RequeueBackoff"
     """The job was released after a gang timeout and waits out its backoff."""
     QUOTA_EXCEEDED = "QuotaExceeded"
-    """Admitting it would take the tenant above its borrowing limit."""
+    """Admitting it would take the tenant (or a parent) above its borrowing limit; also for a
+    job larger than that limit, which can never start under it (its message says so)."""
     GUARANTEE_EXCEEDED = "GuaranteeExceeded"
     """A non-preemptible job runs only within its tenant's guarantee, which is in use."""
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
@@ -56,7 +57,8 @@ class WaitReason(StrEnum):
     NO_FEASIBLE_NODES = "NoFeasibleNodes"
     """No node could host it even if the cluster were empty (model, size, selector, taints)."""
     USER_CAP_EXCEEDED = "UserCapExceeded"
-    """Admitting it would take its submitter above the GPUs or jobs its tenant allows one user."""
+    """Admitting it would take its submitter above the GPUs or jobs its tenant allows one user
+    (a job larger than the GPU cap can never start under it; its message says so)."""
     HELD_FOR_LENDERS = "HeldForLenders"
     """It would borrow, and the idle GPUs are kept for tenants that asked for GPUs within
     their guarantee moments ago (``CycleConfig.lending_hold_seconds``): lent again when they
