@@ -132,6 +132,19 @@ def test_a_required_level_is_never_left_for_a_narrower_domain_that_straddles_it(
     assert {n for n, _ in placed} == {"b", "c"}
 
 
+def test_a_required_level_is_never_left_for_a_narrower_domain_without_its_label() -> None:
+    # Clique c-x's nodes carry no rack label: they lie in no rack, so a gang that requires one
+    # rack goes to rack r1 although c-x is the fuller clique.
+    nodes = [
+        _node("x-n0", {CLIQUE: "c-x"}),
+        _node("x-n1", {CLIQUE: "c-x"}),
+        *(_node(f"r1-n{i}", {CLIQUE: "c-r1", RACK: "r1"}) for i in range(3)),
+    ]
+    placed = _place(nodes, _gang(2, 8, AcrossReplicas(RACK, required=True)))
+    assert not isinstance(placed, GangFailure)
+    assert {n for n, _ in placed} <= {"r1-n0", "r1-n1", "r1-n2"}
+
+
 def test_each_segment_stays_inside_one_rack() -> None:
     # 4 replicas of 8 GPUs in segments of 2 per rack; racks of 3, 2 and 1 nodes: the segments
     # go to r1 and r2 (two nodes each), never one replica in r3.

@@ -893,12 +893,11 @@ class Pool:
         candidates = []
         slots = self.slots
         for domain in self.domains(level.node_label, request, request.replicas):
-            if (
-                bound is not None
-                and bound != level.node_label
-                and len({slots[n].node.labels.get(bound) for n in domain.names}) != 1
-            ):
-                continue
+            if bound is not None and bound != level.node_label:
+                # All in one domain of the required level: nodes without its label are in none.
+                outer = {slots[n].node.labels.get(bound) for n in domain.names}
+                if len(outer) != 1 or None in outer:
+                    continue
             inside = parts.get(domain.value, []) if parts is not None else None
             if not self._holds(request, domain, inside):
                 continue
