@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import combinations
 
 import pytest
 from core_testdata import (
@@ -14,12 +15,13 @@ from core_testdata import (
     TREES,
     WORKSTATION,
     class_of,
+    documented_objective,
     node,
     topology,
 )
 
 from gpusched.api.gpujob import TopologyMode, TopologyPolicy, TopologyScope
-from gpusched.api.nodegputopology import GpuHealthState
+from gpusched.api.nodegputopology import GpuHealthState, LinkType
 from gpusched.core import (
     Placement,
     Policy,
@@ -30,6 +32,7 @@ from gpusched.core import (
     place,
     prepare,
 )
+from gpusched.core.topology import NicLink
 
 NVLINK_REQUIRED = Policy(TopologyScope.NVLINK, TopologyMode.REQUIRED)
 MULTI_NODE = Policy(multi_node=True)
@@ -355,3 +358,37 @@ def test_heuristic_matches_exact_on_a_sixteen_gpu_node() -> None:
         assert isinstance(heuristic, Placement)
         assert heuristic.search == "heuristic"
         assert heuristic.objective == exact.objective
+
+
+def test_the_memo_never_answers_for_a_node_wired_differently() -> None:
+    # Placements are shared between nodes of one wiring; NUMA nodes, NIC distances and the GPU
+    # model are wiring: a node that differs in any of them gets its own answer.
+    h100 = topology(H100)
+    interleaved = replace(h100, gpus=tuple(replace(g, numa_node=g.index % 2) for g in h100.gpus))
+    one_rail = replace(
+        h100,
+        nic_links=tuple(
+            NicLink(nl.nic, nl.gpu, LinkType.PIX if nl.gpu == 7 else LinkType.SYS)
+            for nl in h100.nic_links
+        ),
+    )
+    older = replace(h100, gpus=tuple(replace(g, model="NVIDIA A100-SXM4-80GB") for g in h100.gpus))
+    cases = [
+        (interleaved, 4, ANY, (0, 2, 4, 6)),
+        (one_rail, 1, MULTI_NODE, (7,)),
+        (older, 2, ANY, None),
+    ]
+    for variant, k, policy, expected in cases:
+        assert place(prepare(h100), k, policy) is not None  # the original's answer is memoised
+        shared = place(prepare(variant), k, policy)
+        assert isinstance(shared, Placement)
+        free = variant.gpu_indices
+        documented = documented_objective(variant, shared.gpus, policy, free, frozenset())
+        assert shared.objective == documented
+        best = max(
+            (documented_objective(variant, s, policy, free, frozenset()), s)
+            for s in combinations(free, k)
+        )
+        assert shared.objective == best[0]
+        if expected is not None:
+            assert shared.gpus == expected
