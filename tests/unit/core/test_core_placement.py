@@ -360,6 +360,26 @@ def test_heuristic_matches_exact_on_a_sixteen_gpu_node() -> None:
         assert heuristic.objective == exact.objective
 
 
+def test_heuristic_finds_a_required_set_behind_faster_dead_ends() -> None:
+    # 18 GPUs (heuristic search): 0, 1 and 2 are joined by single NVLinks, and each also has a
+    # four-link bridge to a GPU that reaches nothing else over NVLink. Growing greedily from any
+    # GPU takes the fast bridge first and dead-ends, yet {0, 1, 2} meets the required scope.
+    bonds = {(0, 1): "NV1", (0, 2): "NV1", (1, 2): "NV1", (0, 3): "NV4", (1, 4): "NV4"}
+    bonds[(2, 5)] = "NV4"
+    header = "\t" + "\t".join(f"GPU{i}" for i in range(18)) + "\tCPU Affinity\tNUMA Affinity"
+    rows = [header]
+    for a in range(18):
+        cells = [" X " if a == b else bonds.get((min(a, b), max(a, b)), "SYS") for b in range(18)]
+        rows.append("\t".join([f"GPU{a}", *cells, "0-7", "0"]))
+    board = prepare(parse_topo_matrix("\n".join(rows) + "\n"))
+    for mode in TopologyMode:
+        result = place(board, 3, Policy(TopologyScope.NVLINK, mode))
+        assert isinstance(result, Placement)
+        assert result.search == "heuristic"
+        assert result.gpus == (0, 1, 2)
+        assert result.scope_satisfied
+
+
 def test_the_memo_never_answers_for_a_node_wired_differently() -> None:
     # Placements are shared between nodes of one wiring; NUMA nodes, NIC distances and the GPU
     # model are wiring: a node that differs in any of them gets its own answer.

@@ -134,6 +134,10 @@ def test_heuristic_returns_valid_sets_and_honours_required_scopes(
     free = _free(node, busy)
     result = place(node, k, policy, busy=busy, exact=False, use_cache=False)
     if isinstance(result, Refusal):
+        # Only when no set qualifies: the exact search refuses for the same reason.
+        exact_refusal = place(node, k, policy, busy=busy, exact=True)
+        assert isinstance(exact_refusal, Refusal)
+        assert exact_refusal.reason is result.reason
         return
     assert len(result.gpus) == k
     assert set(result.gpus) <= set(free)
