@@ -8,8 +8,9 @@ import pytest
 from probe_testdata import A100, BRIDGED, H100, TREES, WORKSTATION
 
 from gpusched.api import keys
+from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.api.nodegputopology import GpuHealthState
-from gpusched.core import NodeTopology, parse_topo_matrix
+from gpusched.core import NodeTopology, Policy, parse_topo_matrix, place, prepare
 from gpusched.core.labels import (
     GFD_KEYS,
     gfd_labels,
@@ -19,6 +20,7 @@ from gpusched.core.labels import (
     node_labels,
     sanitize_label_value,
 )
+from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.dev.localcluster.topologies import fixture_path
 
 
@@ -48,6 +50,18 @@ def test_wiring_labels_per_fixture(
     assert labels[keys.LABEL_TOPOLOGY_HASH] == topology.wiring_hash
     assert labels[keys.LABEL_GPU_COUNT] == str(len(topology.gpus))
     assert labels[keys.LABEL_PROBED] == "true"
+
+
+def test_largest_island_label_is_the_largest_set_with_nvlink_between_every_pair() -> None:
+    # DGX-1's hybrid cube mesh joins all eight GPUs into one island, but no five of them are
+    # NVLinked pairwise: an nvlink-scoped replica gets at most four.
+    topology = parse_topo_matrix(DGX1_LIKE_MATRIX)
+    labels = gpusched_labels(topology)
+    assert labels[keys.LABEL_NVLINK_ISLANDS] == "1"
+    assert labels[keys.LABEL_NVLINK_LARGEST_ISLAND] == "4"
+    nvlink = Policy(TopologyScope.NVLINK, TopologyMode.REQUIRED)
+    assert place(prepare(topology), 4, nvlink).ok
+    assert not place(prepare(topology), 5, nvlink).ok
 
 
 def test_healthy_count_follows_health_and_wiring_labels_do_not() -> None:
