@@ -99,8 +99,8 @@ NODE_GPUS_DOC = (
     "(placeable, not held), unavailable (unhealthy, unschedulable or MIG)."
 )
 LARGEST_FREE_NVLINK_SET_DOC = (
-    "Free GPUs in the node's best NVLink island: the largest NVLink-connected GPU set a "
-    "job could get there now (fragmentation shows as free GPUs well above it)."
+    "The most free GPUs of the node with NVLink between every pair: the largest nvlink-scoped "
+    "set a job could get there now (fragmentation shows as free GPUs well above it)."
 )
 
 

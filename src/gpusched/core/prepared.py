@@ -122,6 +122,27 @@ class PreparedWiring:
             mask ^= low
         return tuple(out)
 
+    def largest_nvlink_set(self, mask: int) -> int:
+        """Size of the largest set within ``mask`` with NVLink between every pair: the most GPUs
+        an ``nvlink``-scoped replica can get there. An island is not enough (DGX-1's hybrid cube
+        mesh is one island of eight with no five GPUs NVLinked pairwise)."""
+        adj = self.adj_nvlink
+        best = 0
+
+        def grow(cand: int, size: int) -> None:
+            nonlocal best
+            best = max(best, size)
+            while cand and size + cand.bit_count() > best:
+                low = cand & -cand
+                cand ^= low
+                grow(cand & adj[low.bit_length() - 1], size + 1)
+
+        for island in self.islands:
+            region = island & mask
+            if region.bit_count() > best:
+                grow(region, 0)
+        return best
+
     def pair_class(self, a: int, b: int) -> int:
         """Class rank of a pair of positions (0 nvlink .. 3 node)."""
         bit = 1 << b

@@ -99,8 +99,8 @@ class NodeInventory:
     unavailable: int
     """Neither: unhealthy, unschedulable or in MIG mode."""
     largest_free_nvlink_set: int
-    """Free GPUs in the node's best NVLink island: the largest NVLink-connected job it can
-    take now."""
+    """The most free GPUs with NVLink between every pair: the largest ``nvlink``-scoped replica
+    the node can take now."""
 
 
 @dataclass
@@ -444,9 +444,7 @@ class ClusterCache:
             available = prepared.placeable_mask & ~busy
             free = max(0, bin(available).count("1") - view.unaccounted)
             allocated = bin(busy).count("1") + min(view.unaccounted, bin(available).count("1"))
-            largest = max(
-                (bin(island & available).count("1") for island in wiring.islands), default=0
-            )
+            largest = wiring.largest_nvlink_set(available)
             out.append(
                 NodeInventory(
                     node=view.name,

@@ -1,5 +1,5 @@
 """The extender's per-node inventory (GPUs by state, largest free NVLink set), checked against
-an independent reading of the real ``topo -m`` matrices with networkx."""
+an independent reading of the ``topo -m`` matrices with networkx."""
 
 from __future__ import annotations
 
@@ -9,24 +9,30 @@ import networkx as nx
 import pytest
 from test_cache import pod, topology_object
 
+from gpusched.core import parse_topo_matrix
+from gpusched.dev.bench.placement import DGX1_LIKE_MATRIX
 from gpusched.dev.localcluster.topologies import fixture_path
 from gpusched.scheduler.cache import ClusterCache
 
+DGX1 = "synthetic-dgx1-hybrid-cube-mesh"
 FIXTURES = (
     "hgx-h100-sxm-8gpu-8nic",
+    DGX1,
     "pcie-8gpu-nvlink-bridge-pairs-2socket",
     "workstation-2socket-4x-a100-nvlink-bridge-2nic",
     "pcie-8x-rtx4090-2socket-allsys-2nic",
 )
 
 
+def matrix_text(fixture: str) -> str:
+    if fixture == DGX1:
+        return DGX1_LIKE_MATRIX
+    return fixture_path(fixture).read_text()
+
+
 def nvlink_graph(fixture: str) -> nx.Graph:
     """GPUs joined where the matrix says NV<n>, read straight from the text."""
-    rows = [
-        line.split()
-        for line in fixture_path(fixture).read_text().splitlines()
-        if line.startswith("GPU")
-    ]
+    rows = [line.split() for line in matrix_text(fixture).splitlines() if line.startswith("GPU")]
     graph = nx.Graph()
     for i, row in enumerate(rows):
         graph.add_node(i)
@@ -34,6 +40,13 @@ def nvlink_graph(fixture: str) -> nx.Graph:
             if cell.startswith("NV"):
                 graph.add_edge(i, j)
     return graph
+
+
+def node_object(fixture: str) -> dict[str, Any]:
+    if fixture != DGX1:
+        return topology_object("n", fixture)
+    spec, status = parse_topo_matrix(DGX1_LIKE_MATRIX, node_name="n").to_api()
+    return {"metadata": {"name": "n"}, "spec": spec.to_k8s(), "status": status.to_k8s()}
 
 
 def unhealthy(obj: dict[str, Any], index: int) -> dict[str, Any]:
@@ -54,7 +67,7 @@ def test_inventory_counts_and_largest_free_nvlink_set_match_the_matrix(
     size = graph.number_of_nodes()
     held = tuple(i for i in held if i < size)
     broken = broken if broken is not None and broken < size and broken not in held else None
-    topology = topology_object("n", fixture)
+    topology = node_object(fixture)
     if broken is not None:
         topology = unhealthy(topology, broken)
     cache = ClusterCache()
@@ -64,9 +77,7 @@ def test_inventory_counts_and_largest_free_nvlink_set_match_the_matrix(
 
     (row,) = cache.inventory()
     free = set(graph) - set(held) - ({broken} if broken is not None else set())
-    expected_largest = max(
-        (len(c) for c in nx.connected_components(graph.subgraph(free))), default=0
-    )
+    expected_largest = max((len(c) for c in nx.find_cliques(graph.subgraph(free))), default=0)
     assert (row.allocated, row.free, row.unavailable) == (
         len(held),
         len(free),

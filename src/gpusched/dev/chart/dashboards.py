@@ -206,7 +206,7 @@ CLUSTER: Final = Dashboard(
                     "NVLink fragmentation",
                     "Share of free GPUs outside each node's largest free NVLink set: free GPUs "
                     "that a job needing NVLink between all its GPUs cannot use together. 0 "
-                    "when every node's free GPUs are one NVLink island.",
+                    "when every node's free GPUs are NVLinked pairwise.",
                     "timeseries",
                     "percentunit",
                     (
