@@ -533,14 +533,21 @@ def _text(w: PreparedWiring, positions: Iterable[int]) -> str:
 
 def _scope_refusal(ctx: SearchContext, k: int, policy: Policy, exact: bool | None) -> Refusal:
     w = ctx.wiring
-    unconstrained = search(ctx, k, required=False, exact=exact)
-    best_class = None if unconstrained is None else SCOPES[set_class(w, unconstrained[1])]
+    # The tightest class some free set reaches: the first looser scope a set meets. (The best set
+    # overall can be looser still: one NVLink can be slower than a PCIe switch.)
+    reachable: Found | None = None
+    for rank in range(ctx.scope_rank + 1, len(SCOPES)):
+        looser = ctx._replace(scope_rank=rank)
+        reachable = search(looser, k, required=True, exact=exact)
+        if reachable is not None:
+            break
+    best_class = None if reachable is None else SCOPES[set_class(w, reachable[1])]
 
     def explain() -> tuple[str, ...]:
         reasons = [f"no {k} free GPUs meet scope {policy.describe()}"]
-        if unconstrained is not None and best_class is not None:
+        if reachable is not None and best_class is not None:
             reasons.append(
-                f"best free set {_text(w, unconstrained[1])} reaches only {best_class.value}"
+                f"best free set {_text(w, reachable[1])} reaches only {best_class.value}"
             )
         if policy.scope is TopologyScope.NVLINK:
             islands = [

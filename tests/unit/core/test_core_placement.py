@@ -380,6 +380,27 @@ def test_heuristic_finds_a_required_set_behind_faster_dead_ends() -> None:
         assert result.scope_satisfied
 
 
+def test_a_scope_refusal_names_the_tightest_class_a_free_set_reaches() -> None:
+    # 0-2: NV1 and PXB pairs (pcie-switch, slowest 20 GB/s); 3-5: PIX and PHB (numa, slowest
+    # 20 GB/s but more in all, so the best set overall). No three GPUs are NVLinked pairwise.
+    bonds = {(0, 1): "NV1", (0, 2): "PXB", (1, 2): "PXB", (3, 4): "PIX", (3, 5): "PHB"}
+    bonds[(4, 5)] = "PHB"
+    rows = ["\t" + "\t".join(f"GPU{i}" for i in range(6)) + "\tCPU Affinity\tNUMA Affinity"]
+    for a in range(6):
+        cells = [" X " if a == b else bonds.get((min(a, b), max(a, b)), "SYS") for b in range(6)]
+        rows.append("\t".join([f"GPU{a}", *cells, "0-7", "0"]))
+    board = prepare(parse_topo_matrix("\n".join(rows) + "\n"))
+    refusal = place(board, 3, NVLINK_REQUIRED)
+    assert isinstance(refusal, Refusal)
+    assert refusal.best_class is TopologyScope.PCIE_SWITCH
+    assert "best free set 0,1,2 reaches only pcie-switch" in refusal.reasons
+    assert place(board, 3, Policy(TopologyScope.PCIE_SWITCH, TopologyMode.REQUIRED)).gpus == (
+        0,
+        1,
+        2,
+    )
+
+
 def test_the_memo_never_answers_for_a_node_wired_differently() -> None:
     # Placements are shared between nodes of one wiring; NUMA nodes, NIC distances and the GPU
     # model are wiring: a node that differs in any of them gets its own answer.

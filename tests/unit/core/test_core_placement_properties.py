@@ -87,10 +87,10 @@ def test_choice_is_the_brute_force_optimum_and_only_uses_free_healthy_gpus(
         assert isinstance(result, Refusal)
         assert result.reason is RefusalReason.SCOPE_UNSATISFIABLE
         wanted = SCOPE_ORDER.index(policy.scope.value)
-        assert all(
-            SCOPE_ORDER.index(class_of(node.topology, combo)) > wanted
-            for combo in combinations(free, k)
-        )
+        tightest = min(SCOPE_ORDER.index(class_of(node.topology, c)) for c in combinations(free, k))
+        assert tightest > wanted
+        assert result.best_class is not None
+        assert result.best_class.value == SCOPE_ORDER[tightest]
         return
     assert isinstance(result, Placement)
     assert (result.objective, result.gpus) == reference
@@ -163,6 +163,11 @@ def test_every_busy_pattern_of_the_odd_board_gets_the_documented_optimum() -> No
                 reference = brute_force(node, k, policy, free)
                 if reference is None:
                     assert isinstance(result, Refusal), (busy, k, scope)
+                    tightest = min(
+                        SCOPE_ORDER.index(class_of(node.topology, c)) for c in combinations(free, k)
+                    )
+                    assert result.best_class is not None
+                    assert result.best_class.value == SCOPE_ORDER[tightest], (busy, k, scope)
                     continue
                 assert isinstance(result, Placement), (busy, k, scope, reference)
                 assert (result.objective, result.gpus) == reference, (busy, k, scope)
