@@ -30,6 +30,7 @@ from gpusched.core.admission import (
     WaitReason,
     run_cycle,
 )
+from gpusched.core.admission.domains import Domain, segments_in
 from gpusched.core.admission.pool import GangFailure, Pool, Request
 from tests.examples import examples
 from tests.unit.core.admission_testdata import wiring
@@ -143,6 +144,17 @@ def test_a_required_level_is_never_left_for_a_narrower_domain_without_its_label(
     placed = _place(nodes, _gang(2, 8, AcrossReplicas(RACK, required=True)))
     assert not isinstance(placed, GangFailure)
     assert {n for n, _ in placed} <= {"r1-n0", "r1-n1", "r1-n2"}
+
+
+def test_segments_one_domain_holds_go_to_the_fullest_such_domain() -> None:
+    # Both r1 and r2 take the two segments of 2 replicas: r2, with fewer free GPUs (best fit).
+    roomy = Domain("r1", ("a",), 40, 6)
+    tight = Domain("r2", ("b",), 16, 4)
+    part = Domain("r3", ("c",), 8, 2)
+    assert segments_in([roomy, tight, part], 2, 2) == [(tight, 2)]
+    # None takes all four: the ones taking the most first.
+    assert segments_in([part, roomy], 2, 4) == [(roomy, 3), (part, 1)]
+    assert segments_in([part], 2, 2) == []
 
 
 def test_each_segment_stays_inside_one_rack() -> None:
