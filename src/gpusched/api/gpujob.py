@@ -23,7 +23,8 @@ class TopologyScope(StrEnum):
     """How tightly one replica's GPUs must be wired together, tightest first."""
 
     NVLINK = "nvlink"
-    """All GPUs of the replica in one NVLink island (NVSwitch board or bridged group)."""
+    """NVLink between every pair of the replica's GPUs (an NVSwitch board, a bridged group; in a
+    mesh such as DGX-1's, a fully linked quad rather than the whole island)."""
     PCIE_SWITCH = "pcie-switch"
     """All GPUs under one PCIe switch tree (PIX/PXB), or NVLinked."""
     NUMA = "numa"
