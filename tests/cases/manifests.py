@@ -290,6 +290,24 @@ INVALID: tuple[Invalid, ...] = (
         "spec.topology.acrossReplicas.segment.nodeLabel",
     ),
     Invalid(
+        "gpujob-across-replicas-label-not-a-label",
+        gpujob(replicas=2, topology={"acrossReplicas": {"nodeLabel": "rack label"}}),
+        "spec.topology.acrossReplicas.nodeLabel",
+    ),
+    Invalid(
+        "gpujob-segment-label-not-a-label",
+        gpujob(
+            replicas=4,
+            topology={
+                "acrossReplicas": {
+                    "nodeLabel": "example.com/block",
+                    "segment": {"replicas": 2, "nodeLabel": "-clique-"},
+                }
+            },
+        ),
+        "spec.topology.acrossReplicas.segment.nodeLabel",
+    ),
+    Invalid(
         "gpujob-segment-mode-unknown",
         gpujob(
             replicas=4,

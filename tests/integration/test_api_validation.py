@@ -101,3 +101,64 @@ def test_sizing_fields_are_immutable_once_the_job_exists(local_cluster: LocalClu
     )
     assert "patched" in suspended.stdout
     local_cluster.kubectl("delete", "gpujob", name, "-n", "default", "--wait=false")
+
+
+def _patch(cluster: LocalCluster, name: str, spec: dict[str, Any]) -> Any:
+    return cluster.kubectl(
+        "patch",
+        "gpujob",
+        name,
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": spec}),
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("created", "more_protection", "less_protection"),
+    [
+        ({}, {"preemptible": False}, None),
+        ({"preemptible": False}, None, {"preemptible": True}),
+        ({"minRuntimeSeconds": 600}, {"minRuntimeSeconds": 601}, {"minRuntimeSeconds": 0}),
+        ({"maxRuntimeSeconds": 3600}, {"maxRuntimeSeconds": 3601}, {"maxRuntimeSeconds": 60}),
+        ({"maxRuntimeSeconds": 3600}, {"maxRuntimeSeconds": None}, None),
+        ({}, None, {"maxRuntimeSeconds": 3600}),
+        ({"gpuModel": "NVIDIA-H100-80GB-HBM3"}, {"gpuModel": None}, None),
+        ({}, {"gpuModel": "NVIDIA-H100-80GB-HBM3"}, None),
+    ],
+    ids=[
+        "preemptible-off",
+        "preemptible-on",
+        "min-runtime",
+        "max-runtime",
+        "max-runtime-removed",
+        "max-runtime-added",
+        "gpu-model-removed",
+        "gpu-model-added",
+    ],
+)
+def test_a_job_may_not_protect_itself_further_or_change_its_model_once_it_exists(
+    local_cluster: LocalCluster,
+    created: dict[str, Any],
+    more_protection: dict[str, Any] | None,
+    less_protection: dict[str, Any] | None,
+) -> None:
+    # Admission took the job as it was: backfilled onto reserved GPUs because it could be
+    # evicted (or would end) in time, lent GPUs because it could be made to leave.
+    name = f"protection-{next(_serial)}"
+    local_cluster.kubectl(
+        "apply", "-n", "default", "-f", "-", input=json.dumps(gpujob(name, **created))
+    )
+    try:
+        if more_protection is not None:
+            refused = _patch(local_cluster, name, more_protection)
+            assert refused.returncode != 0, refused.stdout
+            assert f"spec.{next(iter(more_protection))}" in refused.stderr, refused.stderr
+        if less_protection is not None:
+            accepted = _patch(local_cluster, name, less_protection)
+            assert accepted.returncode == 0, accepted.stderr
+    finally:
+        local_cluster.kubectl("delete", "gpujob", name, "-n", "default", "--wait=false")

@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, JsonValue, model_validator
 from gpusched.api import keys
 from gpusched.api.base import ApiModel, LenientApiModel
 from gpusched.api.meta import Condition, ObjectMeta
+from gpusched.api.networktopology import LabelKey
 
 #: Marks the ``template`` field for the CRD generator, which embeds the upstream schema there.
 POD_TEMPLATE_SCHEMA: Final = "io.k8s.api.core.v1.PodTemplateSpec"
@@ -48,7 +49,7 @@ class ReplicaSegment(ApiModel):
     replicas: int = Field(ge=1, le=MAX_REPLICAS)
     """Replicas per segment: replicas 0..n-1 form the first segment, n..2n-1 the next, and so
     on. ``spec.replicas`` must be a multiple of it."""
-    node_label: str = Field(min_length=1, max_length=316)
+    node_label: LabelKey
     """Node label of the segment's domain (e.g. ``nvidia.com/gpu.clique``): every segment is
     placed inside one domain of it."""
     mode: TopologyMode = TopologyMode.REQUIRED
@@ -60,7 +61,7 @@ class ReplicaSegment(ApiModel):
 class ReplicaTopology(ApiModel):
     """Where the replicas of a multi-node gang go relative to each other."""
 
-    node_label: str = Field(min_length=1, max_length=316)
+    node_label: LabelKey
     """Node label whose value names a network domain (rack, block, NVLink clique), e.g.
     ``topology.kubernetes.io/rack`` or ``nvidia.com/gpu.clique``. All replicas are placed on nodes
     sharing one value of this label; with the cluster's NetworkTopology, in the narrowest level
@@ -96,6 +97,26 @@ def _immutable(what: str) -> dict[str, JsonValue]:
                 "message": f"{what} is immutable; delete and recreate the GpuJob to change it",
                 "reason": "FieldValueForbidden",
             }
+        ]
+    }
+
+
+#: Why protection from preemption may only shrink once a job exists: admission decided on it
+#: (a job is backfilled onto GPUs reserved for another because it is preemptible, or ends in
+#: time), and borrowed GPUs go only to jobs that can be evicted when their owner wants them
+#: back. A job that could turn that protection up after admission would keep what it was
+#: given on the promise to leave.
+_ONE_WAY: Final = (
+    "{what} once the GpuJob exists: admission decided on it; delete and recreate the GpuJob "
+    "to ask for more protection from preemption"
+)
+
+
+def _one_way(rule: str, what: str) -> dict[str, JsonValue]:
+    """CEL transition rule letting a field change only towards less protection."""
+    return {
+        "x-kubernetes-validations": [
+            {"rule": rule, "message": _ONE_WAY.format(what=what), "reason": "FieldValueForbidden"}
         ]
     }
 
@@ -177,7 +198,9 @@ _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
 class GpuJobSpec(ApiModel):
     """What the job needs. Tenant and quota come from the namespace, never from this spec."""
 
-    # The same rule as _segments_divide_replicas, for the API server (CEL).
+    # The same rule as _segments_divide_replicas, for the API server (CEL); then the transition
+    # rules of optional fields, which a rule on the field itself misses when it is added or
+    # removed (the API server runs those only when the old and the new object both have it).
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -189,7 +212,22 @@ class GpuJobSpec(ApiModel):
                     "topology.acrossReplicas.segment.replicas",
                     "fieldPath": ".topology.acrossReplicas.segment.replicas",
                     "reason": "FieldValueInvalid",
-                }
+                },
+                {
+                    "rule": "has(self.gpuModel) == has(oldSelf.gpuModel)",
+                    "message": "gpuModel is immutable; delete and recreate the GpuJob to change it",
+                    "fieldPath": ".gpuModel",
+                    "reason": "FieldValueForbidden",
+                },
+                {
+                    "rule": "!has(oldSelf.maxRuntimeSeconds) || (has(self.maxRuntimeSeconds) "
+                    "&& self.maxRuntimeSeconds <= oldSelf.maxRuntimeSeconds)",
+                    "message": _ONE_WAY.format(
+                        what="maxRuntimeSeconds may be lowered but not raised or removed"
+                    ),
+                    "fieldPath": ".maxRuntimeSeconds",
+                    "reason": "FieldValueForbidden",
+                },
             ]
         }
     )
@@ -230,19 +268,32 @@ class GpuJobSpec(ApiModel):
     may preempt whom; the job's pods run with it. Kubernetes' own ``system-`` classes are
     refused, and a tenant may list the classes its jobs may use (TenantQuota
     ``allowedPriorityClasses``). Unset: the cluster's global default PriorityClass, else 0."""
-    preemptible: bool = True
+    preemptible: bool = Field(
+        True,
+        json_schema_extra=_one_way("self || !oldSelf", "preemptible may be turned on but not off"),
+    )
     """Whether higher-priority jobs of the tenant, or a tenant reclaiming its guarantee, may
-    evict this job. ``false`` jobs are never victims (and may not run on borrowed capacity)."""
-    min_runtime_seconds: int = Field(0, ge=0, le=7 * 24 * 3600)
+    evict this job. ``false`` jobs are never victims (and may not run on borrowed capacity).
+    Once the job exists it may be turned on, not off."""
+    min_runtime_seconds: int = Field(
+        0,
+        ge=0,
+        le=7 * 24 * 3600,
+        json_schema_extra=_one_way(
+            "self <= oldSelf", "minRuntimeSeconds may be lowered but not raised"
+        ),
+    )
     """The job cannot be preempted until it has run this long since it last started; at most
     the tenant's ``preemption.maxMinRuntimeSeconds``, and on borrowed GPUs at most its
-    ``preemption.borrowedProtectionSeconds`` against a tenant reclaiming its guarantee."""
+    ``preemption.borrowedProtectionSeconds`` against a tenant reclaiming its guarantee. Once the
+    job exists it may be lowered, not raised."""
     max_runtime_seconds: int | None = Field(None, ge=60, le=30 * 24 * 3600)
     """A declared limit on the job's run time: when its pods have all been running this long,
     the job ends ``Failed`` with reason ``MaxRuntimeExceeded``. It also stands for the job's
     predicted run time (instead of its tenant's recent history), which gives it an honest
     expected end and lets it start on GPUs reserved for another job when it ends before that
-    job's reservation starts. Unset: no limit."""
+    job's reservation starts. Unset: no limit. Once the job exists it may be added or lowered, not
+    raised or removed."""
     checkpoint_grace_period_seconds: int = Field(30, ge=0, le=24 * 3600)
     """Seconds between the preemption notice (SIGTERM) and the kill, for the job to checkpoint;
     at most the tenant's ``preemption.maxCheckpointGracePeriodSeconds``, and at most its
