@@ -156,6 +156,90 @@ def test_even_a_cluster_admin_writes_no_gpu_ownership_on_a_pod(
 # --- 2. quota escapes ---------------------------------------------------------------------
 
 
+def _gangs_pod(admin: Any, namespace: str, quota: str) -> tuple[str, str]:
+    """A GpuJob and a pod of its gang as the operator makes it (labels, controller reference);
+    made by an admin without GPUs, which the tenant policy leaves alone."""
+    job = client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        G, V, namespace, "gpujobs", gpujob("gang")
+    )
+    uid = job["metadata"]["uid"]
+    labels = {
+        keys.LABEL_JOB_NAME: "gang",
+        keys.LABEL_JOB_UID: uid,
+        keys.LABEL_TENANT: quota,
+        keys.LABEL_REPLICA_INDEX: "0",
+        keys.LABEL_ADMISSION: "1",
+    }
+    pod = gpu_pod("gang-1-0", gpus=0, schedulerName="nobody")
+    pod["metadata"]["labels"] = labels
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": keys.API_VERSION,
+            "kind": "GpuJob",
+            "name": "gang",
+            "uid": uid,
+            "controller": True,
+        }
+    ]
+    client.CoreV1Api(admin).create_namespaced_pod(namespace, pod)
+    return "gang-1-0", uid
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"labels": {keys.LABEL_JOB_UID: None}},
+        {"labels": {keys.LABEL_JOB_NAME: "another"}},
+        {"labels": {keys.LABEL_ADMISSION: "2"}},
+        {"ownerReferences": None},
+    ],
+    ids=["job-uid-removed", "job-name-changed", "admission-changed", "owner-removed"],
+)
+def test_a_user_cannot_take_a_pod_out_of_its_gpujob(
+    kube: Any, tenant: tuple[User, str], change: dict[str, Any]
+) -> None:
+    """A pod taken out of its job would keep its GPUs as a plain pod of the tenant: charged,
+    but never preempted, reclaimed or stopped at the job's limit."""
+    user, quota = tenant
+    pod, uid = _gangs_pod(kube, user.namespace, quota)
+    field = f"metadata.{next(iter(change))}"
+    message = refused(
+        lambda: user.core.patch_namespaced_pod(pod, user.namespace, {"metadata": change})
+    )
+    assert field in message
+    user.core.patch_namespaced_pod(
+        pod, user.namespace, {"metadata": {"labels": {"team.example/stage": "two"}}}
+    )
+    stored = client.CoreV1Api(kube).read_namespaced_pod(pod, user.namespace).metadata
+    assert stored.labels[keys.LABEL_JOB_UID] == uid
+    assert [o.uid for o in stored.owner_references] == [uid]
+
+
+def test_a_gpujob_deleted_with_cascade_orphan_leaves_no_pod_outside_it(
+    kube: Any, tenant: tuple[User, str]
+) -> None:
+    """The garbage collector orphaning the pods would take them out of the job as surely as a
+    user's edit: it is refused (the operator deletes the pods of a job being deleted). A
+    ConfigMap the job also owns shows when the collector has orphaned what it may."""
+    user, quota = tenant
+    pod, uid = _gangs_pod(kube, user.namespace, quota)
+    core = client.CoreV1Api(kube)
+    owner = {"apiVersion": keys.API_VERSION, "kind": "GpuJob", "name": "gang", "uid": uid}
+    core.create_namespaced_config_map(
+        user.namespace, {"metadata": {"name": "witness", "ownerReferences": [owner]}}
+    )
+    user.custom.delete_namespaced_custom_object(
+        G, V, user.namespace, "gpujobs", "gang", propagation_policy="Orphan"
+    )
+    # The collector finds a new kind's objects at its next discovery (every 30 seconds).
+    deadline = time.monotonic() + 120
+    while core.read_namespaced_config_map("witness", user.namespace).metadata.owner_references:
+        assert time.monotonic() < deadline, "the garbage collector never orphaned the ConfigMap"
+        time.sleep(0.5)
+    stored = core.read_namespaced_pod(pod, user.namespace).metadata
+    assert [o.uid for o in stored.owner_references or []] == [uid]
+
+
 @pytest.mark.parametrize("scheduler", [keys.SCHEDULER_NAME, "default-scheduler"])
 def test_a_gpu_pod_in_a_tenants_namespace_is_refused_whatever_its_scheduler(
     tenant: tuple[User, str], scheduler: str

@@ -113,6 +113,16 @@ LABEL_FAMILY: Final = f"{PREFIX}family"
 #: Admission generation of the gang the pod belongs to; a requeued job gets a new one.
 LABEL_ADMISSION: Final = f"{PREFIX}admission"
 
+#: The labels that say which GpuJob (and which gang of it) a pod belongs to: only the operator
+#: writes them, when it creates the pod (the chart's gpujob-pod-identity admission policy).
+GPUJOB_POD_LABELS: Final = (
+    LABEL_JOB_NAME,
+    LABEL_JOB_UID,
+    LABEL_TENANT,
+    LABEL_REPLICA_INDEX,
+    LABEL_ADMISSION,
+)
+
 FINALIZER_JOB: Final = f"{PREFIX}gpujob"
 #: Simulated runtime and exit code of pods on kwok nodes (see docs/development.md).
 SIM_RUNTIME: Final = "sim.gpusched.io/runtime"

@@ -4,6 +4,12 @@ list body. A unit test keeps it equal to gpusched.api.keys.OWNERSHIP_ANNOTATIONS
 'gpusched.io/gpus', 'gpusched.io/gpu-indices', 'gpusched.io/topology-class', 'gpusched.io/allocated-gpus', 'gpusched.io/allocated-gpu-indices', 'gpusched.io/planned-node', 'gpusched.io/planned-gpu-indices'
 {{- end -}}
 
+{{/* The labels that say which GpuJob a pod belongs to, only the operator writes them, as a CEL
+list body. A unit test keeps it equal to gpusched.api.keys.GPUJOB_POD_LABELS. */}}
+{{- define "gpusched.gpujobPodLabels" -}}
+'gpusched.io/job-name', 'gpusched.io/job-uid', 'gpusched.io/tenant', 'gpusched.io/replica-index', 'gpusched.io/admission'
+{{- end -}}
+
 {{/* A CEL expression: the pod `object` asks for GPUs in any container. */}}
 {{- define "gpusched.celRequestsGpus" -}}
 [has(object.spec.initContainers) ? object.spec.initContainers : [], object.spec.containers].exists(cs, cs.exists(c, has(c.resources) && ((has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits) || (has(c.resources.requests) && 'nvidia.com/gpu' in c.resources.requests))))
