@@ -201,6 +201,18 @@ INVALID: tuple[Invalid, ...] = (
         ),
         "spec.template.metadata.annotations",
     ),
+    # Refused by the CRD only: the models read stored jobs too, and a job stored before the
+    # rule must stay readable (its pods get the job's grace period instead).
+    Invalid(
+        "gpujob-template-grace-period",
+        gpujob(
+            template=_template(
+                terminationGracePeriodSeconds=10**9, containers=[{"name": "main", "image": "i"}]
+            )
+        ),
+        "spec.template.spec.terminationGracePeriodSeconds",
+        upstream=True,
+    ),
     Invalid(
         "gpujob-template-priority-class",
         gpujob(

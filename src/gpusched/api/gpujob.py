@@ -165,6 +165,13 @@ _TEMPLATE_RULES: Final[dict[str, JsonValue]] = {
             "reason": "FieldValueForbidden",
         },
         {
+            "rule": "!has(self.spec) || !has(self.spec.terminationGracePeriodSeconds)",
+            "message": "the pods' grace period is the GpuJob's checkpointGracePeriodSeconds "
+            "(capped by its tenant); leave terminationGracePeriodSeconds out of the template",
+            "fieldPath": ".spec.terminationGracePeriodSeconds",
+            "reason": "FieldValueForbidden",
+        },
+        {
             "rule": "!has(self.spec) || !has(self.spec.initContainers) || "
             f"!self.spec.initContainers.exists(c, {_ASKS_GPUS})",
             "message": f"init containers may not request {keys.GPU_RESOURCE}: the job's GPUs are "

@@ -22,6 +22,7 @@ from gpusched.core.lifecycle import (
     JobContext,
     JobFacts,
     PatchPod,
+    Protection,
     Refresh,
     Stage,
     Urgency,
@@ -257,3 +258,37 @@ def test_with_room_for_few_reports_jobs_not_written_lately_go_first() -> None:
     assert planned.deferred_reports == 1
     planned = plan(jobs, settled, _result(waiting=waiting), NOW, refresh=Refresh(reports=1))
     assert [min(g.jobs) for g in planned.groups] == ["ns/flaps"]
+
+
+#: A template asking for a year's grace, in a job stored before the CRD refused it.
+_LINGERING = {
+    "spec": {
+        "terminationGracePeriodSeconds": 365 * 86400,
+        "containers": [{"name": "main", "image": "img"}],
+    }
+}
+
+
+def test_the_gangs_pods_get_the_jobs_grace_period_as_its_tenant_caps_it() -> None:
+    """Not the template's: a pod that ignores SIGTERM would otherwise hold its GPUs for as long
+    as it asked once its job is deleted, when nothing charges them to the tenant any more."""
+    queued = job(
+        status={"phase": "Queued", "tenant": "t"},
+        checkpointGracePeriodSeconds=7200,
+        template=_LINGERING,
+    )
+    jobs, settled = _settled(queued)
+    planned = plan(
+        jobs,
+        settled,
+        _result(admission("ns/train")),
+        NOW,
+        protections={"ns/train": Protection(max_grace=600)},
+    )
+    creates = [a for g in planned.groups for s in g.steps for a in s.actions]
+    graces = {
+        c.manifest["spec"]["terminationGracePeriodSeconds"]
+        for c in creates
+        if isinstance(c, CreatePod)
+    }
+    assert graces == {600}

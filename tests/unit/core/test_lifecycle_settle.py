@@ -116,6 +116,20 @@ def test_admitted_job_missing_pods_creates_exactly_those_on_its_plan() -> None:
     assert done.placement == (Assignment("n0", (0, 1, 2, 3)), Assignment("n1", (0, 1, 2, 3)))
 
 
+def test_missing_pods_get_the_jobs_grace_period_as_its_tenant_caps_it() -> None:
+    template = {
+        "spec": {
+            "terminationGracePeriodSeconds": 365 * 86400,
+            "containers": [{"name": "main", "image": "img"}],
+        }
+    }
+    facts = job(status=admitted_status(), checkpointGracePeriodSeconds=7200, template=template)
+    facts = with_pods(facts, pod(facts, 0, phase="Pending"))
+    context = JobContext(tenant="t", verdict=Verdict(), protection=Protection(max_grace=600))
+    [create] = _of(settle(facts, context, NOW, CONFIG).actions, CreatePod)
+    assert create.manifest["spec"]["terminationGracePeriodSeconds"] == 600
+
+
 def test_admitted_job_waits_while_the_victims_of_its_preemption_leave() -> None:
     status = admitted_status()
     status["conditions"][1] = {**status["conditions"][1], "status": "False"}

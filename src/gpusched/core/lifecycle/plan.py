@@ -324,6 +324,7 @@ def _admission(
                     admission=status.admission,
                     replica=replica,
                     placement=by_replica.get(replica),
+                    grace_seconds=protections.get(job.key, Protection()).grace(job.job.spec),
                 ),
             )
             for replica in range(job.job.spec.replicas)

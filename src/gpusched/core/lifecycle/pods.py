@@ -35,9 +35,12 @@ def pod_manifest(
     admission: int,
     replica: int,
     placement: ReplicaPlacement | None,
+    grace_seconds: int | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
-    """One replica's pod. ``placement`` pins it to the planned node (None for a dry run)."""
+    """One replica's pod. ``placement`` pins it to the planned node (None for a dry run).
+    ``grace_seconds``: the job's grace period as its tenant caps it
+    (:meth:`~gpusched.core.lifecycle.tenants.Protection.grace`), the pod's own."""
     meta = job.metadata
     spec = job.spec
     name = meta.name or ""
@@ -67,6 +70,14 @@ def pod_manifest(
         keys.ANNOTATION_GANG_SIZE: str(spec.replicas),
     }
     pod_spec["schedulerName"] = keys.SCHEDULER_NAME
+    # The pod's own grace period is what a delete without one gives it: the deletion of its job
+    # (after which nothing charges its GPUs to the tenant), a failed gang's cleanup, a drain.
+    # The template's would let a pod that ignores SIGTERM hold its GPUs for as long as it
+    # likes; the CRD refuses it, and a job stored before that rule gets the job's too.
+    if grace_seconds is not None:
+        pod_spec["terminationGracePeriodSeconds"] = grace_seconds
+    else:
+        pod_spec.pop("terminationGracePeriodSeconds", None)
     # A pod left to Kubernetes' default (Always) would be restarted when its work is done and
     # never end; the CRD refuses Always, and a job stored before that rule runs to completion
     # too. (Any other value goes to the API server as written, which judges it.)

@@ -527,6 +527,7 @@ class _Settle:
                 admission=status.admission,
                 replica=replica,
                 placement=by_replica.get(replica),
+                grace_seconds=self.context.protection.grace(job.job.spec),
             )
             if manifest["metadata"]["name"] not in existing:
                 self.actions.append(CreatePod(job.key, job.uid, status.admission, manifest))
