@@ -156,7 +156,7 @@ def test_even_a_cluster_admin_writes_no_gpu_ownership_on_a_pod(
 # --- 2. quota escapes ---------------------------------------------------------------------
 
 
-def _gangs_pod(admin: Any, namespace: str, quota: str) -> tuple[str, str]:
+def _gangs_pod(admin: Any, namespace: str, quota: str, **spec: Any) -> tuple[str, str]:
     """A GpuJob and a pod of its gang as the operator makes it (labels, controller reference);
     made by an admin without GPUs, which the tenant policy leaves alone."""
     job = client.CustomObjectsApi(admin).create_namespaced_custom_object(
@@ -170,7 +170,7 @@ def _gangs_pod(admin: Any, namespace: str, quota: str) -> tuple[str, str]:
         keys.LABEL_REPLICA_INDEX: "0",
         keys.LABEL_ADMISSION: "1",
     }
-    pod = gpu_pod("gang-1-0", gpus=0, schedulerName="nobody")
+    pod = gpu_pod("gang-1-0", gpus=0, schedulerName="nobody", **spec)
     pod["metadata"]["labels"] = labels
     pod["metadata"]["ownerReferences"] = [
         {
@@ -213,6 +213,36 @@ def test_a_user_cannot_take_a_pod_out_of_its_gpujob(
     stored = client.CoreV1Api(kube).read_namespaced_pod(pod, user.namespace).metadata
     assert stored.labels[keys.LABEL_JOB_UID] == uid
     assert [o.uid for o in stored.owner_references] == [uid]
+
+
+def test_a_user_cannot_give_a_gpujobs_pod_a_longer_grace_period_when_deleting_it(
+    kube: Any, tenant: tuple[User, str]
+) -> None:
+    """A pod that ignores SIGTERM keeps its GPUs through its grace period, and once its job is
+    deleted nothing charges them: a deletion or an eviction may not ask longer than the pod's
+    own (the job's checkpointGracePeriodSeconds), nor than its tenant allows."""
+    user, quota = tenant
+    # On a node with no kubelet, so that a deletion stays graceful for the test to look at.
+    pod, _ = _gangs_pod(
+        kube, user.namespace, quota, nodeName="no-kubelet", terminationGracePeriodSeconds=30
+    )
+    admin = client.CoreV1Api(kube)
+    try:
+        message = refused(
+            lambda: user.core.delete_namespaced_pod(pod, user.namespace, grace_period_seconds=10**8)
+        )
+        assert "gracePeriodSeconds" in message
+        eviction = {"metadata": {"name": pod}, "deleteOptions": {"gracePeriodSeconds": 10**8}}
+        message = refused(
+            lambda: user.core.create_namespaced_pod_eviction(pod, user.namespace, eviction)
+        )
+        assert "deleteOptions.gracePeriodSeconds" in message
+        assert admin.read_namespaced_pod(pod, user.namespace).metadata.deletion_timestamp is None
+        user.core.delete_namespaced_pod(pod, user.namespace, grace_period_seconds=5)
+        deleting = admin.read_namespaced_pod(pod, user.namespace).metadata
+        assert deleting.deletion_grace_period_seconds == 5
+    finally:
+        admin.delete_namespaced_pod(pod, user.namespace, grace_period_seconds=0)
 
 
 def test_a_gpujob_deleted_with_cascade_orphan_leaves_no_pod_outside_it(
