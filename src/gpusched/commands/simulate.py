@@ -210,11 +210,24 @@ def simulate(
             seed=seed,
         )
         # The what-if inputs and the output directory are checked before any replay: a bad file
-        # or an unwritable --out would otherwise be reported only after the base run.
-        what_if_workload = (
-            with_quotas(workload, load_tenant_quotas(what_if_quotas)) if what_if_quotas else None
-        )
-        what_if_cluster = from_mix(what_if_nodes) if what_if_nodes else None
+        # or an unwritable --out would otherwise be reported only after the base run. The changed
+        # run is built from the trace as the base run is, with only the what-if inputs swapped:
+        # its TenantQuotas own the trace's namespaces (not the base quotas' tenants), derived
+        # guarantees are shares of its own node pool, and --network places its nodes too.
+        changed = None
+        if what_if_quotas is not None or what_if_nodes is not None:
+            changed = _inputs(
+                trace=trace,
+                traces_dir=traces_dir,
+                nodes=what_if_nodes or nodes,
+                nodes_file=None if what_if_nodes else nodes_file,
+                network=network,
+                quotas=what_if_quotas or quotas,
+                limit=limit,
+                demand=demand,
+                openb_pods=openb_pods,
+                seed=seed,
+            )
     except (ValueError, OSError) as exc:  # QuotaError and ClusterError are ValueErrors
         raise click.ClickException(str(exc)) from None
     try:
@@ -247,13 +260,8 @@ def simulate(
 
     results = replay_all(workload, cluster)
     baseline = None
-    if what_if_workload is not None or what_if_cluster is not None:
-        changed_workload = workload if what_if_workload is None else what_if_workload
-        changed_cluster = cluster if what_if_cluster is None else what_if_cluster
-        if what_if_nodes and trace == "philly" and not quotas:
-            changed_workload = adapters.philly(
-                traces_dir, cluster_gpus=changed_cluster.gpus, limit=limit, seed=seed
-            )
+    if changed is not None:
+        changed_workload, changed_cluster = changed
         notes.append(
             "what-if: "
             + "; ".join(

@@ -155,3 +155,111 @@ def test_a_report_that_cannot_be_written_is_one_error_line(
         "cannot write the report",
         "Permission denied",
     )
+
+
+def _quota(name: str, guaranteed: int, *namespaces: str) -> str:
+    return (
+        "apiVersion: gpusched.io/v1alpha1\nkind: TenantQuota\n"
+        f"metadata: {{name: {name}}}\n"
+        f"spec: {{guaranteedGpus: {guaranteed}, namespaces: [{', '.join(namespaces)}]}}\n"
+    )
+
+
+def test_what_if_quotas_own_the_trace_namespaces_not_the_base_quotas_tenants(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text(_quota("first", 8, "team-0") + "---\n" + _quota("second", 8, "team-1"))
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(_quota("merged", 16, "team-0", "team-1"))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        simulate,
+        [
+            "--trace",
+            str(_trace(tmp_path)),
+            "--nodes",
+            "hgx-h100-sxm-8gpu-8nic=2",
+            "--quotas",
+            str(base),
+            "--what-if-quotas",
+            str(changed),
+            "--policies",
+            "gpusched",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert [t["name"] for t in data["baseline"]["parameters"]["tenants"]] == ["first", "second"]
+    assert [t["name"] for t in data["parameters"]["tenants"]] == ["merged"]
+    (figures,) = data["figures"]
+    assert figures["jobs"]["finished"] == len(JOBS), figures["jobs"]
+
+
+def test_a_what_if_node_pool_gets_its_own_equal_shares_and_keeps_the_network(
+    tmp_path: Path,
+) -> None:
+    topo = tmp_path / "topo.csv"
+    topo.write_text(
+        "ip,DSW,PSW,ASW\n" + "".join(f"10.0.0.{i},core,agg-{i % 2},leaf-{i}\n" for i in range(8))
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        simulate,
+        [
+            "--trace",
+            str(_trace(tmp_path)),
+            "--nodes",
+            "hgx-h100-sxm-8gpu-8nic=2",
+            "--network",
+            str(topo),
+            "--what-if-nodes",
+            "hgx-h100-sxm-8gpu-8nic=4",
+            "--policies",
+            "gpusched",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    base_tenants = data["baseline"]["parameters"]["tenants"]
+    assert [t["guaranteed"] for t in base_tenants] == [8, 8]
+    assert [t["guaranteed"] for t in data["parameters"]["tenants"]] == [16, 16]
+    (cluster,) = data["parameters"]["cluster"]
+    assert cluster.endswith(f"on {tmp_path.name}"), cluster
+
+
+def test_philly_what_if_quotas_on_a_what_if_pool_are_the_quotas_of_the_file(
+    tmp_path: Path, traces_dir: Path
+) -> None:
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(_quota("everyone", 64, "6214e9", "11cb48", "6c71a0"))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        simulate,
+        [
+            "--trace",
+            "philly",
+            "--traces-dir",
+            str(traces_dir),
+            "--limit",
+            "30",
+            "--nodes",
+            "hgx-h100-sxm-8gpu-8nic=4",
+            "--what-if-nodes",
+            "hgx-h100-sxm-8gpu-8nic=8",
+            "--what-if-quotas",
+            str(changed),
+            "--policies",
+            "best-fit",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["parameters"]["capacity"] == [64]
+    assert [t["name"] for t in data["parameters"]["tenants"]] == ["everyone"]
