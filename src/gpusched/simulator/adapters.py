@@ -198,8 +198,12 @@ def openb_cluster(directory: Path | None = None) -> Cluster:
 
 
 def _openb_jobs(
-    directory: Path | None, pods: str
+    directory: Path | None, pods: str, *, run_times: bool = False
 ) -> tuple[list[TraceJob], list[dict[str, str]], Counter[str]]:
+    """The GPU pods of a pod list as jobs submitted at their creation. With ``run_times`` (a
+    replay of the lifetimes) a pod runs from its ``scheduled_time`` to its deletion: the time
+    it waited in the trace's own queue is not run time, and a pod deleted while still pending
+    (no ``scheduled_time``) never ran, so it is left out (counted in the notes)."""
     path = traces_dir(directory) / "alibaba-gpu-v2023" / f"openb_pod_list_{pods}.csv"
     rows = _read_csv(path)
     counts: Counter[str] = Counter()
@@ -222,6 +226,11 @@ def _openb_jobs(
         else:
             created = float(row["creation_time"])
             duration = float(row["deletion_time"]) - created
+            if run_times:
+                if not row.get("scheduled_time"):
+                    counts["pods deleted while pending (never ran) left out"] += 1
+                    continue
+                duration = float(row["deletion_time"]) - float(row["scheduled_time"])
         if duration <= 0:
             counts["pods without a positive lifetime left out"] += 1
             continue
@@ -245,15 +254,17 @@ def _openb_jobs(
 
 
 def openb(directory: Path | None = None, *, pods: str = "default") -> tuple[Workload, Cluster]:
-    """openb's pods in creation order with their lifetimes, on openb's GPU nodes.
+    """openb's pods in creation order with their run times, on openb's GPU nodes.
 
-    Pods are one-replica jobs of their GPU count; one tenant guaranteed the whole cluster.
+    Pods are one-replica jobs of their GPU count, submitted at their creation, running from
+    their ``scheduled_time`` to their deletion (the trace's own queueing is not run time); pods
+    deleted while pending never ran and are left out. One tenant guaranteed the whole cluster.
     Fractional pods (``gpu_milli`` < 1000) are not shareable in gpusched: each holds a whole GPU.
     A ``gpu_spec`` naming one model pins the pod to it; several models mean any. CPU and memory
     are not modelled (gpusched schedules GPUs; kube-scheduler checks the rest).
     """
     cluster = openb_cluster(directory)
-    jobs, _, counts = _openb_jobs(directory, pods)
+    jobs, _, counts = _openb_jobs(directory, pods, run_times=True)
     if any(math.isinf(j.duration) for j in jobs):
         raise AdapterError(
             f"openb pod list {pods!r} has no creation or deletion times: it serves only the FGD "

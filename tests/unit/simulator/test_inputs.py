@@ -152,11 +152,47 @@ def test_philly_priorities_are_the_same_for_a_seed_and_change_with_it() -> None:
 
 
 @needs_traces
-def test_openb_is_its_gpu_nodes_and_its_gpu_pods() -> None:
+def test_openb_is_its_gpu_nodes_and_its_gpu_pods_that_ran() -> None:
     w, cluster = adapters.openb()
     assert (len(cluster.nodes), cluster.gpus) == (1213, 6212)
-    assert len(w.jobs) == 7063  # 7,064 GPU pods, one without a positive lifetime
-    assert any("3078 fractional pods given a whole GPU" in n for n in w.notes)
+    with (TRACES / "alibaba-gpu-v2023" / "openb_pod_list_default.csv").open(newline="") as f:
+        ran = [
+            r
+            for r in csv.DictReader(f)
+            if int(r["num_gpu"]) >= 1
+            and r["scheduled_time"]
+            and float(r["deletion_time"]) > float(r["scheduled_time"])
+        ]
+    assert len(w.jobs) == len(ran) == 6203  # 7,064 GPU pods, 861 deleted while pending
+    run = sum(float(r["deletion_time"]) - float(r["scheduled_time"]) for r in ran)
+    assert sum(j.duration for j in w.jobs) == pytest.approx(run)
+    assert any("861 pods deleted while pending (never ran) left out" in n for n in w.notes)
+
+
+def test_an_openb_pod_runs_from_its_scheduling_and_a_pod_that_never_ran_is_left_out(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "alibaba-gpu-v2023"
+    root.mkdir()
+    (root / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,T4\n"
+    )
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    (root / "openb_pod_list_default.csv").write_text(
+        header
+        + "creation_time,deletion_time,scheduled_time\n"
+        + "waited,1000,1024,2,1000,,LS,Running,100,1100,400\n"
+        + "pending,1000,1024,1,1000,,LS,Pending,200,900,\n"
+        + "at-once,1000,1024,1,1000,,LS,Succeeded,300,350,300\n"
+    )
+    w, _ = adapters.openb(tmp_path)
+    assert [(j.id, j.submit, j.duration) for j in w.jobs] == [
+        ("waited", 0.0, 700.0),
+        ("at-once", 200.0, 50.0),
+    ]
+    assert any("1 pods deleted while pending" in n for n in w.notes)
+    fgd, _ = adapters.openb_inflated(tmp_path, demand=0.5)
+    assert [j.id.split("#")[0] for j in fgd.jobs][:3] == ["waited", "pending", "at-once"]
 
 
 @needs_traces
