@@ -205,7 +205,7 @@ class Replay:
         self.arrivals_left = len(self.events)
         self._wakes: set[float] = set()
         if isinstance(policy, KnowsReplay):
-            policy.replay_started(cluster, speed)
+            policy.replay_started(cluster, speed, {j.id: j.duration for j in workload.jobs})
 
     # --- ground truth --------------------------------------------------------------------
 
@@ -256,7 +256,8 @@ class Replay:
         run = self.runs[job_id]
         run.queued_at = now
         self._queue(run.job)
-        self.policy.submit(run.job, now)
+        # The policy sees what the cluster would: the job's request, not its trace run time.
+        self.policy.submit(run.job.spec, now)
 
     def _complete(self, job_id: str, epoch: int, now: float) -> None:
         run = self.runs[job_id]

@@ -69,6 +69,47 @@ class TraceJob:
         """GPUs the whole job holds."""
         return self.replicas * self.gpus_per_replica
 
+    @property
+    def spec(self) -> JobSpec:
+        """The job as a cluster knows it at submission: everything but its run time."""
+        return JobSpec(
+            id=self.id,
+            submit=self.submit,
+            replicas=self.replicas,
+            gpus_per_replica=self.gpus_per_replica,
+            tenant=self.tenant,
+            priority=self.priority,
+            gpu_model=self.gpu_model,
+            scope=self.scope,
+            mode=self.mode,
+            preemptible=self.preemptible,
+            measured_on=self.measured_on,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a policy is told of a job: what a GpuJob says when it is submitted. The trace's
+    run time is not in it, so a policy cannot decide on the future (an oracle is handed run
+    times explicitly: :class:`gpusched.simulator.policies.base.KnowsReplay`)."""
+
+    id: str
+    submit: float
+    replicas: int
+    gpus_per_replica: int
+    tenant: str
+    priority: int = 0
+    gpu_model: str | None = None
+    scope: TopologyScope = TopologyScope.NODE
+    mode: TopologyMode = TopologyMode.PREFERRED
+    preemptible: bool = True
+    measured_on: Link | None = None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the whole job holds."""
+        return self.replicas * self.gpus_per_replica
+
 
 @dataclass(frozen=True, slots=True)
 class SimNode:

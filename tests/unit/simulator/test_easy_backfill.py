@@ -153,6 +153,7 @@ def test_the_oracle_end_includes_the_speed_models_slowdown() -> None:
 def test_the_policy_asks_to_be_woken_at_the_shadow_time() -> None:
     nodes = cluster((H100, "h1"))
     policy = EasyBackfillPolicy(nodes.nodes, speed=speed)
+    policy.replay_started(nodes, speed, {"a": 100, "big": 50, "tiny": 500})
     policy.submit(trace_job("a", 0, 6, 100), 0)
     first = policy.schedule(0)
     assert [s.job for s in first.starts] == ["a"]
@@ -293,10 +294,11 @@ def test_the_registered_policy_uses_the_default_speed_model() -> None:
     assert isinstance(policy, EasyBackfillPolicy)
     assert policy.speed == DEFAULT.slowdown
     job = TraceJob("x", 0, 100.0, 1, 4, "t")
-    placed = EasyBackfillPolicy(nodes.nodes).book.place_gang(job)
+    placed = EasyBackfillPolicy(nodes.nodes).book.place_gang(job.spec)
     assert placed is not None
+    policy.run_times = {"x": job.duration}  # what the replay hands it when it starts
     # Four GPUs of the RTX board talk across sockets.
-    assert policy.oracle_end(job, placed, 10.0) == 10.0 + 100.0 * DEFAULT.factors[Link.SOCKET]
+    assert policy.oracle_end(job.spec, placed, 10.0) == 10.0 + 100.0 * DEFAULT.factors[Link.SOCKET]
 
 
 def test_jobs_that_never_end_leave_no_reservation() -> None:

@@ -364,3 +364,25 @@ def test_replicas_bound_while_the_rest_of_their_gang_waits_count_as_no_allocatio
     by_time = {s.time: s for s in result.samples}
     assert (by_time[0].allocated, dict(by_time[0].by_tenant)) == (0, {})
     assert (by_time[10].allocated, dict(by_time[10].by_tenant)) == (8, {"u": 8})
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_no_policy_is_told_a_jobs_run_time(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a policy is handed at submission is what a GpuJob says: its request. The trace's
+    # run time is the future; only an oracle gets it, explicitly, and says so.
+    nodes = cluster(("hgx-h100-sxm-8gpu-8nic", "h1"))
+    jobs = workload(trace_job("a", 0, 4, 100), trace_job("b", 1, 8, 50))
+    policy = build(name, nodes.nodes, jobs.tenants, 0)
+    told: list[object] = []
+    submit = policy.submit
+
+    def spy(job: object, now: float) -> None:
+        told.append(job)
+        submit(job, now)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(policy, "submit", spy)
+    result = replay(jobs, nodes, policy, speed=speed)
+    assert all(r.finished for r in result.jobs)
+    assert [getattr(j, "id", None) for j in told] == ["a", "b"]
+    assert not any(hasattr(j, "duration") for j in told), told
+    assert ("ORACLE" in " ".join(policy.assumptions)) == (name == "easy-backfill")

@@ -3,11 +3,11 @@ start (and whom to preempt) after each batch of events at one instant."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from gpusched.simulator.model import Cluster, Link, TraceJob
+from gpusched.simulator.model import Cluster, JobSpec, Link
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ class SimPolicy(Protocol):
     name: str
     assumptions: tuple[str, ...]
 
-    def submit(self, job: TraceJob, now: float) -> None:
-        """A job arrived (or came back after preemption)."""
+    def submit(self, job: JobSpec, now: float) -> None:
+        """A job arrived: what it asks for, never how long it will run."""
 
     def finished(self, job: str, now: float) -> None:
         """A running job completed and released its GPUs."""
@@ -72,5 +72,12 @@ class KnowsReplay(Protocol):
     hands it its own cluster (with the network levels) and job-speed model before the first
     event, so the policy's view cannot differ from what the replay charges."""
 
-    def replay_started(self, cluster: Cluster, speed: Callable[[Link, int], float] | None) -> None:
-        """The replay runs on ``cluster`` and slows jobs down by ``speed`` (None: not at all)."""
+    def replay_started(
+        self,
+        cluster: Cluster,
+        speed: Callable[[Link, int], float] | None,
+        run_times: Mapping[str, float],
+    ) -> None:
+        """The replay runs on ``cluster`` and slows jobs down by ``speed`` (None: not at all);
+        ``run_times`` are the trace's durations by job id, which only an oracle is handed (every
+        policy is told jobs as :class:`JobSpec`, without them)."""

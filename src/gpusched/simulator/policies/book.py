@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpusched.core.baselines import first_fit, gpuallocator_best_effort
-from gpusched.simulator.model import SimNode, TraceJob
+from gpusched.simulator.model import JobSpec, SimNode
 from gpusched.simulator.policies.base import Placed
 
 
@@ -68,11 +68,11 @@ class Book:
         self.padding_fallbacks = 0
         self.largest_node = max((len(s.free) for s in self.slots.values()), default=0)
 
-    def fits(self, node: SimNode, job: TraceJob) -> bool:
+    def fits(self, node: SimNode, job: JobSpec) -> bool:
         """Whether the node may run the job's replicas at all (model)."""
         return job.gpu_model is None or node.model == job.gpu_model
 
-    def candidates(self, job: TraceJob, k: int, taken: dict[str, int]) -> list[_Slot]:
+    def candidates(self, job: JobSpec, k: int, taken: dict[str, int]) -> list[_Slot]:
         """Nodes that can hold one more replica of ``k`` GPUs (``taken``: GPUs tentatively
         taken on each node by earlier replicas of the same gang)."""
         return [
@@ -120,7 +120,7 @@ class Book:
             self._chosen[key] = found
         return found
 
-    def place_gang(self, job: TraceJob) -> tuple[Placed, ...] | None:
+    def place_gang(self, job: JobSpec) -> tuple[Placed, ...] | None:
         """Every replica of ``job`` on nodes with room now, or None (nothing is taken)."""
         k = job.gpus_per_replica
         if k > self.largest_node:

@@ -34,11 +34,12 @@ speed(measured_on, gpus)`` (1.0 for one GPU), ``link`` the worst link of its GPU
 (:func:`gpusched.simulator.engine.worst_link`, across nodes the narrowest network level of the
 cluster holding them all). This policy computes exactly that, with the same expression the
 engine uses, so its ends are the replay's to the bit: the replay hands it its own cluster (with
-its network levels: an NVLink clique, a leaf switch) and its own speed model, or none (openb,
-``--speed-model none``), before the first event (:meth:`replay_started`). Until then it assumes
-:data:`gpusched.simulator.speed.DEFAULT` and no network levels. A job that runs past its oracle
-end is expected to end at once; one that ends before it frees its GPUs then, and the next
-decision plans from there. The policy asks the engine to wake it at the shadow time
+its network levels: an NVLink clique, a leaf switch), its own speed model, or none (openb,
+``--speed-model none``), and the trace's run times before the first event
+(:meth:`replay_started`); jobs are submitted to it, as to every policy, without them. Until
+then it assumes :data:`gpusched.simulator.speed.DEFAULT` and no network levels. A job that runs
+past its oracle end is expected to end at once; one that ends before it frees its GPUs then,
+and the next decision plans from there. The policy asks the engine to wake it at the shadow time
 (:attr:`Decisions.wake_at`), which matters only when ends are not exact.
 
 With exact ends the reservation never moves: every job that got an expected start (the head's
@@ -57,11 +58,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpusched.simulator.model import Cluster, Link, SimNode, TraceJob
+from gpusched.simulator.model import Cluster, JobSpec, Link, SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 from gpusched.simulator.policies.book import Book, GpuRule, NodeRule
 from gpusched.simulator.speed import DEFAULT as DEFAULT_SPEED
@@ -146,7 +147,7 @@ class EasyBackfillPolicy:
         self.nodes = {n.name: n for n in nodes}
         self.capacity = {name: len(slot.free) for name, slot in self.book.slots.items()}
         """Placeable GPUs per node (the empty cluster)."""
-        self.queue: dict[str, tuple[TraceJob, Shape, float]] = {}
+        self.queue: dict[str, tuple[JobSpec, Shape, float]] = {}
         """Waiting jobs in submission order (dicts keep insertion order), with their shape and
         their shortest run time on any set (:meth:`least_run`)."""
         self.running: dict[str, _Running] = {}
@@ -159,18 +160,25 @@ class EasyBackfillPolicy:
         """Why a job waited behind the reservation, or held it (see :data:`Wait`)."""
         self.passes = 0
         self._possible: dict[Shape, bool] = {}
+        self.run_times: Mapping[str, float] = {}
+        """The trace's run time of every job by id: the oracle, handed over by the replay
+        (:meth:`replay_started`); jobs themselves are told without it."""
 
     # --- events ----------------------------------------------------------------------------
 
-    def replay_started(self, cluster: Cluster, speed: SpeedFn | None) -> None:
-        """Take the replay's cluster and speed model (:class:`KnowsReplay`): an oracle's run
-        times are the replay's only if the links and the slowdown are the ones it charges."""
+    def replay_started(
+        self, cluster: Cluster, speed: SpeedFn | None, run_times: Mapping[str, float]
+    ) -> None:
+        """Take the replay's cluster, speed model and the trace's run times
+        (:class:`KnowsReplay`): an oracle's run times are the replay's only if the links and the
+        slowdown are the ones it charges."""
         self.cluster = cluster
         self.speed = speed
+        self.run_times = run_times
         for job, shape, _ in self.queue.values():
             self.queue[job.id] = (job, shape, self.least_run(job))
 
-    def submit(self, job: TraceJob, now: float) -> None:
+    def submit(self, job: JobSpec, now: float) -> None:
         shape = (job.replicas, job.gpus_per_replica, job.gpu_model)
         self.queue[job.id] = (job, shape, self.least_run(job))
 
@@ -182,10 +190,11 @@ class EasyBackfillPolicy:
 
     # --- oracle ----------------------------------------------------------------------------
 
-    def oracle_end(self, job: TraceJob, placed: tuple[Placed, ...], now: float) -> float:
+    def oracle_end(self, job: JobSpec, placed: tuple[Placed, ...], now: float) -> float:
         """When the replay will end ``job`` started now on ``placed`` (the engine's expression,
         so the float is the same)."""
-        if not math.isfinite(job.duration):
+        duration = self.run_times[job.id]
+        if not math.isfinite(duration):
             return math.inf
         if self.speed is None or job.gpus <= 1:
             slowdown = 1.0
@@ -193,17 +202,18 @@ class EasyBackfillPolicy:
             factor = self.speed(self._worst_link(self.nodes, placed, self.cluster), job.gpus)
             measured = self.speed(job.measured_on, job.gpus) if job.measured_on else 1.0
             slowdown = factor / measured
-        return now + job.duration * slowdown
+        return now + duration * slowdown
 
-    def least_run(self, job: TraceJob) -> float:
+    def least_run(self, job: JobSpec) -> float:
         """The shortest run time ``job`` has on any set (the best link): ``now`` plus it bounds
         :meth:`oracle_end` from below without placing the job."""
-        if not math.isfinite(job.duration):
+        duration = self.run_times[job.id]
+        if not math.isfinite(duration):
             return math.inf
         if self.speed is None or job.gpus <= 1:
-            return job.duration
+            return duration
         measured = self.speed(job.measured_on, job.gpus) if job.measured_on else 1.0
-        return job.duration * (self.speed(Link.NVLINK, job.gpus) / measured)
+        return duration * (self.speed(Link.NVLINK, job.gpus) / measured)
 
     # --- the pass --------------------------------------------------------------------------
 
@@ -260,7 +270,7 @@ class EasyBackfillPolicy:
         wake = res.shadow if res is not None and now < res.shadow < math.inf else None
         return Decisions(starts=tuple(starts), estimates=tuple(estimates), wake_at=wake)
 
-    def _start(self, job: TraceJob, placed: tuple[Placed, ...], now: float) -> None:
+    def _start(self, job: JobSpec, placed: tuple[Placed, ...], now: float) -> None:
         """Take the GPUs and note the oracle end (the caller removes it from the queue)."""
         for p in placed:
             self.book.take(p)
@@ -269,7 +279,7 @@ class EasyBackfillPolicy:
         insort(self.ends, key)
         self.running[job.id] = _Running(key[0], placed, key)
 
-    def _place_within(self, job: TraceJob, extra: dict[str, int]) -> tuple[Placed, ...] | None:
+    def _place_within(self, job: JobSpec, extra: dict[str, int]) -> tuple[Placed, ...] | None:
         """``job`` placed by the book's rules on the GPUs free now, taking on reserved nodes at
         most their extra GPUs (the rest counted as taken), or None."""
         k = job.gpus_per_replica
@@ -290,7 +300,7 @@ class EasyBackfillPolicy:
             out.append(Placed(name, gpus))
         return tuple(out)
 
-    def possible(self, job: TraceJob) -> bool:
+    def possible(self, job: JobSpec) -> bool:
         """Whether the empty cluster could hold ``job`` at all (per node, by the book's rule)."""
         shape = (job.replicas, job.gpus_per_replica, job.gpu_model)
         found = self._possible.get(shape)
@@ -307,7 +317,7 @@ class EasyBackfillPolicy:
             self._possible[shape] = found
         return found
 
-    def _reserve(self, job: TraceJob, now: float) -> Reservation | None:
+    def _reserve(self, job: JobSpec, now: float) -> Reservation | None:
         """The reservation of ``job``, which does not fit now: its shadow time and the GPUs per
         node it would take then; None when no finite end of a running job makes it fit."""
         if not self.possible(job):

@@ -40,7 +40,7 @@ from gpusched.core.admission.quota import Ledger
 from gpusched.core.lifecycle.spend import decayed
 from gpusched.core.placement import Policy as PlacementPolicy
 from gpusched.core.runtime import JobKind, RuntimeHistory, expected_end
-from gpusched.simulator.model import SimNode, TraceJob
+from gpusched.simulator.model import JobSpec, SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 
 ASSUMPTIONS = (
@@ -67,7 +67,7 @@ ARRIVALS_ON_TOP: Final = 10.0
 FORECAST_INTERVAL: Final = 300.0
 
 
-def core_job(job: TraceJob, runtime: float | None = None) -> Job:
+def core_job(job: JobSpec, runtime: float | None = None) -> Job:
     """The GpuJob the trace job stands for, as the operator hands it to the cycle."""
     return Job(
         key=f"{job.tenant}/{job.id}",
@@ -88,7 +88,7 @@ def core_node(node: SimNode) -> Node:
     return Node(name=node.name, topology=node.topology, model=node.model, labels=node.labels)
 
 
-def job_kind(job: TraceJob) -> JobKind:
+def job_kind(job: JobSpec) -> JobKind:
     """What the runtime history knows the job by (traces name no submitter or family: the
     tenant stands for both)."""
     return JobKind(tenant=job.tenant, group=job.tenant, family="", gpus=job.gpus)
@@ -132,7 +132,7 @@ class GpuschedPolicy:
         self.forecast_interval = forecast_interval
         self.queued: dict[str, Job] = {}
         self.admitted: dict[str, Job] = {}
-        self.jobs: dict[str, TraceJob] = {}
+        self.jobs: dict[str, JobSpec] = {}
         self.ids: dict[str, str] = {}
         """Core job key -> trace job id."""
         self.reasons: dict[str, str] = {}
@@ -155,11 +155,11 @@ class GpuschedPolicy:
         self.submitted: deque[tuple[float, str]] = deque()
         """(submission time, trace job id) of the jobs submitted within that window."""
 
-    def _runtime(self, job: TraceJob) -> float | None:
+    def _runtime(self, job: JobSpec) -> float | None:
         found = self.history.predict(job_kind(job))
         return found.seconds if found is not None else None
 
-    def submit(self, job: TraceJob, now: float) -> None:
+    def submit(self, job: JobSpec, now: float) -> None:
         core = core_job(job, self._runtime(job))
         self.ids[core.key] = job.id
         self.jobs[job.id] = job

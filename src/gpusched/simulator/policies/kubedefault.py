@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from gpusched.core.admission import Tenant
-from gpusched.simulator.model import SimNode, TraceJob
+from gpusched.simulator.model import JobSpec, SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 from gpusched.simulator.policies.book import Book, GpuRule, NodeRule
 
@@ -65,7 +65,7 @@ class KubeDefaultPolicy:
         """Per tenant: replicas not yet created (heap by submission, trace order)."""
         self.pending: list[Queued] = []
         """Created pods not yet bound (kube-scheduler's queue)."""
-        self.jobs: dict[str, TraceJob] = {}
+        self.jobs: dict[str, JobSpec] = {}
         self.bound: dict[str, list[Placed]] = {}
         self.order: dict[str, int] = {}
         self.freed = False
@@ -76,7 +76,7 @@ class KubeDefaultPolicy:
         self.waits: dict[str, str] = {}
         """Why each job's pods last waited (quota or nodes)."""
 
-    def submit(self, job: TraceJob, now: float) -> None:
+    def submit(self, job: JobSpec, now: float) -> None:
         self.jobs[job.id] = job
         seq = self.order.setdefault(job.id, len(self.order))
         queue = self.uncreated.setdefault(job.tenant, [])
@@ -139,7 +139,7 @@ class KubeDefaultPolicy:
             starts.append(Start(job.id, (placed,)))
         return Decisions(starts=tuple(starts))
 
-    def _bind(self, job: TraceJob) -> Placed | None:
+    def _bind(self, job: JobSpec) -> Placed | None:
         k = job.gpus_per_replica
         slots = self.book.candidates(job, k, {})
         if not slots:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from gpusched.api.tenantquota import WithinTenantPreemption
 from gpusched.core.admission import Tenant
-from gpusched.simulator.model import SimNode, TraceJob
+from gpusched.simulator.model import JobSpec, SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 from gpusched.simulator.policies.book import Book, GpuRule, NodeRule
 
@@ -47,7 +47,7 @@ ASSUMPTIONS = (
 
 @dataclass
 class _Admitted:
-    job: TraceJob
+    job: JobSpec
     placed: tuple[Placed, ...]
     at: float
     seq: int
@@ -65,7 +65,7 @@ class KueueLikePolicy:
         self.nominal = {t.name: t.guaranteed for t in tenants}
         self.cohort = sum(self.nominal.values())
         self.used: dict[str, int] = {t.name: 0 for t in tenants}
-        self.queues: dict[str, dict[str, TraceJob]] = {t.name: {} for t in tenants}
+        self.queues: dict[str, dict[str, JobSpec]] = {t.name: {} for t in tenants}
         self.admitted: dict[str, _Admitted] = {}
         self.reasons: dict[str, str] = {}
         self.waited: dict[str, str] = {}
@@ -85,7 +85,7 @@ class KueueLikePolicy:
         t = self.tenants.get(tenant)
         return None if t is None else t.borrowing_limit
 
-    def _quota_fits(self, job: TraceJob, freed: dict[str, int] | None = None) -> bool:
+    def _quota_fits(self, job: JobSpec, freed: dict[str, int] | None = None) -> bool:
         freed = freed or {}
         used = self.used.get(job.tenant, 0) - freed.get(job.tenant, 0) + job.gpus
         limit = self._limit(job.tenant)
@@ -102,7 +102,7 @@ class KueueLikePolicy:
 
     # --- events --------------------------------------------------------------------------
 
-    def submit(self, job: TraceJob, now: float) -> None:
+    def submit(self, job: JobSpec, now: float) -> None:
         self.queues.setdefault(job.tenant, {})[job.id] = job
         self.changed = True
 
@@ -161,14 +161,14 @@ class KueueLikePolicy:
             self.changed = True
         return Decisions(starts=tuple(starts), preempted=tuple(preempted))
 
-    def _next_head(self, queues: dict[str, list[TraceJob]], at: dict[str, int]) -> TraceJob | None:
+    def _next_head(self, queues: dict[str, list[JobSpec]], at: dict[str, int]) -> JobSpec | None:
         """The next workload to try: of the heads of the queues (each queue in BestEffortFIFO
         order, priority then creation, a head tried once per pass), the one Kueue's scheduler
         takes first when it orders the ClusterQueues' heads of a cycle: one that fits within its
         queue's nominal quota before one that would borrow, then the higher priority
         (PrioritySortingWithinCohort, on by default), then the older. Whether a head borrows is
         judged on the usage as it is now, after the admissions and evictions before it."""
-        best: TraceJob | None = None
+        best: JobSpec | None = None
         best_key: tuple[bool, int, float, str] | None = None
         for tenant, jobs in queues.items():
             i = at[tenant]
@@ -181,7 +181,7 @@ class KueueLikePolicy:
                 best, best_key = head, key
         return best
 
-    def _why(self, job: TraceJob) -> str:
+    def _why(self, job: JobSpec) -> str:
         if not self._quota_fits(job):
             return (
                 f"quota: ClusterQueue {job.tenant} uses {self.used.get(job.tenant, 0)} of "
@@ -198,7 +198,7 @@ class KueueLikePolicy:
 
     # --- preemption ----------------------------------------------------------------------
 
-    def _preempt(self, job: TraceJob) -> tuple[list[_Admitted], tuple[Placed, ...]] | None:
+    def _preempt(self, job: JobSpec) -> tuple[list[_Admitted], tuple[Placed, ...]] | None:
         within_nominal = self.used.get(job.tenant, 0) + job.gpus <= self.nominal.get(job.tenant, 0)
         within_queue = self._within_queue(job.tenant)
         # Workloads admitted at this instant are not running yet: Kueue's next cycles see them.
@@ -239,7 +239,7 @@ class KueueLikePolicy:
         assert placed is not None
         return chosen, placed
 
-    def _fits_without(self, job: TraceJob, victims: list[_Admitted]) -> tuple[Placed, ...] | None:
+    def _fits_without(self, job: JobSpec, victims: list[_Admitted]) -> tuple[Placed, ...] | None:
         if not self._quota_fits(job, _freed(victims)):
             return None
         for v in victims:

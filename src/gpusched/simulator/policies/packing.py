@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpusched.simulator.model import SimNode, TraceJob
+from gpusched.simulator.model import JobSpec, SimNode
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 from gpusched.simulator.policies.book import Book, GpuRule, NodeRule
 
@@ -27,12 +27,12 @@ class PackingPolicy:
             "no preemption",
         )
         self.book = Book(nodes, rule, GpuRule.LOWEST, seed)
-        self.queue: dict[str, TraceJob] = {}
+        self.queue: dict[str, JobSpec] = {}
         self.new: list[str] = []
         self.freed = False
         self.running: dict[str, tuple[Placed, ...]] = {}
 
-    def submit(self, job: TraceJob, now: float) -> None:
+    def submit(self, job: JobSpec, now: float) -> None:
         self.queue[job.id] = job
         self.new.append(job.id)
 
@@ -81,5 +81,5 @@ class PackingPolicy:
         return f"no node with {len(placed[0].gpus)} free GPUs for each of {len(placed)} replicas"
 
 
-def _why(job: TraceJob) -> str:
+def _why(job: JobSpec) -> str:
     return f"no node with {job.gpus_per_replica} free GPUs for each of {job.replicas} replicas"
