@@ -24,7 +24,10 @@ Conventions (docs/simulator.md, "Reading the report"):
 * **Finish-time fairness** (Themis): ``rho = JCT / T_alone`` per finished job, ``T_alone`` the
   run time it would have on its equal part of its tenant's entitlement at its submission
   (entitlement / the tenant's offered jobs then): its recorded duration, stretched by
-  ``gpus / that part`` when it asks more. ``rho <= 1``: no worse than its fair slice alone.
+  ``gpus / that part`` when it asks more. ``rho <= 1``: no worse than its fair slice alone. A JCT
+  equal to ``T_alone`` up to the rounding of the virtual clock (a few units in the last place of
+  the end time) is rho 1: ``end - submit`` differs from the duration in its last bits for most
+  fractional times, which would read as a job worse off than alone.
 * **Slow placement** splits the GPU-hours lost against a well-wired run (``W * (f - 1)``, ``W``
   the attempt's work at full speed, ``f`` its speed factor) into *unavoidable* (the best set of
   the empty cluster is that slow: a gang larger than any node), *contention* (the best set free
@@ -83,6 +86,9 @@ ESTIMATE_SHARE = 0.25
 ESTIMATE_PERCENTILES = (10, 25, 50, 75, 90)
 
 _HOUR = 3600.0
+#: Units in the last place of a job's end time within which its JCT equals its run time alone:
+#: the engine's ``start + duration * slowdown`` and the JCT's ``end - submit`` each round once.
+_CLOCK_ULPS = 4
 
 
 def nearest_rank(values: Iterable[float], p: float) -> float | None:
@@ -740,7 +746,11 @@ def finish_time_fairness(run: RunResult, entitled: Entitled) -> list[float]:
         if part <= 0:
             continue
         alone = j.duration * max(1.0, j.gpus / part)
-        out.append(done / alone)
+        end = j.submit + done
+        if abs(done - alone) <= _CLOCK_ULPS * math.ulp(max(abs(end), alone)):
+            out.append(1.0)
+        else:
+            out.append(done / alone)
     return out
 
 

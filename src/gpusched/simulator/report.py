@@ -70,7 +70,8 @@ DEFINITIONS = (
     "Jain = Jain's index of (share / entitlement) over tenants with an entitlement, "
     "time-weighted (1 = every tenant in proportion to its entitlement).",
     "rho (Themis' finish-time fairness) = JCT / the run time the job would have alone on its "
-    "equal part of its tenant's entitlement at submission; above 1 it did worse than that.",
+    "equal part of its tenant's entitlement at submission; above 1 it did worse than that (a JCT "
+    "equal to that run time up to the clock's floating-point rounding is 1).",
     "Below guarantee = time a tenant held fewer GPUs than min(guarantee, demand) while another "
     "tenant held more than its own guarantee; longest = the longest such stretch; unmet = the "
     "GPU-hours of guarantee missing over those stretches. With a job that fits it waiting = the "

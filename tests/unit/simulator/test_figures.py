@@ -353,3 +353,29 @@ def test_below_guarantee_with_a_fitting_job_counts_only_jobs_that_fit_what_is_le
     assert a.below_guarantee_hours == pytest.approx(45 / H)
     assert a.below_fitting_hours == pytest.approx(15 / H)
     assert a.longest_below_fitting_hours == pytest.approx(10 / H)
+
+
+def test_a_job_that_ran_at_once_on_its_whole_slice_has_rho_one_whatever_the_clock_rounding() -> (
+    None
+):
+    """Fractional times: 0.1 + 0.2 - 0.1 is not 0.2 in floating point, nor is a start late in a
+    trace of epoch seconds plus a duration, minus that start. Each job below is alone in its
+    tenant, gets the whole node at once and runs exactly its duration: rho is 1 for every one,
+    so none is worse off than alone."""
+    from gpusched.simulator.engine import replay
+    from gpusched.simulator.policies import build
+    from tests.unit.simulator.simdata import cluster, trace_job, workload
+
+    nodes = cluster(("hgx-h100-sxm-8gpu-8nic", "h100"))
+    jobs = workload(
+        trace_job("a", 0.1, 8, 0.2, tenant="a"),
+        trace_job("b", 10.3, 8, 12.345, tenant="b"),
+        trace_job("c", 1_700_000_000.3, 8, 12.345, tenant="c"),
+    )
+    result = replay(jobs, nodes, build("best-fit", nodes.nodes, jobs.tenants, 0))
+    # The clock really does round here (else this test could not fail).
+    assert any(j.end is not None and j.end - j.submit != j.duration for j in result.jobs)
+    rho = figures(result).rho
+    assert rho.count == 3
+    assert rho.above_one == 0
+    assert (rho.mean, rho.max) == (1.0, 1.0)
