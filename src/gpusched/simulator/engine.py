@@ -412,6 +412,7 @@ class Replay:
             preemptions=self.preemptions,
             cpu_seconds=time.process_time() - cpu,
             node_kinds={n.name: n.kind for n in self.cluster.nodes},
+            cycle_interval=self.cycle_interval,
         )
 
     def _wake(self, when: float) -> None:

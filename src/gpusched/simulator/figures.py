@@ -44,6 +44,11 @@ Conventions (docs/simulator.md, "Reading the report"):
   the start is *within* when ``|error| <= max(3600, 0.25 * (first start - estimated_at))``: a
   quarter of the wait that remained when the job was told, or an hour, whichever is larger.
   Jobs that never started are not judged (their start is unknown).
+* **No waits in a one-batch replay**: when the engine decided every event at once (an infinite
+  cycle interval, the FGD experiment), a start is that one decision's time, not when the job
+  could have started, so queueing delays (overall, by size, per tenant, with the never-started
+  counted) and expected-start accuracy are not measured (``None``, count 0); which jobs started
+  and what they hold still are.
 """
 
 from __future__ import annotations
@@ -573,8 +578,10 @@ def figures(run: RunResult) -> Figures:
     jobs = run.jobs
     end_of_replay = replay_end(run)
     jcts = [v for v in (jct(j) for j in jobs) if v is not None]
-    delays = [v for v in (queueing_delay(j) for j in jobs) if v is not None]
-    censored = delays + [end_of_replay - j.submit for j in jobs if not j.attempts]
+    delays = _delays(run, jobs)
+    censored = (
+        delays + [end_of_replay - j.submit for j in jobs if not j.attempts] if run.has_waits else []
+    )
 
     by_size = []
     for label, _, _ in SIZE_BUCKETS:
@@ -584,7 +591,7 @@ def figures(run: RunResult) -> Figures:
                 label,
                 len(mine),
                 Stats.of([v for v in (jct(j) for j in mine) if v is not None]),
-                Stats.of([v for v in (queueing_delay(j) for j in mine) if v is not None]),
+                Stats.of(_delays(run, mine)),
                 sum(1 for j in mine if not j.attempts),
             )
         )
@@ -667,8 +674,16 @@ def figures(run: RunResult) -> Figures:
         makespan=makespan,
         jct_cdf=cdf(jcts),
         cpu_seconds=run.cpu_seconds,
-        estimates=estimate_accuracy(jobs),
+        estimates=estimate_accuracy(jobs if run.has_waits else ()),
     )
+
+
+def _delays(run: RunResult, jobs: Iterable[JobRecord]) -> list[float]:
+    """Queueing delays of the jobs that started; none when the replay has no waits to measure
+    (module docstring)."""
+    if not run.has_waits:
+        return []
+    return [v for v in (queueing_delay(j) for j in jobs) if v is not None]
 
 
 @dataclass(frozen=True)
@@ -881,7 +896,7 @@ def _tenant_figures(
                     for a in j.attempts
                 )
                 / _HOUR,
-                queueing=Stats.of([v for v in (queueing_delay(j) for j in mine) if v is not None]),
+                queueing=Stats.of(_delays(run, mine)),
                 mean_share=time_mean(share[n], w),
                 mean_entitlement=time_mean(ent_series[n], ent_weights),
                 below_guarantee_hours=below[n] / _HOUR,

@@ -7,6 +7,7 @@ seconds on the replay's virtual clock (0 = the first submission).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -274,3 +275,12 @@ class RunResult:
     """CPU time the replay took (for the speed targets)."""
     node_kinds: Mapping[str, str] = field(default_factory=dict)
     """Node name -> where its wiring came from (fixture name), for per-job records."""
+    cycle_interval: float = 0.0
+    """Events this close were decided together (the engine's ``cycle_interval``). Infinite: every
+    event in one decision (the FGD experiment), so a job's start is that decision's time, not
+    when it could have started: the replay has no timeline of waits."""
+
+    @property
+    def has_waits(self) -> bool:
+        """Whether starts are times a job waited for (not one batch's decision time)."""
+        return math.isfinite(self.cycle_interval)

@@ -81,6 +81,8 @@ DEFINITIONS = (
     "GPU-hours lost to preemption = GPUs * run time of the attempts preemption ended (no "
     "checkpoints: their work is redone); also as % of all GPU-hours run.",
     "Makespan = last completion - first submission.",
+    "A replay that decided every job in one cycle (the FGD experiment) measures no waits: its "
+    "queueing delays and expected-start accuracy are n/a.",
     "Expected starts: of the jobs that started after waiting more than "
     f"{ESTIMATE_MIN_WAIT / _HOUR:g} h and were told an expected start before, the share that "
     f"started within max({ESTIMATE_SLACK / _HOUR:g} h, {100 * ESTIMATE_SHARE:g} % of the wait "
@@ -668,6 +670,15 @@ def _longest_waits(results: Sequence[RunResult]) -> list[str]:
         "",
     ]
     for r in results:
+        if not r.has_waits:
+            out += [
+                f"**{r.policy}**",
+                "",
+                "Not measured: the replay decided every job in one cycle (its starts are that "
+                "cycle's time, not when a job could have started).",
+                "",
+            ]
+            continue
         end = replay_end(r)
         waits = sorted(
             (
@@ -701,6 +712,8 @@ def _expected_starts_by_size(results: Sequence[RunResult]) -> list[str]:
     the error is, not only how much."""
     out: list[str] = []
     for r in results:
+        if not r.has_waits:
+            continue
         by_size = {
             label: estimate_accuracy(j for j in r.jobs if size_bucket(j.gpus) == label)
             for label, _, _ in SIZE_BUCKETS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -379,3 +380,42 @@ def test_a_job_that_ran_at_once_on_its_whole_slice_has_rho_one_whatever_the_cloc
     assert rho.count == 3
     assert rho.above_one == 0
     assert (rho.mean, rho.max) == (1.0, 1.0)
+
+
+def test_a_replay_decided_in_one_batch_measures_no_queueing_delay(tmp_path: Path) -> None:
+    """Pods that never leave, decided one arrival at a time and all in one cycle (the FGD
+    experiment): the same pods start, but in the batch every start is the cycle's time, the
+    last arrival's. One at a time, each pod that started did so on arrival (delay 0); the batch
+    has no such times, so it reports none rather than the cycle's lateness as waiting."""
+    import math
+
+    from gpusched.core.admission import Tenant
+    from gpusched.simulator.engine import replay
+    from gpusched.simulator.policies import build
+    from gpusched.simulator.report import write_report
+    from tests.unit.simulator.simdata import cluster, trace_job, workload
+
+    nodes = cluster(("hgx-h100-sxm-8gpu-8nic", "h1"))
+    sizes = [2, 4, 1, 4, 8, 1, 2]
+    jobs = workload(
+        *(trace_job(f"p{i}", float(i), size, math.inf) for i, size in enumerate(sizes)),
+        tenants=(Tenant("t", guaranteed=8),),
+    )
+    one, batch = (
+        figures(
+            replay(jobs, nodes, build("best-fit", nodes.nodes, jobs.tenants, 0), cycle_interval=i)
+        )
+        for i in (0.0, math.inf)
+    )
+    # p0 2 + p1 4 + p2 1 start; p3 (4) does not fit in 1; p4 (8) neither; p5 takes the last GPU.
+    assert (one.jobs.never_started, batch.jobs.never_started) == (3, 3)
+    assert (one.queueing.count, one.queueing.mean) == (4, 0.0)
+    assert (batch.queueing.count, batch.queueing.mean, batch.queueing_all.mean) == (0, None, None)
+    assert all(s.queueing.count == 0 for s in batch.by_size)
+    assert all(t.queueing.mean is None for t in batch.tenants)
+    assert [s.never_started for s in batch.by_size] == [s.never_started for s in one.by_size]
+    run = replay(
+        jobs, nodes, build("best-fit", nodes.nodes, jobs.tenants, 0), cycle_interval=math.inf
+    )
+    report = write_report([run], tmp_path, command="x", title="t").read_text()
+    assert "Not measured: the replay decided every job in one cycle" in report
