@@ -20,7 +20,9 @@ Conventions (docs/simulator.md, "Reading the report"):
   It ignores GPU models and wiring (a fluid ideal). Shares are fractions of the capacity.
 * **Jain's index** at an instant is ``(sum x)^2 / (n * sum x^2)`` over the n tenants with a
   positive entitlement, ``x = share / entitlement``; it is 1 when every tenant holds exactly in
-  proportion to its entitlement. The figure is its time-weighted mean.
+  proportion to its entitlement, and never below ``1 / n``. The figure is its time-weighted mean
+  over the instants it is defined: some tenant is entitled and some entitled tenant holds GPUs
+  (when none does it is ``0 / 0``; how idle the cluster was is the allocation's figure).
 * **Finish-time fairness** (Themis): ``rho = JCT / T_alone`` per finished job, ``T_alone`` the
   run time it would have on its equal part of its tenant's entitlement at its submission
   (entitlement / the tenant's offered jobs then): its recorded duration, stretched by
@@ -835,9 +837,11 @@ def _tenant_figures(
         ratios = [
             (s.by_tenant.get(n, 0) / cap) / ent_series[n][k] for n in leaves if ent_series[n][k] > 0
         ]
-        if ratios and width > 0:
-            squares = sum(x * x for x in ratios)
-            jain_values.append(sum(ratios) ** 2 / (len(ratios) * squares) if squares else 0.0)
+        squares = sum(x * x for x in ratios)
+        # No entitled tenant holding anything: the index is 0/0 there (its range is [1/n, 1]),
+        # not 0; such instants are left out like those with nobody entitled.
+        if squares > 0 and width > 0:
+            jain_values.append(sum(ratios) ** 2 / (len(ratios) * squares))
             jain_weights.append(width)
 
     share: dict[str, list[float]] = {n: [] for n in names}

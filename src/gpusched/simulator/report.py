@@ -68,7 +68,8 @@ DEFINITIONS = (
     "from the trace's offered demand (jobs submitted and not done had each started at once): "
     "the same for every policy.",
     "Jain = Jain's index of (share / entitlement) over tenants with an entitlement, "
-    "time-weighted (1 = every tenant in proportion to its entitlement).",
+    "time-weighted (1 = every tenant in proportion to its entitlement) over the time some "
+    "entitled tenant holds GPUs (with none holding any it is undefined, not 0).",
     "rho (Themis' finish-time fairness) = JCT / the run time the job would have alone on its "
     "equal part of its tenant's entitlement at submission; above 1 it did worse than that (a JCT "
     "equal to that run time up to the clock's floating-point rounding is 1).",

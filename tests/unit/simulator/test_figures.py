@@ -419,3 +419,30 @@ def test_a_replay_decided_in_one_batch_measures_no_queueing_delay(tmp_path: Path
     )
     report = write_report([run], tmp_path, command="x", title="t").read_text()
     assert "Not measured: the replay decided every job in one cycle" in report
+
+
+def test_jain_is_undefined_not_zero_while_no_entitled_tenant_holds_a_gpu() -> None:
+    """A and B are entitled 4 each on [0, 100) and hold nothing: 0/0, left out (not 0, below the
+    index's floor of 1/n). On [100, 200) both are entitled 4 again and A holds 4, B nothing:
+    x = 1, 0, Jain 0.5. With nothing ever held the index is n/a."""
+    from gpusched.core.admission import Tenant
+    from tests.unit.simulator.sim_testdata import attempt, job, sample
+
+    tenants = (Tenant("A", guaranteed=4), Tenant("B", guaranteed=4))
+    # Every job's recorded duration is 100 s: offered A 4, B 4 on [0, 100) and on [100, 200).
+    jobs = (
+        job("a", "A", 4, 0.0, attempt(100, 200), finished=True),
+        job("b", "B", 4, 0.0),
+        job("a2", "A", 4, 100.0),
+        job("b2", "B", 4, 100.0),
+    )
+    samples = (
+        sample(0, (0, 0), (4, 4), 2),
+        sample(100, (4, 0), (4, 12), 3),
+        sample(200, (0, 0), (8, 12), 4),
+    )
+    f = figures(replace(run(jobs=jobs, samples=samples), tenants=tenants))
+    assert f.jain == pytest.approx(0.5)
+    idle = (sample(0, (0, 0), (4, 4), 2), sample(100, (0, 0), (8, 8), 4))
+    never = tuple(replace(j, attempts=(), finished=False) for j in jobs)
+    assert figures(replace(run(jobs=never, samples=idle), tenants=tenants)).jain is None
