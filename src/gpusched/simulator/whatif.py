@@ -53,7 +53,8 @@ class TenantChange:
 
 @dataclass(frozen=True, slots=True)
 class PolicyChange:
-    """Every headline figure of one policy, and its tenants, before and after."""
+    """Every headline figure of one policy, and its tenants, before and after (the changed run's
+    tenants, then those only in the baseline)."""
 
     policy: str
     figures: tuple[Change, ...]
@@ -87,6 +88,7 @@ def diff_figures(base: Sequence[Figures], changed: Sequence[Figures]) -> WhatIf:
         h0, h1 = headline(old), headline(new)
         changes = tuple(Change.of(k, h0[k], h1[k]) for k in h0)
         t0 = {t.name: t for t in old.tenants}
+        present = {t.name for t in new.tenants}
         tenants = []
         for t in new.tenants:
             prev = t0.get(t.name)
@@ -101,6 +103,16 @@ def diff_figures(base: Sequence[Figures], changed: Sequence[Figures]) -> WhatIf:
                     ),
                 )
             )
+        # A tenant only in the baseline (other TenantQuotas) is listed too: what it held goes.
+        tenants += [
+            TenantChange(
+                t.name,
+                Change.of("mean share", t.mean_share, None),
+                Change.of("mean queueing delay (s)", t.queueing.mean, None),
+            )
+            for t in old.tenants
+            if t.name not in present
+        ]
         policies.append(PolicyChange(name, changes, tuple(tenants)))
     return WhatIf(
         policies=tuple(policies),

@@ -251,3 +251,29 @@ def test_expected_starts_are_judged_per_job_size_against_hand_counts(tmp_path: P
 def test_no_expected_starts_by_size_from_policies_that_tell_none(tmp_path: Path) -> None:
     md = write_report([run("best-fit")], tmp_path, command=COMMAND, title="t").read_text()
     assert "## Expected starts by job size" not in md
+
+
+def test_what_if_lists_a_tenant_only_the_baseline_has() -> None:
+    """Other TenantQuotas in the changed run: B's share in the baseline (hand-built samples:
+    0, 0, 0, 4/8 for 50 s, 6/8 for 50 s of 200 s) does not vanish from the diff."""
+    from dataclasses import replace as changed
+
+    base = run("gpusched")
+    only_a = changed(
+        base,
+        jobs=tuple(j for j in base.jobs if j.tenant == "A"),
+        tenants=base.tenants[:1],
+        samples=tuple(
+            changed(
+                s,
+                by_tenant={k: v for k, v in s.by_tenant.items() if k == "A"},
+                queued_by_tenant={k: v for k, v in s.queued_by_tenant.items() if k == "A"},
+            )
+            for s in base.samples
+        ),
+    )
+    (p,) = diff([base], [only_a]).policies
+    t = {x.tenant: x for x in p.tenants}
+    assert set(t) == {"A", "B"}
+    assert t["B"].share.base == pytest.approx((4 * 50 + 6 * 50) / (8 * 200))
+    assert t["B"].share.changed is None
