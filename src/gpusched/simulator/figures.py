@@ -17,6 +17,7 @@ Conventions (docs/simulator.md, "Reading the report"):
   started at once and run its recorded duration; its entitlement is its guarantee (up to that
   demand) plus its weighted share of what the others leave idle, capped by demand and borrowing
   limit: the rule the admission core follows (:func:`gpusched.core.admission.quota.fair_shares`).
+  Jobs of a namespace no TenantQuota lists belong to no tenant there: entitled to nothing.
   It ignores GPU models and wiring (a fluid ideal). Shares are fractions of the capacity.
 * **Jain's index** at an instant is ``(sum x)^2 / (n * sum x^2)`` over the n tenants with a
   positive entitlement, ``x = share / entitlement``; it is 1 when every tenant holds exactly in
@@ -715,8 +716,11 @@ def _core_tenants(run: RunResult) -> list[Tenant]:
 
 def entitlements(run: RunResult) -> Entitled:
     """Each tenant's offered demand and entitlement over time, from the trace alone (module
-    docstring): the same for every policy of one workload."""
-    tenants = _core_tenants(run)
+    docstring): the same for every policy of one workload. Only the workload's tenants are
+    entitled: jobs of a namespace no TenantQuota lists have no tenant in the admission core (they
+    wait ``NoTenant``) and are entitled to nothing; a run that names no tenant at all treats each
+    job's tenant as one without a guarantee."""
+    tenants = list(run.tenants) or _core_tenants(run)
     events: dict[float, list[tuple[str, int]]] = {}
     for j in run.jobs:
         events.setdefault(j.submit, []).append((j.tenant, j.gpus))

@@ -66,7 +66,7 @@ DEFINITIONS = (
     "Entitlement = a tenant's guarantee (up to its offered demand) plus its weighted share of "
     "what others leave idle, capped by demand and borrowing limit (the admission core's rule), "
     "from the trace's offered demand (jobs submitted and not done had each started at once): "
-    "the same for every policy.",
+    "the same for every policy. Jobs of a namespace no TenantQuota lists are entitled to nothing.",
     "Jain = Jain's index of (share / entitlement) over tenants with an entitlement, "
     "time-weighted (1 = every tenant in proportion to its entitlement) over the time some "
     "entitled tenant holds GPUs (with none holding any it is undefined, not 0).",

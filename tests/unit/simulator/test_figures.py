@@ -446,3 +446,23 @@ def test_jain_is_undefined_not_zero_while_no_entitled_tenant_holds_a_gpu() -> No
     idle = (sample(0, (0, 0), (4, 4), 2), sample(100, (0, 0), (8, 8), 4))
     never = tuple(replace(j, attempts=(), finished=False) for j in jobs)
     assert figures(replace(run(jobs=never, samples=idle), tenants=tenants)).jain is None
+
+
+def test_a_namespace_no_tenant_quota_lists_is_entitled_to_nothing() -> None:
+    """--quotas names only A: B's jobs belong to no tenant (NoTenant in the admission core), so
+    A alone is entitled, to its demand. A policy that runs A's 4 and leaves B's 4 waiting holds
+    exactly what the quotas say: Jain 1, B's mean entitlement 0 and its job out of rho (the old
+    figure gave B half the idle GPUs: Jain 0.5)."""
+    from gpusched.core.admission import Tenant
+    from tests.unit.simulator.sim_testdata import attempt, job, sample
+
+    jobs = (
+        job("a", "A", 4, 0.0, attempt(0, 100), finished=True),
+        job("b", "B", 4, 0.0),
+    )
+    samples = (sample(0, (4, 0), (0, 4), 1), sample(100, (0, 0), (0, 4), 1))
+    f = figures(replace(run(jobs=jobs, samples=samples), tenants=(Tenant("A", guaranteed=4),)))
+    assert f.jain == pytest.approx(1.0)
+    assert tenant(f, "A").mean_entitlement == pytest.approx(4 / 8)
+    assert tenant(f, "B").mean_entitlement == 0
+    assert (f.rho.count, f.rho.max) == (1, 1.0)
