@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -66,6 +67,12 @@ def _inputs(
             )
         else:
             workload, cluster = adapters.openb(traces_dir, pods=openb_pods)
+            if limit is not None:
+                workload = replace(
+                    workload,
+                    jobs=workload.jobs[:limit],
+                    notes=(*workload.notes, f"--limit: the first {limit} pods only"),
+                )
         if nodes or nodes_file:
             cluster = _cluster(nodes, nodes_file, None)
     else:
@@ -133,7 +140,12 @@ def _command(ctx: click.Context) -> str:
     help="TenantQuota manifests (YAML) instead of the trace's derived tenants.",
 )
 @click.option("--policies", default=None, help=f"Comma-separated, from: {', '.join(POLICIES)}.")
-@click.option("--limit", type=int, default=None, help="Replay only the first N jobs.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay only the first N jobs (not with --demand, which sets how many pods arrive).",
+)
 @click.option(
     "--demand",
     type=float,
@@ -192,6 +204,10 @@ def simulate(
     kind = trace if trace in ("philly", "openb") else "file"
     if demand is not None and kind != "openb":
         raise click.UsageError("--demand is the FGD experiment on openb: use it with --trace openb")
+    if demand is not None and limit is not None:
+        raise click.UsageError(
+            "--limit does not apply to the FGD experiment: --demand sets how many pods arrive"
+        )
     names = [p.strip() for p in (policies or DEFAULT_POLICIES[kind]).split(",") if p.strip()]
     unknown = [n for n in names if n not in POLICIES]
     if unknown:

@@ -263,3 +263,24 @@ def test_philly_what_if_quotas_on_a_what_if_pool_are_the_quotas_of_the_file(
     data = json.loads((out / "results.json").read_text())
     assert data["parameters"]["capacity"] == [64]
     assert [t["name"] for t in data["parameters"]["tenants"]] == ["everyone"]
+
+
+def test_limit_replays_only_the_first_pods_of_openb(tmp_path: Path, traces_dir: Path) -> None:
+    out = tmp_path / "out"
+    args = ["--trace", "openb", "--traces-dir", str(traces_dir), "--policies", "best-fit"]
+    result = CliRunner().invoke(simulate, [*args, "--limit", "50", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["parameters"]["jobs"] == 50
+    assert data["figures"][0]["jobs"]["total"] == 50
+
+
+def test_a_limit_that_selects_nothing_or_meets_the_fgd_demand_is_refused(tmp_path: Path) -> None:
+    trace = ["--trace", str(_trace(tmp_path)), "--nodes", "hgx-h100-sxm-8gpu-8nic=1"]
+    for bad in ("0", "-5"):
+        result = CliRunner().invoke(simulate, [*trace, "--limit", bad])
+        assert result.exit_code == 2, result.output
+        assert "--limit" in result.output
+    fgd = CliRunner().invoke(simulate, ["--trace", "openb", "--demand", "1.3", "--limit", "9"])
+    assert fgd.exit_code == 2, fgd.output
+    assert "--limit does not apply to the FGD experiment" in fgd.output
