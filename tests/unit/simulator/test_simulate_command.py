@@ -276,11 +276,15 @@ def test_limit_replays_only_the_first_pods_of_openb(tmp_path: Path, traces_dir: 
 
 
 def test_a_limit_that_selects_nothing_or_meets_the_fgd_demand_is_refused(tmp_path: Path) -> None:
-    trace = ["--trace", str(_trace(tmp_path)), "--nodes", "hgx-h100-sxm-8gpu-8nic=1"]
+    out = ["--out", str(tmp_path / "out")]
+    trace = ["--trace", str(_trace(tmp_path)), "--nodes", "hgx-h100-sxm-8gpu-8nic=1", *out]
     for bad in ("0", "-5"):
         result = CliRunner().invoke(simulate, [*trace, "--limit", bad])
         assert result.exit_code == 2, result.output
         assert "--limit" in result.output
-    fgd = CliRunner().invoke(simulate, ["--trace", "openb", "--demand", "1.3", "--limit", "9"])
+    fgd = CliRunner().invoke(
+        simulate, ["--trace", "openb", "--demand", "1.3", "--limit", "9", *out]
+    )
     assert fgd.exit_code == 2, fgd.output
     assert "--limit does not apply to the FGD experiment" in fgd.output
+    assert not (tmp_path / "out").exists(), "refused before anything was replayed"
