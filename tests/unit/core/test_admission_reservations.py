@@ -439,3 +439,30 @@ def test_a_job_no_node_can_hold_has_no_expected_start() -> None:
     assert waiting is not None
     assert waiting.reason is WaitReason.NO_FEASIBLE_NODES
     assert cycle.forecast() == {"t/huge": None}
+
+
+def test_an_overrun_and_a_reclaim_together_leave_their_tenant_its_guarantee() -> None:
+    """quotas.md, "Why preemption never loops": a lender loses only GPUs its guarantee does not
+    cover. Tenant b holds 16 GPUs against a guarantee of 12 (8 on node b, two jobs of 4 on
+    node a, one of them backfilled onto a's reservation and overrunning it). Each 4-GPU job
+    alone is borrowed capacity, but evicting both leaves b 8 GPUs: a's gang must wait for
+    them to end, not take node a."""
+    jobs = (
+        running("b/whole", "b", "b", ALL, end=5000.0, submitted=0.0),
+        running("b/half", "b", "a", (4, 5, 6, 7), end=5000.0, submitted=1.0),
+        running("b/over", "b", "a", (0, 1, 2, 3), end=5000.0, submitted=2.0, backfill_until=900.0),
+        queued(
+            "a/gang",
+            "a",
+            8,
+            100.0,
+            submitted=3.0,
+            reservation=(Assignment("a", ALL),),
+            reservation_start=900.0,
+        ),
+    )
+    tenants = (Tenant("a", guaranteed=8), Tenant("b", guaranteed=12))
+    result = run_cycle(snapshot(*jobs, now=1000.0, tenants=tenants))
+    assert not result.admissions
+    (reservation,) = result.reservations
+    assert reservation.start == 5000.0

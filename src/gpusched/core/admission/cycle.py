@@ -249,6 +249,8 @@ class Cycle:
         """Parent tenant -> keys of the jobs below it inside its guarantee (on first use)."""
         self._claiming: str | None = None
         """During a victim search: the level the preemptor claims at."""
+        self._preemptor: Job | None = None
+        """During a victim search: the job it is for."""
         self.report = not snapshot.config.decisions_only
         self._round_up = snapshot.config.guarantee_rounding == "up"
         """Guarantees rounded up to whole jobs (:func:`~gpusched.core.admission.quota.claims`)."""
@@ -1801,8 +1803,10 @@ class Cycle:
         never loses a job; one holding 17 GPUs against 16 it can fill loses at most 1 GPU,
         whichever of its jobs came last in its queue. (What a lender keeps only shrinks as
         victims are added, so checking them one at a time decides the whole set.)"""
-        if all(c.reason is not PreemptReason.RECLAIM_GUARANTEE for c in victims):
-            return True  # only reclaims take from lenders (and a search asks of each victim)
+        preemptor = self._preemptor
+        assert preemptor is not None
+        if not any(c.lent(preemptor) for c in victims):
+            return True  # only other tenants' jobs are taken from lenders
         take = self.lender_tracker()
         return all(take(c) for c in victims)
 
@@ -1814,13 +1818,21 @@ class Cycle:
         covered_without: dict[str, list[Job]] = {}
 
         claiming = self._claiming
+        preemptor = self._preemptor
+        assert preemptor is not None
+        assert preemptor.tenant is not None
+        own: str = preemptor.tenant
         flat = self.tree.flat
 
         def take(c: Candidate) -> bool:
             name = c.job.tenant
-            if c.reason is not PreemptReason.RECLAIM_GUARANTEE or name is None:
+            if not c.lent(preemptor) or name is None:
                 return True
-            path = (name,) if flat or claiming is None else self.tree.lending_path(name, claiming)
+            # Another tenant's overrun is taken as from a lender to the preemptor's tenant
+            # (the overrun was a candidate only on its tenant's borrowed capacity).
+            claimant = claiming if c.reason is PreemptReason.RECLAIM_GUARANTEE else None
+            claimant = claimant or own
+            path = (name,) if flat else self.tree.lending_path(name, claimant)
             size = c.job.total_gpus
             checked: list[Counter[int]] = []
             for level in path:
@@ -1972,6 +1984,7 @@ class Cycle:
             return True
 
         self._claiming = claiming
+        self._preemptor = job
 
         # The wait without preemption is worked out on the pool as it is, so before a gang's
         # search (which releases victims as it goes); a one-replica search leaves the pool
@@ -2020,6 +2033,7 @@ class Cycle:
             quota_by_count=not tenant.guaranteed_by_model,
         )
         self._claiming = None
+        self._preemptor = None
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)
             if declined:

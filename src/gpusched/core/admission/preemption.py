@@ -112,6 +112,15 @@ class Candidate:
             self.reason is PreemptReason.BACKFILL_OVERRUN and self.job.tenant == preemptor.tenant
         )
 
+    def lent(self, preemptor: Job) -> bool:
+        """Whether evicting it takes GPUs from another tenant, which must keep what its
+        guarantee covers of its jobs: a reclaim, or another tenant's backfill overrun (an
+        overrun taken together with that tenant's reclaimed jobs could otherwise leave it
+        below its guarantee)."""
+        return self.reason is PreemptReason.RECLAIM_GUARANTEE or (
+            self.reason is PreemptReason.BACKFILL_OVERRUN and self.job.tenant != preemptor.tenant
+        )
+
 
 SetKey = tuple[Rank, float, int]
 
@@ -571,8 +580,9 @@ class _GangSearch:
         for c in self.ordered:
             if plans is not None:
                 break
-            # Only reclaim victims bear on the lenders (``chosen`` already passed).
-            if c.reason is PreemptReason.RECLAIM_GUARANTEE and not lends(c):
+            # Only victims taken from other tenants bear on the lenders (``chosen`` already
+            # passed).
+            if c.lent(preemptor) and not lends(c):
                 continue
             self.release(c)
             chosen.append(c)
