@@ -466,3 +466,33 @@ def test_an_overrun_and_a_reclaim_together_leave_their_tenant_its_guarantee() ->
     assert not result.admissions
     (reservation,) = result.reservations
     assert reservation.start == 5000.0
+
+
+def test_an_overrun_of_a_team_whose_organisation_is_at_its_guarantee_is_not_evicted() -> None:
+    """quotas.md, "The tenant tree": an organisation at its guarantee loses nothing to another
+    organisation, even when one of its teams borrows from a sibling. Team b of o holds both
+    nodes (8 of them borrowed from its idle sibling a, o at its guarantee of 16); its job on
+    p's reservation overran it. p's gang waits for it to end."""
+    tenants = (
+        Tenant("o", guaranteed=16),
+        Tenant("a", guaranteed=8, parent="o"),
+        Tenant("b", guaranteed=8, parent="o"),
+        Tenant("p", guaranteed=8),
+    )
+    jobs = (
+        running("b/first", "b", "a", ALL, end=9000.0, submitted=0.0),
+        running("b/over", "b", "b", ALL, end=9000.0, submitted=1.0, backfill_until=900.0),
+        queued(
+            "p/gang",
+            "p",
+            8,
+            100.0,
+            submitted=5.0,
+            reservation=(Assignment("b", ALL),),
+            reservation_start=900.0,
+        ),
+    )
+    result = run_cycle(snapshot(*jobs, now=1000.0, tenants=tenants))
+    assert not result.admissions
+    (reservation,) = result.reservations
+    assert reservation.start == 9000.0
