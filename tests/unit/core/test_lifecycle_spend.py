@@ -128,6 +128,32 @@ def test_a_budget_moved_to_weekly_keeps_what_ran_since_monday() -> None:
     assert (status.period_gpu_hours, status.period_cost) == (32.0, 68.0)
 
 
+def test_a_budget_moved_to_weekly_on_a_spent_week_stops_new_jobs_before_the_next_metering() -> None:
+    """The status still holds November's figures (300 spent, under no weekly cap), but the
+    daily figures since Monday 23 Nov add up to 60 against a weekly hard cap of 50: the
+    tenant's new jobs wait until Monday 30 Nov from the first cycle on, not after a cycle
+    that admits its whole queue."""
+    status = {
+        "lastMeteredAt": "2026-11-26T09:00:00Z",
+        "periodStart": "2026-11-01T00:00:00Z",
+        "periodGpuHours": 150.0,
+        "periodCost": 300.0,
+        "daily": [
+            {"date": "2026-11-20", "gpuHours": 70.0, "cost": 240.0},
+            {"date": "2026-11-23", "gpuHours": 20.0, "cost": 40.0},
+            {"date": "2026-11-25", "gpuHours": 10.0, "cost": 20.0},
+        ],
+    }
+    now = datetime(2026, 11, 26, 9, 0, 5, tzinfo=UTC)
+    weekly = quota(status, budget={"period": "Week", "hardCap": 50.0})
+    assert core_tenant(weekly, now).budget_exhausted_until == (
+        datetime(2026, 11, 30, tzinfo=UTC).timestamp()
+    )
+    # 60 this week is under a weekly cap of 70, whatever November's figure says.
+    roomy = quota(status, budget={"period": "Week", "hardCap": 70.0})
+    assert core_tenant(roomy, now).budget_exhausted_until is None
+
+
 def test_users_are_listed_by_spending_with_what_they_hold_now() -> None:
     last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
     now = last + timedelta(hours=1)

@@ -220,13 +220,25 @@ def decayed(old: float, current: float, seconds: float, half_life: float | None)
 
 
 def exhausted_until(
-    budget: Budget | None, status_period_start: datetime | None, period_cost: float, now: datetime
+    budget: Budget | None,
+    status_period_start: datetime | None,
+    period_cost: float,
+    now: datetime,
+    daily: Sequence[DaySpend] = (),
 ) -> datetime | None:
     """When the tenant's new jobs may start again, if the budget's hard cap is spent in the
-    current period (None: it is not)."""
+    current period (None: it is not).
+
+    The status's period may not be the budget's current one: the period turned, or
+    ``spec.budget.period`` changed, since the last metering. What ran in the current period is
+    then in the daily figures (as :func:`meter` counts it), so a budget moved from ``Month`` to
+    ``Week`` on a week already spent past its cap stops new jobs from the first cycle on."""
     if budget is None or budget.hard_cap is None:
         return None
     start = period_start(budget.period, now)
-    if status_period_start != start or period_cost < budget.hard_cap:
+    if status_period_start != start:
+        first = start.date().isoformat()
+        period_cost = sum(d.cost for d in daily if d.date >= first)
+    if period_cost < budget.hard_cap:
         return None
     return period_end(budget.period, start)

@@ -134,7 +134,7 @@ def core_tenant(quota: TenantQuota, now: datetime | None = None) -> Tenant:
     spec = quota.spec
     status = quota.status
     until = (
-        exhausted_until(spec.budget, status.period_start, status.period_cost, now)
+        exhausted_until(spec.budget, status.period_start, status.period_cost, now, status.daily)
         if now is not None
         else None
     )
