@@ -496,3 +496,40 @@ def test_an_overrun_of_a_team_whose_organisation_is_at_its_guarantee_is_not_evic
     assert not result.admissions
     (reservation,) = result.reservations
     assert reservation.start == 9000.0
+
+
+def test_a_job_is_evicted_as_an_overrun_only_for_the_reservation_it_was_backfilled_onto() -> None:
+    """model.Job.backfill_until: past it the job may be evicted *for that reservation*. A job
+    of tenant t backfilled until 200 onto GPUs of b that t/gang reserves is evicted for the
+    gang at 250; the same job is no overrun for t/other, a gang of the same priority that
+    reserved node a (its reservation was never delayed by it), and jobs of one tenant and one
+    priority never evict each other."""
+    overrun = job(
+        "t/short",
+        "t",
+        1,
+        running_on=[("b", (4,))],
+        started=10.0,
+        expected_end=400.0,
+        backfill_until=200.0,
+    )
+
+    def gang(key: str, on: str, submitted: float) -> Job:
+        return queued(
+            key,
+            "t",
+            8,
+            100.0,
+            submitted=submitted,
+            reservation=(Assignment(on, ALL),),
+            reservation_start=200.0,
+        )
+
+    blocker = running("t/r1", "t", "a", ALL, end=1000.0)
+    own = run_cycle(snapshot(blocker, overrun, gang("t/gang", "b", 1.0), now=250.0))
+    assert [(a.job, [v.victim for v in a.victims]) for a in own.admissions] == [
+        ("t/gang", ["t/short"])
+    ]
+    # t/other reserved node a (free at 1000); node b's GPU 4 is no GPU it reserved.
+    other = run_cycle(snapshot(blocker, overrun, gang("t/other", "a", 1.0), now=250.0))
+    assert not other.admissions

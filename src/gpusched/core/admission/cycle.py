@@ -1632,7 +1632,13 @@ class Cycle:
         if self._candidate_lists_at != self._admitted_version:
             self._candidate_lists.clear()  # made before the last admission or eviction
             self._candidate_lists_at = self._admitted_version
-        memo = (tenant.name, job.priority, level, reserving, request.filter_key)
+        memo = (
+            tenant.name,
+            job.priority,
+            level,
+            job.reservation if reserving else None,
+            request.filter_key,
+        )
         kept = self._candidate_lists.get(memo)
         if kept is None:
             kept = self._candidate_lists[memo] = self._find_candidates(
@@ -1655,17 +1661,20 @@ class Cycle:
                 made[(id(victim), reason, borrowed)] = found
             return found
 
-        if reserving:
+        if reserving and job.reservation:
             for name in self.tenants:
                 # As every eviction (quotas.md, "Why preemption never loops"): of its own
                 # tenant's jobs none of a higher priority, of another tenant's only jobs that
                 # run on borrowed capacity. The reservation moves past the others' ends.
+                # Only a job overrunning on GPUs this job reserved delays it: one backfilled
+                # onto another reservation (or one since dropped) is no overrun of this one.
                 others = None if name == tenant.name else self.borrowed_jobs(name)
                 for victim in self.admitted[name].values():
                     until = victim.backfill_until
                     if (
                         until is not None
                         and until <= self.now
+                        and _overlaps(victim.placement, job.reservation)
                         and may_be_victim(victim, self.now)
                         and (
                             victim.priority <= job.priority
@@ -2327,6 +2336,18 @@ def _quota_allows(planned: Sequence[_Interval], at: float, gpus: int, cap: int) 
             return None
         when = held[0][0]
     return None
+
+
+def _overlaps(placement: Sequence[Assignment], reserved: Sequence[Assignment]) -> bool:
+    """Whether a job placed at ``placement`` holds any GPU of ``reserved`` (on a count-only
+    node, any GPU of a node the reservation holds GPUs on)."""
+    for held in placement:
+        for want in reserved:
+            if held.node == want.node and (
+                not held.gpus or not want.gpus or set(held.gpus) & set(want.gpus)
+            ):
+                return True
+    return False
 
 
 def own_victims(preemptor: Job, victims: Sequence[Candidate]) -> list[Job]:
