@@ -14,6 +14,7 @@ from gpusched.core.admission import (
     AdmitReason,
     Assignment,
     Cycle,
+    CycleConfig,
     JobState,
     PreemptReason,
     Snapshot,
@@ -595,3 +596,30 @@ def test_replayed_admission_holds_the_same_gpus() -> None:
     k = second.admission_of("a/k")
     assert k is not None
     assert set(k.placement[0].gpus).isdisjoint(first.admissions[0].placement[0].gpus)
+
+
+def test_a_lender_with_a_model_guarantee_keeps_what_its_buckets_cover() -> None:
+    """quotas.md, "Guarantee buckets": tenant l is guaranteed 8, 4 of them on H100. Its H100
+    job (4) fills the H100 bucket and one of its two other jobs (4 each) the rest: 8 covered,
+    4 borrowed. Only one of the two others may go. c's 8-GPU job would need the H100 job
+    (the H100 bucket would cover nothing) or both others (then only 4 covered): it waits."""
+    tenants = [
+        Tenant("l", guaranteed=8, guaranteed_by_model={"H100": 4}),
+        Tenant("c", guaranteed=8),
+    ]
+    jobs = [
+        job("l/a", "l", 4, gpu_model="H100", running_on=[("n1", (0, 1, 2, 3))]),
+        job("l/b", "l", 4, running_on=[("n2", (0, 1, 2, 3))], submitted=1.0),
+        job("l/c", "l", 4, running_on=[("n2", (4, 5, 6, 7))], submitted=2.0),
+        job("c/p", "c", 8, submitted=5.0),
+    ]
+    result = run_cycle(
+        Snapshot(
+            now=1000.0,
+            tenants=tuple(tenants),
+            jobs=tuple(jobs),
+            nodes=(node("n1"), node("n2")),
+            config=CycleConfig(lending_hold_seconds=0),
+        )
+    )
+    assert not result.admissions
