@@ -239,6 +239,10 @@ def test_budget_periods_are_utc_calendar_days_weeks_from_monday_and_months(
 def test_recent_borrowing_halves_every_half_life_and_is_zero_without_one() -> None:
     assert decayed(8.0, 0.0, 3600.0, 3600.0) == 4.0
     assert decayed(0.0, 8.0, 3600.0, 3600.0) == 4.0
+    # Two half-lives keep a quarter of the past, half of one 1/sqrt(2) of it.
+    assert decayed(8.0, 0.0, 7200.0, 3600.0) == 2.0
+    assert decayed(0.0, 8.0, 7200.0, 3600.0) == 6.0
+    assert decayed(8.0, 0.0, 1800.0, 3600.0) == pytest.approx(8.0 / 2**0.5)
     assert decayed(8.0, 8.0, 10.0, None) == 0.0
     last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
     q = quota({"lastMeteredAt": last.isoformat(), "recentBorrowedGpus": 2.0})
@@ -247,6 +251,19 @@ def test_recent_borrowing_halves_every_half_life_and_is_zero_without_one() -> No
     ).status
     assert status.recent_borrowed_gpus == 4.0
     assert core_tenant(quota(status.to_k8s())).recent_borrowed == 4.0
+
+
+def test_recent_borrowing_metered_every_few_seconds_moves_as_metered_once() -> None:
+    """The operator meters every 15 s; with a week's half-life a day of borrowing 8 GPUs
+    leaves 8 (1 - 2^(-1/7)) of recent borrowing, and a day of borrowing none takes 10 down to
+    10 * 2^(-1/7), however many meterings the day took."""
+    week, day = 7 * 86400.0, 86400.0
+    rising, falling = 0.0, 10.0
+    for _ in range(int(day // 15)):
+        rising = decayed(rising, 8.0, 15.0, week)
+        falling = decayed(falling, 0.0, 15.0, week)
+    assert rising == pytest.approx(8 * (1 - 2 ** (-1 / 7)), rel=1e-6)
+    assert falling == pytest.approx(10 * 2 ** (-1 / 7), rel=1e-6)
 
 
 def test_pricing_refuses_negative_prices_and_unknown_keys() -> None:

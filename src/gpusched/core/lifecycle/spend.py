@@ -212,11 +212,15 @@ def meter(
 
 def decayed(old: float, current: float, seconds: float, half_life: float | None) -> float:
     """An average of ``current`` over time that halves the weight of the past every
-    ``half_life`` seconds (0 without one): the recent borrowing fair share remembers."""
+    ``half_life`` seconds (0 without one): the recent borrowing fair share remembers.
+
+    Not rounded: it is metered every few seconds against a half-life of days, so each step
+    moves it by far less than any rounding would keep (rounded to thousandths, a week's
+    half-life metered every 15 s never moves for fewer than about 30 GPUs)."""
     if not half_life or seconds <= 0:
         return old if half_life else 0.0
     keep: float = 0.5 ** (seconds / half_life)
-    return round(old * keep + current * (1.0 - keep), 3)
+    return old * keep + current * (1.0 - keep)
 
 
 def exhausted_until(
