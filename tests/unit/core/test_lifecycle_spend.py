@@ -15,7 +15,7 @@ from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.api.meta import ConditionStatus
 from gpusched.api.tenantquota import BudgetPeriod, TenantQuota
 from gpusched.core.admission import TenantUsage
-from gpusched.core.lifecycle.spend import Pricing, decayed, period_end, period_start
+from gpusched.core.lifecycle.spend import Pricing, Run, decayed, meter, period_end, period_start
 from gpusched.core.lifecycle.tenants import (
     MeteredJob,
     core_tenant,
@@ -264,6 +264,38 @@ def test_recent_borrowing_metered_every_few_seconds_moves_as_metered_once() -> N
         falling = decayed(falling, 0.0, 15.0, week)
     assert rising == pytest.approx(8 * (1 - 2 ** (-1 / 7)), rel=1e-6)
     assert falling == pytest.approx(10 * 2 ** (-1 / 7), rel=1e-6)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 3])
+def test_spending_metered_every_second_adds_up_to_what_ran(gpus: int) -> None:
+    """Under load a TenantQuota's status is written about once a second, each time adding
+    what ran since the last: an hour of a job of ``gpus`` GPUs at 2.0 an hour is ``gpus``
+    GPU-hours and twice that in cost, in the period, the day and the submitter's figures."""
+    began = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    start = None
+    hours = cost = 0.0
+    daily: list[Any] = []
+    users: list[Any] = []
+    at = began
+    for _ in range(3600):
+        step = at + timedelta(seconds=1)
+        spend = meter(
+            budget=None,
+            old_period_start=start,
+            old_period=(hours, cost),
+            old_daily=daily,
+            old_users=users,
+            runs=[Run("alice", {"": gpus}, at, step)],
+            holding={},
+            pricing=Pricing("USD", 2.0),
+            now=step,
+        )
+        start, hours, cost = spend.period_start, spend.period_gpu_hours, spend.period_cost
+        daily, users, at = spend.daily, spend.users, step
+    assert hours == pytest.approx(gpus, rel=1e-5)
+    assert cost == pytest.approx(2.0 * gpus, rel=1e-5)
+    assert daily[-1].gpu_hours == pytest.approx(gpus, rel=1e-5)
+    assert users[0].cost == pytest.approx(2.0 * gpus, rel=1e-5)
 
 
 def test_pricing_refuses_negative_prices_and_unknown_keys() -> None:
