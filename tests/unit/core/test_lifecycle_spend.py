@@ -298,6 +298,18 @@ def test_spending_metered_every_second_adds_up_to_what_ran(gpus: int) -> None:
     assert users[0].cost == pytest.approx(2.0 * gpus, rel=1e-5)
 
 
+def test_gpu_seconds_written_every_second_add_up_to_what_ran() -> None:
+    """A one-GPU job metered every 1.04 s for 1,000 meterings ran 1,040 GPU-seconds."""
+    began = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    q = quota({"lastMeteredAt": began.isoformat()})
+    job = running(began, 1, {})
+    at = began
+    for _ in range(1000):
+        at += timedelta(seconds=1.04)
+        q = q.model_copy(update={"status": quota_status(q, usage(), [], [job], at).status})
+    assert q.status.gpu_seconds == pytest.approx(1040.0, abs=0.01)
+
+
 def test_pricing_refuses_negative_prices_and_unknown_keys() -> None:
     assert Pricing.parse('{"currency": "EUR", "byModel": {"H100": 3}}').price("H100") == 3.0
     assert Pricing.parse("").currency == "GPU-hours"

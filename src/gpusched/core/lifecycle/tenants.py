@@ -463,7 +463,7 @@ def quota_status(
         pending_jobs=usage.pending,
         admitted_jobs=usage.admitted,
         running_jobs=usage.running,
-        gpu_seconds=round(seconds, 1),
+        gpu_seconds=round(seconds, 6),  # a running total: tenths would drop 4 % of 1.04 s
         conditions=conditions,
         last_metered_at=now,
         currency=pricing.currency,
