@@ -170,3 +170,28 @@ def test_a_borrower_over_its_borrowing_limit_evicts_nothing_while_a_lender_keeps
         )
         assert result.admissions == (), limit
         assert result.wait_reasons["b/hi"] is WaitReason.HELD_FOR_LENDERS, limit
+
+
+@pytest.mark.parametrize("spent", ["l", "org"])
+def test_a_tenant_that_spent_its_budget_keeps_no_idle_gpus(spent: str) -> None:
+    """quotas.md, "Lending after a burst": the hold keeps GPUs for the lender's next jobs. A
+    lender whose budget (or whose parent's) is spent for five more days starts none of them
+    before then, however often it submits: its 8 idle GPUs go to b at once."""
+    until = NOW + 5 * 86400
+    tenants = (
+        Tenant("org", 8, budget_exhausted_until=until if spent == "org" else None),
+        Tenant("l", 8, parent="org", budget_exhausted_until=until if spent == "l" else None),
+        Tenant("b"),
+    )
+    result = run_cycle(
+        Snapshot(
+            now=NOW,
+            tenants=tenants,
+            jobs=(job("l/next", "l", 8, submitted=NOW - 10.0), job("b/x", "b", 8)),
+            nodes=(node("n"),),
+        )
+    )
+    assert [a.job for a in result.admissions] == ["b/x"]
+    waiting = result.waiting_of("l/next")
+    assert waiting is not None
+    assert waiting.reason is WaitReason.BUDGET_EXHAUSTED

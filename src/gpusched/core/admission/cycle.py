@@ -354,10 +354,17 @@ class Cycle:
     def _asks_within(self, window: float, jobs: Sequence[Job]) -> dict[str, tuple[int, float]]:
         """Per tenant with a guarantee: the GPUs its queued and running jobs submitted within
         the window ask (a requeued job counts from its first submission, so an eviction does
-        not renew a hold), and when the first of them leaves the window."""
+        not renew a hold), and when the first of them leaves the window. A tenant that spent
+        its budget (or one above it did) keeps nothing: none of its next jobs could start
+        before the period turns, however often it submits."""
         if window <= 0:
             return {}
         since = self.now - window
+        spent = {
+            name
+            for name in self.tenants
+            if any(self.tenants[lv].budget_exhausted(self.now) for lv in self._levels[name])
+        }
         asks: dict[str, tuple[int, float]] = {}
         for job in jobs:
             if (
@@ -365,6 +372,7 @@ class Cycle:
                 and job.state is not JobState.TERMINATING
                 and job.tenant in self.tenants
                 and self.tenants[job.tenant].guaranteed > 0
+                and job.tenant not in spent
             ):
                 gpus, lapse = asks.get(job.tenant, (0, math.inf))
                 asks[job.tenant] = (gpus + job.total_gpus, min(lapse, job.submitted_at + window))
