@@ -533,3 +533,43 @@ def test_a_job_is_evicted_as_an_overrun_only_for_the_reservation_it_was_backfill
     # t/other reserved node a (free at 1000); node b's GPU 4 is no GPU it reserved.
     other = run_cycle(snapshot(blocker, overrun, gang("t/other", "a", 1.0), now=250.0))
     assert not other.admissions
+
+
+def test_a_reservation_behind_a_job_that_keeps_overrunning_moves_where_gpus_free_sooner() -> None:
+    """quotas.md: a reservation keeps its GPUs while they are expected free about as early as
+    before, so it does not hop between nodes; compared with the last cycle's start alone, one
+    behind a job that runs on past its prediction would slip a few seconds each cycle for
+    ever. At 1460 node a's job, 200 s past its prediction, is expected to end at 1820 (the
+    gang's reservation said 1800 last cycle): node b frees at 1500, more than the 5 minutes'
+    slack sooner, and the reservation moves there."""
+    gang = queued(
+        "t/gang",
+        "t",
+        8,
+        1000.0,
+        submitted=1.0,
+        reservation=(Assignment("a", ALL),),
+        reservation_start=1800.0,
+    )
+    result = run_cycle(
+        snapshot(
+            running("t/a1", "t", "a", ALL, end=1820.0, started=1100.0),
+            running("t/b1", "t", "b", ALL, end=1500.0),
+            gang,
+            now=1460.0,
+        )
+    )
+    (reservation,) = result.reservations
+    assert [p.node for p in reservation.placement] == ["b"]
+    assert reservation.start == 1500.0
+    # Within the slack it stays: a's job expected to end at 1790 keeps the gang on a.
+    result = run_cycle(
+        snapshot(
+            running("t/a1", "t", "a", ALL, end=1790.0, started=1100.0),
+            running("t/b1", "t", "b", ALL, end=1500.0),
+            gang,
+            now=1460.0,
+        )
+    )
+    (reservation,) = result.reservations
+    assert [p.node for p in reservation.placement] == ["a"]

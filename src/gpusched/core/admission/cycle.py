@@ -1403,7 +1403,11 @@ class Cycle:
         """Hold the GPUs where ``job`` fits soonest (or keep last cycle's, if about as early)."""
         assert job.tenant is not None
         profile = self.profile()
-        if carried is not None and self._still_as_early(job, carried.start):
+        if (
+            carried is not None
+            and self._still_as_early(job, carried.start)
+            and not self._sooner_elsewhere(job, request, carried)
+        ):
             if not self._entitled_at(job, carried.start):
                 self._forget(job)
                 return None
@@ -1417,10 +1421,13 @@ class Cycle:
         if carried is not None:
             self._forget(job)
         kept = self._kept_reservation(job, request, profile)
-        if kept is not None:
+        fresh = profile.earliest(request, job.not_before) if kept is not None else None
+        if kept is not None and (
+            fresh is None or kept.start <= fresh.start + self._slack(fresh.start)
+        ):
             slotting, is_kept = kept, True
         else:
-            fresh = profile.earliest(request, job.not_before)
+            fresh = fresh or profile.earliest(request, job.not_before)
             if fresh is None:
                 return None
             slotting, is_kept = fresh, False
@@ -1440,6 +1447,20 @@ class Cycle:
         self._reserving[job.tenant] += 1
         self._reserved_gpus[job.tenant] += job.total_gpus
         return reservation
+
+    def _sooner_elsewhere(self, job: Job, request: Request, carried: Reservation) -> bool:
+        """Whether the job now fits markedly sooner (by more than the slack) somewhere other
+        than where its carried reservation holds GPUs. Compared with the previous cycle's
+        start alone, a reservation behind a job that keeps overrunning its prediction would
+        slip a little every cycle and stay there for ever, though another node frees first."""
+        profile = self.profile()
+        key = RESERVED_PREFIX + job.key
+        profile.unclaim(key)
+        try:
+            fresh = profile.earliest(request, job.not_before)
+        finally:
+            profile.claim(key, carried.placement, carried.end)
+        return fresh is not None and carried.start > fresh.start + self._slack(fresh.start)
 
     def _still_as_early(self, job: Job, start: float) -> bool:
         """Whether last cycle's GPUs are expected free no later than the start expected then
