@@ -313,7 +313,9 @@ def test_one_reservation_per_tenant_goes_to_its_first_blocked_job() -> None:
 
 def test_a_tenant_past_its_entitlement_gets_no_reservation() -> None:
     # 16 GPUs, guarantees 8 + 8. Tenant a holds 12 and wants 8 more (entitled to 8); tenant b
-    # holds 2 and wants 6 more (2 + 6 = 8, its entitlement).
+    # holds 2 and wants 6 more (2 + 6 = 8, its entitlement). a/big fits soonest on node b at
+    # 300, when a/r1 still runs: a would hold 16 then. (No lending hold: b asked for GPUs a
+    # moment ago, and a/big, which borrows, would wait for it instead of reserving.)
     tenants = (Tenant("a", guaranteed=8), Tenant("b", guaranteed=8))
     result = run_cycle(
         Snapshot(
@@ -327,10 +329,13 @@ def test_a_tenant_past_its_entitlement_gets_no_reservation() -> None:
                 queued("b/big", "b", 6, 100.0, submitted=2.0),
             ),
             nodes=(node("a"), node("b")),
-            config=ON,
+            config=CycleConfig(reservations_per_tenant=1, lending_hold_seconds=0),
         )
     )
     assert [r.job for r in result.reservations] == ["b/big"]
+    waiting = result.waiting_of("a/big")
+    assert waiting is not None
+    assert waiting.reason is WaitReason.WAITING_FOR_CAPACITY
     beyond = run_cycle(
         replace(
             Snapshot(
