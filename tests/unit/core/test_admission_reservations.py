@@ -89,13 +89,14 @@ def test_a_later_job_takes_reserved_gpus_only_if_it_ends_before_the_reservation(
             queued("t/short", "t", 1, 150.0, submitted=2.0),
             queued("t/long", "t", 1, 500.0, submitted=3.0),
             queued("t/unknown", "t", 1, None, submitted=4.0),
+            queued("t/just-past", "t", 1, 201.0, submitted=5.0),
         )
     )
     (admission,) = result.admissions
     assert admission.job == "t/short"
     assert admission.backfill_until == 200.0
     assert admission.placement[0].node == "b"
-    for key in ("t/long", "t/unknown"):
+    for key in ("t/long", "t/unknown", "t/just-past"):
         waiting = result.waiting_of(key)
         assert waiting is not None
         assert waiting.reason is WaitReason.WAITING_FOR_CAPACITY
@@ -245,6 +246,8 @@ def test_gpus_reserved_last_cycle_stay_free_for_the_job_against_jobs_decided_bef
 def test_a_job_decided_later_does_not_preempt_its_way_onto_reserved_gpus() -> None:
     # Node a frees at 500 (t2/low); b is held for good. t0 is furthest below its share, so its
     # gang is decided first and reserves a; t2/high outranks t2/low inside t2 but comes later.
+    # (No lending hold: t0 asked for GPUs a moment ago, and t2/high, which would borrow, would
+    # wait for it before any victim search.)
     result = run_cycle(
         Snapshot(
             now=0.0,
@@ -256,10 +259,13 @@ def test_a_job_decided_later_does_not_preempt_its_way_onto_reserved_gpus() -> No
                 queued("t2/high", "t2", 8, None, submitted=2.0, priority=1),
             ),
             nodes=(node("a"), node("b")),
-            config=ON,
+            config=CycleConfig(reservations_per_tenant=1, lending_hold_seconds=0),
         )
     )
     assert not result.admissions
+    waiting = result.waiting_of("t2/high")
+    assert waiting is not None
+    assert waiting.reason is WaitReason.WAITING_FOR_CAPACITY
     starts = {r.job: r.start for r in result.reservations}
     assert starts["t0/gang"] == 500.0
 

@@ -201,6 +201,9 @@ def test_a_job_on_reserved_gpus_can_be_made_to_leave_by_the_reservations_start(
         )
         for start in starts:
             assert until <= start + 1e-6 or now + runtime <= start + 1e-6, (admission, starts)
+        # Backfilled: expected to end (its prediction or its limit) by the start it was
+        # backfilled under.
+        assert now + runtime <= until + 1e-6, admission
         evictable = j.preemptible and j.min_runtime_seconds <= until - now
         limited = j.max_runtime_seconds is not None and now + j.max_runtime_seconds <= until
         assert evictable or limited, admission
