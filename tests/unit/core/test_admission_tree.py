@@ -440,3 +440,24 @@ def test_fair_shares_are_water_filled_level_by_level() -> None:
     # wants no more (2), b the rest (6); inside a, a1 takes all of a's 10 (a2 wants none).
     shares = fair_shares(16, tenants, {"a1": 10, "b1": 10})
     assert shares == {"a": 10.0, "b": 6.0, "a1": 10.0, "a2": 0.0, "b1": 6.0}
+
+
+def test_a_spent_teams_queued_job_leaves_its_organisations_guarantee_to_a_sibling() -> None:
+    """quotas.md, "Budgets and cost": a spent tenant's queued jobs claim no guarantee. Team a1
+    of o has spent its budget; its 8-GPU job came first in o's queue, but it cannot start for
+    a day, so a2's job claims o's guarantee of 8 and takes it back from borrower c."""
+    tenants = [
+        org("o", 8),
+        team("a1", "o", budget_exhausted_until=NOW + 86400),
+        team("a2", "o"),
+        Tenant("c"),
+    ]
+    jobs = [
+        job("c/borrow", "c", 8, running_on=[("n0", tuple(range(8)))]),
+        job("a1/first", "a1", 8, submitted=1.0),
+        job("a2/second", "a2", 8, submitted=2.0),
+    ]
+    result = Cycle(snap(tenants, jobs, [node("n0")], NOW)).run()
+    assert [(a.job, [v.victim for v in a.victims]) for a in result.admissions] == [
+        ("a2/second", ["c/borrow"])
+    ]
