@@ -67,8 +67,14 @@ def export_inventory(cache: ClusterCache, metrics: SchedulerMetrics) -> None:
     """The free-GPU and per-node gauges, from one reading of the cache (every housekeeping
     tick, on the event loop: so it only reads; the series are built at scrape time)."""
     rows = cache.inventory()
-    for model, count in free_by_model(rows).items():
+    free = free_by_model(rows)
+    shown = {s.labels["gpu_model"] for f in metrics.free_gpus.collect() for s in f.samples}
+    for model, count in free.items():
         metrics.free_gpus.labels(model).set(count)
+    # A model whose last node left the cache goes, rather than showing its last count forever
+    # (set first, removed after: a scrape never misses a model that stays).
+    for model in shown - free.keys():
+        metrics.free_gpus.remove(model)
     metrics.node_inventory.publish(rows)
 
 

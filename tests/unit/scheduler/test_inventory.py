@@ -15,6 +15,8 @@ from gpusched.dev.localcluster.topologies import fixture_path
 from gpusched.scheduler.cache import ClusterCache
 
 DGX1 = "synthetic-dgx1-hybrid-cube-mesh"
+H100 = "hgx-h100-sxm-8gpu-8nic"
+A100_WORKSTATION = "workstation-2socket-4x-a100-nvlink-bridge-2nic"
 FIXTURES = (
     "hgx-h100-sxm-8gpu-8nic",
     DGX1,
@@ -119,3 +121,26 @@ def test_node_gauges_expose_the_last_published_inventory_and_drop_nodes_gone() -
     text = generate_latest(metrics.registry).decode()
     assert 'node="b"' not in text
     assert value("gpusched_node_gpus", {"node": "a", "gpu_model": model, "state": "free"}) == 6
+
+
+def test_free_gpus_of_a_model_whose_last_node_is_gone_are_no_longer_exported() -> None:
+    from gpusched.metrics import SchedulerMetrics, new_registry
+    from gpusched.scheduler.server import export_inventory
+
+    cache = ClusterCache()
+    cache.replace_topologies(
+        [topology_object("h100", H100), topology_object("a100", A100_WORKSTATION)]
+    )
+    cache.replace_pods([pod("p", "h100", 2, "0,1")])
+    metrics = SchedulerMetrics(new_registry())
+    export_inventory(cache, metrics)
+    models = {row.node: row.model for row in cache.inventory()}
+    assert models["h100"] != models["a100"]
+    value = metrics.registry.get_sample_value
+    assert value("gpusched_free_gpus", {"gpu_model": models["h100"]}) == 6
+    assert value("gpusched_free_gpus", {"gpu_model": models["a100"]}) == 4
+
+    cache.delete_topology("a100")
+    export_inventory(cache, metrics)
+    assert value("gpusched_free_gpus", {"gpu_model": models["a100"]}) is None
+    assert value("gpusched_free_gpus", {"gpu_model": models["h100"]}) == 6
