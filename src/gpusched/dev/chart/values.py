@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpusched.metrics import EXTENDER_LATENCY_BUCKETS
+
 
 class Closed(BaseModel):
     """A values object: no unknown keys, field docstrings as descriptions."""
@@ -532,8 +534,9 @@ class ServiceMonitor(Closed):
 
 
 class AlertThresholds(Closed):
-    extenderLatencySeconds: float = Field(1.0, gt=0, le=3600)
-    """p99 extender filter or bind latency that counts as slow."""
+    extenderLatencySeconds: float = Field(1.0, gt=0, lt=EXTENDER_LATENCY_BUCKETS[-1])
+    """p99 extender filter or bind latency that counts as slow (below 60: the latency
+    histogram's top bucket, above which a p99 cannot be told)."""
     probeStaleSeconds: int = Field(300, gt=0, le=86400)
     """A probe that has not completed a reading for this long is not reporting."""
     jobPendingSeconds: int = Field(3600, gt=0, le=31536000)
