@@ -467,3 +467,43 @@ def test_the_operators_default_run_time_history_is_the_configmap_the_chart_grant
         for arg in c.get("args") or []
     ]
     assert f"--runtime-history={DEFAULT_NAME}" in args
+
+
+def _scraped_job(service: dict[str, Any], job_label: str, endpoint: dict[str, Any]) -> str:
+    """The job label of a target, as the Prometheus Operator makes it: the Service's
+    ``jobLabel`` label, then the endpoint's relabelings (action replace, Prometheus' defaults:
+    regex ``(.*)``, replacement ``$1``, separator ``;``)."""
+    labels = {
+        "job": service["metadata"]["labels"][job_label],
+        "__meta_kubernetes_pod_node_name": "n",
+    }
+    for relabel in endpoint.get("relabelings", []):
+        assert relabel.get("action", "replace") == "replace", relabel
+        value = ";".join(labels.get(s, "") for s in relabel.get("sourceLabels", []))
+        match = re.fullmatch(relabel.get("regex", "(.*)"), value)
+        if match:
+            labels[relabel["targetLabel"]] = match.expand(
+                relabel.get("replacement", "$1").replace("$1", r"\1")
+            )
+    return labels["job"]
+
+
+def test_each_scraped_port_is_the_job_its_alerts_and_dashboards_select() -> None:
+    objects = render.render(
+        {"nodeAgent": {"enabled": True}, "metrics": {"serviceMonitor": {"enabled": True}}}
+    )
+    services = [o for o in objects if o["kind"] == "Service"]
+    jobs: dict[tuple[str | None, str], str] = {}
+    for monitor in (o for o in objects if o["kind"] == "ServiceMonitor"):
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        (service,) = [s for s in services if selector.items() <= s["metadata"]["labels"].items()]
+        for endpoint in monitor["spec"]["endpoints"]:
+            key = (render.component_of(monitor), endpoint["port"])
+            jobs[key] = _scraped_job(service, monitor["spec"]["jobLabel"], endpoint)
+    # The node agent shares the probe's Service: its `up` must not count as a probe's.
+    assert jobs == {
+        ("device-probe", "metrics"): "gpusched-device-probe",
+        ("device-probe", "agent-metrics"): "gpusched-node-agent",
+        ("scheduler", "metrics"): "gpusched-extender",
+        ("operator", "metrics"): "gpusched-operator",
+    }
