@@ -752,8 +752,8 @@ SCHEDULING: Final = Dashboard(
                 Panel(
                     "Nodes refused by filter",
                     "Per second, by reason: NotEnoughFreeGpus (busy), ScopeUnsatisfiable (no "
-                    "free set meets a required topology), NotEnoughHealthyGpus, NoTopology, "
-                    "PlannedElsewhere, InvalidRequest.",
+                    "free set meets a required topology), NotEnoughHealthyGpus, "
+                    "RequestExceedsNode, NoTopology, InvalidRequest.",
                     "timeseries",
                     "short",
                     (
@@ -785,7 +785,9 @@ SCHEDULING: Final = Dashboard(
             (
                 Panel(
                     "Admission cycle p90 by stage",
-                    "observe (reads), settle (pod life cycle), decide (pure core), apply (writes).",
+                    "settle (each job's life cycle), snapshot (the core's input), decide (the "
+                    "pure core), forecast (expected starts), plan (the writes), cycle (all of "
+                    "it; the writes go out after).",
                     "timeseries",
                     "s",
                     (
