@@ -5,6 +5,7 @@ stays quiet when it should not."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,13 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_chart_ships_the_alerts_that_matter() -> None:
     names = {r["alert"] for g in rendered_rules()["groups"] for r in g["rules"]}
     assert names == ALERTS
+
+
+def test_the_install_docs_list_every_alert_the_chart_ships() -> None:
+    docs = (chart_dir().parents[2] / "docs" / "install.md").read_text()
+    listed = set(re.findall(r"^\| `(Gpusched\w+)`", docs, flags=re.MULTILINE))
+    shipped = {r["alert"] for g in rendered_rules()["groups"] for r in g["rules"]}
+    assert listed == shipped
 
 
 def test_promtool_check_rules_accepts_the_rendered_rules(tmp_path: Path) -> None:
