@@ -369,7 +369,7 @@ class OperatorMetrics:
             "preempted_gpu_seconds",
             "Work thrown away by preemption: each victim's GPUs x time since its start or last "
             "checkpoint, by the victim's tenant and reason (divide by the rate of "
-            "tenant_gpu_seconds_total for the share of GPU time run).",
+            "gpusched_tenant_gpu_seconds for the share of GPU time run).",
             ["tenant", "reason"],
             namespace=NAMESPACE,
             registry=self.registry,
