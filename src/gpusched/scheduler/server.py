@@ -26,6 +26,7 @@ from gpusched.api.extender import (
     ExtenderFilterResult,
     WireError,
 )
+from gpusched.core.placement import RefusalReason
 from gpusched.core.scheduling import (
     FilterOutcome,
     RequestError,
@@ -257,7 +258,9 @@ class Extender:
         try:
             gpu = gpu_request(args.pod)
         except RequestError as err:
-            refused = dict.fromkeys(names, f"InvalidRequest: {err}")
+            refused = dict.fromkeys(names, f"{RefusalReason.INVALID_REQUEST.value}: {err}")
+            # Counted like any other refusal: the refused-nodes panel shows a broken template.
+            self.metrics.refused_nodes.labels(RefusalReason.INVALID_REQUEST.value).inc(len(names))
             result = ExtenderFilterResult(failed_and_unresolvable_nodes=refused)
             return web.json_response(result.to_wire())
         meta = args.pod.get("metadata") or {}

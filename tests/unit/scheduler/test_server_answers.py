@@ -144,3 +144,24 @@ def test_a_pod_filtered_again_after_a_bind_without_answer_is_not_blocked_by_its_
         assert refused["NodeNames"] in (None, [])
 
     _serve(extender, scenario)
+
+
+def test_a_filter_of_an_invalid_request_counts_every_node_it_refuses() -> None:
+    extender = _extender()
+    _ready(extender)
+    extender.cache.replace_topologies([topology_object(NODE), topology_object("n1")])
+    args = _filter_args()
+    args["NodeNames"] = [NODE, "n1"]
+    args["Pod"]["spec"]["containers"][0]["resources"]["limits"][keys.GPU_RESOURCE] = "-3"
+
+    async def scenario(http: TestClient[Any, Any]) -> None:
+        response = await http.post("/filter", json=args)
+        refused = (await _json(response))["FailedAndUnresolvableNodes"]
+        assert sorted(refused) == [NODE, "n1"]
+        assert all(reason.startswith("InvalidRequest:") for reason in refused.values())
+
+    _serve(extender, scenario)
+    counted = extender.metrics.registry.get_sample_value(
+        "gpusched_filter_refused_nodes_total", {"reason": "InvalidRequest"}
+    )
+    assert counted == 2
