@@ -602,9 +602,7 @@ class AdmissionLoop:
         for requeue in counts.update(decision):
             if self._first_time(("requeue", requeue.uid, requeue.admission, requeue.reason)):
                 m.requeues.labels(requeue.tenant, requeue.reason).inc()
-        m.jobs.clear()
-        for (tenant, name), n in counts.phases.items():
-            m.jobs.labels(tenant, name).set(n)
+        set_labelled_series(m.jobs, {key: float(n) for key, n in counts.phases.items()})
         jobs = {j.key: j for j in decision.world.jobs} if decision.plan.admitted else {}
         for admission in decision.plan.admitted:
             job = jobs[admission.job]
@@ -694,11 +692,21 @@ def set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:
 
 def set_series(gauge: Gauge, label: str, values: Mapping[str, float]) -> None:
     """Set one series per value of the gauge's one ``label`` and drop the others."""
-    current = {sample.labels[label] for family in gauge.collect() for sample in family.samples}
+    set_labelled_series(gauge, {(key,): value for key, value in values.items()})
+
+
+def set_labelled_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
+    """Set one series per label set (in the gauge's label order) and drop the others. New
+    values go in before vanished label sets go out, so a scrape on another thread in between
+    sees every series that was there before and is there after (clearing first would hand it
+    an empty gauge: panels blink and alerts' `for` timers restart)."""
+    current = {
+        tuple(sample.labels.values()) for family in gauge.collect() for sample in family.samples
+    }
     for key, value in values.items():
-        gauge.labels(key).set(value)
+        gauge.labels(*key).set(value)
     for key in current - set(values):
-        gauge.remove(key)
+        gauge.remove(*key)
 
 
 def _gpus_by_model(status: GpuJobStatus, models: Mapping[str, str]) -> dict[str, int]:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from prometheus_client import CollectorRegistry, Gauge
 
 from gpusched.core.admission import TenantUsage
+from gpusched.dev.bench.admission import Workload, build_snapshot
+from gpusched.dev.bench.operator_cycle import NOW, load_store
 from gpusched.metrics import OperatorMetrics
-from gpusched.operator.loop import below_guarantee, set_tenant_series
+from gpusched.operator.decide import OperatorConfig, decide
+from gpusched.operator.loop import AdmissionLoop, below_guarantee, set_tenant_series
+from gpusched.operator.nodes import NodeReader
+from gpusched.operator.store import Store
 
 
 def _series(gauge: Gauge) -> dict[str, float]:
@@ -77,3 +84,50 @@ def test_a_replica_that_stops_leading_keeps_no_gauge_of_the_last_cycle() -> None
     m.stand_by()
     for gauge in (m.below_guarantee, m.largest_free_domain, m.gpus_used):
         assert not [s for family in gauge.collect() for s in family.samples], gauge
+
+
+class _ScrapedBetweenSteps(Gauge):
+    """A gauge that records what a scrape would export after every change of its label sets
+    (the operator's cycle updates gauges while the metrics endpoint's thread scrapes)."""
+
+    scrapes: list[set[tuple[str, ...]]]
+
+    def _scrape(self) -> None:
+        exported = {tuple(s.labels.values()) for f in self.collect() for s in f.samples}
+        self.scrapes.append(exported)
+
+    def clear(self) -> None:
+        super().clear()
+        self._scrape()
+
+    def remove(self, *labelvalues: Any) -> None:
+        super().remove(*labelvalues)
+        self._scrape()
+
+    def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Any:
+        child = super().labels(*labelvalues, **labelkwargs)
+        self._scrape()
+        return child
+
+
+def test_a_scrape_during_a_cycle_sees_every_job_series_present_before_and_after() -> None:
+    snapshot = build_snapshot(Workload(nodes=8, tenants=3, queued=24, fill=0.5), 3)
+    kinds = {n.name: "count" if n.count_only else "nvswitch" for n in snapshot.nodes}
+    decision = decide(load_store(snapshot, kinds).world(NOW), {}, OperatorConfig(), NodeReader())
+    loop = AdmissionLoop(cast(Any, None), Store(), OperatorConfig(), OperatorMetrics())
+    jobs = _ScrapedBetweenSteps(
+        "gpusched_jobs", "jobs", ["tenant", "phase"], registry=CollectorRegistry()
+    )
+    jobs.scrapes = []
+    loop.metrics.jobs = jobs
+    loop._count(decision)
+    before = jobs.scrapes[-1]
+    assert len(before) > 1
+    # Every job of the world is in one of the series.
+    counted = sum(s.value for f in jobs.collect() for s in f.samples)
+    assert counted == len(decision.world.jobs)
+    jobs.scrapes.clear()
+    loop._count(decision)  # the next cycle, the same jobs
+    assert jobs.scrapes, "the cycle set the gauge"
+    for exported in jobs.scrapes:
+        assert before <= exported
