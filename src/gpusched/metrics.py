@@ -8,7 +8,7 @@ can create fresh registries.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -172,6 +172,20 @@ class NodeInventoryCollector(Collector):
 # --- device probe -------------------------------------------------------------------------
 
 
+def set_labelled_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
+    """Set one series per label set (in the gauge's label order) and drop the others. New
+    values go in before vanished label sets go out, so a scrape on another thread in between
+    sees every series that was there before and is there after (clearing first would hand it
+    an empty gauge: panels blink and alerts' `for` timers restart)."""
+    current = {
+        tuple(sample.labels.values()) for family in gauge.collect() for sample in family.samples
+    }
+    for key, value in values.items():
+        gauge.labels(*key).set(value)
+    for key in current - set(values):
+        gauge.remove(*key)
+
+
 class ProbeMetrics:
     """Metrics of the device probe (one process per node, so no node label)."""
 
@@ -187,14 +201,14 @@ class ProbeMetrics:
         )
         self.gpu_temperature = Gauge(
             "probe_gpu_temperature_celsius",
-            "GPU temperature at the last health reading.",
+            "GPU temperature at the last health reading (no series when it had none).",
             ["gpu"],
             namespace=NAMESPACE,
             registry=self.registry,
         )
         self.gpu_power = Gauge(
             "probe_gpu_power_watts",
-            "GPU power draw at the last health reading.",
+            "GPU power draw at the last health reading (no series when it had none).",
             ["gpu"],
             namespace=NAMESPACE,
             registry=self.registry,

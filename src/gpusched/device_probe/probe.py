@@ -57,7 +57,7 @@ from gpusched.device_probe.state import (
     with_health,
 )
 from gpusched.kubeasync import ApiError
-from gpusched.metrics import ProbeMetrics
+from gpusched.metrics import ProbeMetrics, set_labelled_series
 
 log = logging.getLogger(__name__)
 
@@ -460,16 +460,24 @@ class Probe:
         )
 
     def _export(self, topology: NodeTopology) -> None:
+        """The GPUs of this reading, and only them: a GPU index gone from the node loses its
+        series, and a temperature or power this reading could not get is left out rather than
+        kept from an older reading (a dashboard would show it as live)."""
+        health: dict[tuple[str, ...], float] = {}
+        temperature: dict[tuple[str, ...], float] = {}
+        power: dict[tuple[str, ...], float] = {}
         for gpu in topology.gpus:
+            gpu_label = str(gpu.index)
             for state in GpuHealthState:
-                self.metrics.gpu_health.labels(str(gpu.index), state.value).set(
-                    1 if gpu.health is state else 0
-                )
+                health[(gpu_label, state.value)] = 1 if gpu.health is state else 0
             record = self.records.get(gpu.index)
             if record is not None and record.temperature_c is not None:
-                self.metrics.gpu_temperature.labels(str(gpu.index)).set(record.temperature_c)
+                temperature[(gpu_label,)] = record.temperature_c
             if record is not None and record.power_w is not None:
-                self.metrics.gpu_power.labels(str(gpu.index)).set(record.power_w)
+                power[(gpu_label,)] = record.power_w
+        set_labelled_series(self.metrics.gpu_health, health)
+        set_labelled_series(self.metrics.gpu_temperature, temperature)
+        set_labelled_series(self.metrics.gpu_power, power)
 
     # --- publishing --------------------------------------------------------------------------
 

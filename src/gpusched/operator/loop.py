@@ -50,7 +50,7 @@ from gpusched.core.lifecycle.tenants import (
     stopped_runs,
     tree_problems,
 )
-from gpusched.metrics import OperatorMetrics
+from gpusched.metrics import OperatorMetrics, set_labelled_series
 from gpusched.operator import failpoints
 from gpusched.operator.api import OperatorApi, Refused
 from gpusched.operator.counts import JobCounts, queued_since
@@ -693,20 +693,6 @@ def set_tenant_series(gauge: Gauge, values: Mapping[str, float]) -> None:
 def set_series(gauge: Gauge, label: str, values: Mapping[str, float]) -> None:
     """Set one series per value of the gauge's one ``label`` and drop the others."""
     set_labelled_series(gauge, {(key,): value for key, value in values.items()})
-
-
-def set_labelled_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
-    """Set one series per label set (in the gauge's label order) and drop the others. New
-    values go in before vanished label sets go out, so a scrape on another thread in between
-    sees every series that was there before and is there after (clearing first would hand it
-    an empty gauge: panels blink and alerts' `for` timers restart)."""
-    current = {
-        tuple(sample.labels.values()) for family in gauge.collect() for sample in family.samples
-    }
-    for key, value in values.items():
-        gauge.labels(*key).set(value)
-    for key in current - set(values):
-        gauge.remove(*key)
 
 
 def _gpus_by_model(status: GpuJobStatus, models: Mapping[str, str]) -> dict[str, int]:
