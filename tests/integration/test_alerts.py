@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from gpusched.core.nodeagent import DriftKind
 from gpusched.dev.chart import render
 from gpusched.dev.chart.files import chart_dir
 from gpusched.dev.localcluster.binaries import ensure_toolchain
-from gpusched.metrics import SchedulerMetrics, new_registry
+from gpusched.metrics import NodeAgentMetrics, SchedulerMetrics, new_registry
 
 UNIT_TESTS = Path(__file__).parent / "promtool" / "alerts.test.yaml"
 ALERTS = {
@@ -27,6 +29,10 @@ ALERTS = {
     "GpuschedProbeNotReporting",
     "GpuschedNvmlUnavailable",
     "GpuschedGpuUnhealthy",
+    "GpuschedNodeAgentDown",
+    "GpuschedNodeAgentNotRegistered",
+    "GpuschedNodeAgentConflictingPlugin",
+    "GpuschedGpuAssignmentDrift",
     "GpuschedJobsPendingTooLong",
     "GpuschedTenantBelowGuaranteeWhileOthersBorrow",
     "GpuschedPreemptionChurn",
@@ -155,6 +161,132 @@ def test_extender_slow_fires_at_any_threshold_the_chart_accepts(
         ],
     }
     test_file = tmp_path / "slow.test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = promtool("test", "rules", str(test_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+NODE_AGENT_ALERTS = (
+    "GpuschedNodeAgentDown",
+    "GpuschedNodeAgentNotRegistered",
+    "GpuschedNodeAgentConflictingPlugin",
+    "GpuschedGpuAssignmentDrift",
+)
+Step = Callable[[NodeAgentMetrics], None] | None
+
+
+def _agent_series(node: str, minutes: list[Step], up: str = "1") -> list[dict[str, str]]:
+    """A node agent's own gauges as Prometheus scrapes them once a minute: each minute's step
+    (None: nothing changes) is applied to one NodeAgentMetrics, then every gauge sample is
+    read, with the job and node labels the chart's ServiceMonitor adds ("_" before a series
+    exists)."""
+    metrics = NodeAgentMetrics(new_registry())
+    values: dict[str, list[str]] = {}
+    for minute, step in enumerate(minutes):
+        if step is not None:
+            step(metrics)
+        for family in metrics.registry.collect():
+            if family.type != "gauge":
+                continue
+            for sample in family.samples:
+                labels = {"job": "gpusched-node-agent", "node": node, **sample.labels}
+                name = sample.name + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+                values.setdefault(name, ["_"] * minute).append(f"{sample.value:g}")
+    values[f'up{{job="gpusched-node-agent", node="{node}"}}'] = [up] * len(minutes)
+    return [{"series": name, "values": " ".join(v)} for name, v in values.items()]
+
+
+def _registered(m: NodeAgentMetrics) -> None:
+    """What the agent does on a registration the kubelet accepts."""
+    m.conflict.set(0)
+    m.registered.set(1)
+
+
+def _conflict(m: NodeAgentMetrics) -> None:
+    """What the agent does while another plugin's socket is live: stays unregistered."""
+    m.registered.set(0)
+    m.conflict.set(1)
+
+
+def _refused(m: NodeAgentMetrics) -> None:
+    """No other plugin, and the kubelet does not accept the registration."""
+    m.conflict.set(0)
+    m.registered.set(0)
+
+
+def _drift(outside: int) -> Step:
+    def check(m: NodeAgentMetrics) -> None:  # what one drift check publishes
+        for kind in DriftKind:
+            m.drift_pods.labels(kind.value).set(
+                outside if kind is DriftKind.OUTSIDE_ASSIGNMENT else 0
+            )
+
+    return check
+
+
+def _kubelet_restart(m: NodeAgentMetrics) -> None:
+    m.registered.set(0)
+
+
+def test_node_agent_alerts_fire_on_its_own_metrics_and_stay_quiet_on_a_healthy_agent(
+    tmp_path: Path,
+) -> None:
+    groups = rendered_rules()["groups"]
+    for group in groups:
+        group["rules"] = [r for r in group["rules"] if r["alert"] in NODE_AGENT_ALERTS]
+        for rule in group["rules"]:
+            rule.pop("annotations")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": groups}))
+    span = 30
+    # Healthy: registers after a minute, drift checks find nothing, and a kubelet restart at
+    # minute 12 costs one minute unregistered.
+    healthy: list[Step] = [None, _registered, _drift(0), *[None] * (span - 3)]
+    healthy[12], healthy[13] = _kubelet_restart, _registered
+    series = [
+        *_agent_series("healthy", healthy),
+        *_agent_series("beside-nvidia", [_conflict, *[None] * (span - 1)]),
+        *_agent_series("refused", [_refused, *[None] * (span - 1)]),
+        *_agent_series(
+            "drifting", [_registered, _drift(0), None, None, _drift(2), *[None] * (span - 5)]
+        ),
+        *_agent_series("down", [_registered, *[None] * (span - 1)], up="0"),
+    ]
+    fired = {
+        "GpuschedNodeAgentDown": [{"node": "down", "job": "gpusched-node-agent"}],
+        "GpuschedNodeAgentNotRegistered": [{"node": "refused"}],
+        "GpuschedNodeAgentConflictingPlugin": [{"node": "beside-nvidia"}],
+        "GpuschedGpuAssignmentDrift": [{"node": "drifting", "kind": "OutsideAssignment"}],
+    }
+    cases = [
+        {
+            "eval_time": "25m",
+            "alertname": name,
+            "exp_alerts": [
+                {"exp_labels": {"severity": "warning", **labels}} for labels in fired[name]
+            ],
+        }
+        for name in NODE_AGENT_ALERTS
+    ]
+    # In the minute of the healthy agent's kubelet restart, only the refused one fires.
+    cases.append(
+        {
+            "eval_time": "12m",
+            "alertname": "GpuschedNodeAgentNotRegistered",
+            "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "refused"}}],
+        }
+    )
+    cases += [
+        # Nothing fires before its `for` has passed.
+        {"eval_time": "1m", "alertname": name, "exp_alerts": []}
+        for name in NODE_AGENT_ALERTS
+    ]
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases}],
+    }
+    test_file = tmp_path / "agent.test.yaml"
     test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
     result = promtool("test", "rules", str(test_file))
     assert result.returncode == 0, result.stdout + result.stderr
