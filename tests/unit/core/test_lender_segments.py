@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gpusched.api.tenantquota import ReclaimPolicy
 from gpusched.core.admission import Job, Snapshot, Tenant
-from gpusched.core.admission.cycle import Cycle
+from gpusched.core.admission.cycle import Cycle, _Candidates
 from gpusched.core.admission.model import PreemptReason
 from gpusched.core.admission.pool import Request
 from gpusched.core.admission.preemption import Candidate, may_be_victim
@@ -61,13 +61,13 @@ class _Checked(Cycle):
 
     def _find_candidates(
         self, job: Job, tenant: Tenant, request: Request, reserving: bool, level: str | None
-    ) -> tuple[list[Candidate], bool]:
-        found, cross = super()._find_candidates(job, tenant, request, reserving, level)
-        reclaims = [c.job.key for c in found if c.reason is PreemptReason.RECLAIM_GUARANTEE]
+    ) -> _Candidates:
+        listed = super()._find_candidates(job, tenant, request, reserving, level)
+        reclaims = [c.job.key for c in listed.found if c.reason is PreemptReason.RECLAIM_GUARANTEE]
         assert reclaims == _reclaimable_now(self, job, tenant, request), job.key
-        assert cross == bool(reclaims)
+        assert listed.cross == bool(reclaims)
         type(self).checked += 1
-        return found, cross
+        return listed
 
 
 def _history(snapshot: Snapshot, late: list[Job]) -> None:

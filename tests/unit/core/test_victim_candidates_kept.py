@@ -28,7 +28,7 @@ def _cycle(guaranteed: int, *queued: Job) -> Cycle:
 
 
 def _reclaimable(cycle: Cycle, preemptor: Job) -> tuple[set[str], bool]:
-    found, cross = cycle.candidates(preemptor, cycle.tenants["owner"], Request.of(preemptor))
+    found, cross, _ = cycle.candidates(preemptor, cycle.tenants["owner"], Request.of(preemptor))
     return {c.job.key for c in found if c.reason is PreemptReason.RECLAIM_GUARANTEE}, cross
 
 

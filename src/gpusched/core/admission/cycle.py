@@ -29,6 +29,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from gpusched.api.tenantquota import ReclaimPolicy, WithinTenantPreemption
 from gpusched.core.admission.arrivals import is_arrival
@@ -57,6 +58,7 @@ from gpusched.core.admission.preemption import (
     find_victims,
     gpu_seconds_lost,
     may_be_victim,
+    unprotected_at,
 )
 from gpusched.core.admission.profile import NEVER, Profile, Slotting
 from gpusched.core.admission.quota import (
@@ -135,6 +137,17 @@ class _Failed:
     attempted: bool
     """Whether deciding it used one of its tenant's reservation attempts (an alike job decided
     on its own would use one too)."""
+
+
+class _Candidates(NamedTuple):
+    """Who may be evicted for a job (:meth:`Cycle.candidates`)."""
+
+    found: list[Candidate]
+    cross: bool
+    """Whether one of them belongs to another tenant."""
+    unprotected_at: float | None
+    """When the first job kept from them for now by its protection (or a backfill deadline
+    not passed yet) stops being kept out; None: none is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,17 +294,21 @@ class Cycle:
         """Whether the last search turned down a reclaim for its cost."""
         self.no_candidates: set[tuple[tuple[object, ...], int]] = set()
         self._admitted_version = 0
-        self._candidate_lists: dict[tuple[object, ...], tuple[list[Candidate], bool]] = {}
+        self._candidate_lists: dict[tuple[object, ...], _Candidates] = {}
         """Victim candidates per kind of preemptor, made at :attr:`_candidate_lists_at`."""
         self._candidate_lists_at = 0
         """The ``_admitted_version`` the kept candidate lists were made at."""
-        self._reclaimable: dict[tuple[str, object], tuple[int, list[Job]]] = {}
+        self._reclaimable: dict[tuple[str, object], tuple[int, list[Job], list[Job]]] = {}
         """Per lender and kind of node filter: its running jobs on those nodes that may be
-        reclaimed now, with the count of changes to its running jobs they were listed at."""
+        reclaimed now and those their protection on borrowed GPUs keeps from it for now, with
+        the count of changes to its running jobs they were listed at."""
         self._lender_changes: Counter[str] = Counter()
-        self._segments: dict[tuple[str, object, int, int | None], tuple[int, list[Candidate]]] = {}
+        self._segments: dict[
+            tuple[str, object, int, int | None], tuple[int, list[Candidate], float | None]
+        ] = {}
         """Per lender, node filter, spare GPUs and priority bound: the candidates a reclaim may
-        take from it, with the count of changes to its running jobs they were listed at."""
+        take from it and when the first job kept from them by its protection may join them,
+        with the count of changes to its running jobs they were listed at."""
         self._candidates: dict[tuple[int, PreemptReason, bool], Candidate] = {}
         """Each running job as a candidate, per reason (its lost work is priced at ``now``)."""
         self.searches = 0
@@ -337,8 +354,9 @@ class Cycle:
         """Tenant -> GPUs its jobs submitted within the lending hold ask, and when the first
         of those leaves the window (tenants with a guarantee only)."""
         self._wake_at: float | None = None
-        """When the first hold a job waited for lapses, or the first patience of a job that
-        turned a reclaim down runs out (:attr:`CycleResult.wake_at`)."""
+        """When time alone may unblock a waiting job: the first hold it waited for lapses, the
+        patience of a job that turned a reclaim down runs out, a protection that kept victims
+        out ends, a spent budget's period ends (:attr:`CycleResult.wake_at`)."""
         self._holds: tuple[int, dict[str, int], int] = (-1, {}, 0)
         """(``_admitted_version``, GPUs each lender keeps, their sum) as last worked out."""
         self.ran = False
@@ -497,6 +515,8 @@ class Cycle:
             tenant = self.tenants[level]
             if tenant.budget_exhausted(self.now):
                 assert tenant.budget_exhausted_until is not None
+                # The next period begins by time alone: the job may start then.
+                self._wake_by(tenant.budget_exhausted_until)
                 turns = _in(tenant.budget_exhausted_until - self.now)
                 return GangFailure(
                     WaitReason.BUDGET_EXHAUSTED,
@@ -1643,8 +1663,10 @@ class Cycle:
 
     def candidates(
         self, job: Job, tenant: Tenant, request: Request, reserving: bool = False
-    ) -> tuple[list[Candidate], bool]:
-        """Who may be evicted for ``job``, and whether any of them belongs to another tenant.
+    ) -> _Candidates:
+        """Who may be evicted for ``job``, whether any of them belongs to another tenant, and
+        when the first job kept from them for now by its protection (or, for a reservation,
+        by the start it was backfilled up to) may join them.
 
         ``reserving``: the job would get a reservation, so jobs that were started on reserved
         GPUs and ran past the start they were expected to end by may be evicted for it.
@@ -1673,12 +1695,16 @@ class Cycle:
             kept = self._candidate_lists[memo] = self._find_candidates(
                 job, tenant, request, reserving, level
             )
-        return list(kept[0]), kept[1]
+        return _Candidates(list(kept.found), kept.cross, kept.unprotected_at)
 
     def _find_candidates(
         self, job: Job, tenant: Tenant, request: Request, reserving: bool, level: str | None
-    ) -> tuple[list[Candidate], bool]:
+    ) -> _Candidates:
         out: list[Candidate] = []
+        # Jobs that would be candidates but for their protection (or a backfill deadline not
+        # passed yet), with the time they stop being kept out.
+        later: list[tuple[Job, float]] = []
+        reclaim_later: float | None = None
         penalty = self.snapshot.config.restart_penalty_seconds
         made = self._candidates
 
@@ -1701,27 +1727,34 @@ class Cycle:
                 for victim in self.admitted[name].values():
                     until = victim.backfill_until
                     if (
-                        until is not None
-                        and until <= self.now
-                        and _overlaps(victim.placement, job.reservation)
-                        and may_be_victim(victim, self.now)
-                        and (
+                        until is None
+                        or not _overlaps(victim.placement, job.reservation)
+                        or not (
                             victim.priority <= job.priority
                             if others is None
                             else victim.key in others
                         )
                     ):
+                        continue
+                    if until <= self.now and may_be_victim(victim, self.now):
                         out.append(candidate(victim, PreemptReason.BACKFILL_OVERRUN, True))
+                    elif victim.preemptible and victim.started_at is not None:
+                        when = max(until, unprotected_at(victim, self.now) or until)
+                        later.append((victim, when))
         seen = {c.job.key for c in out}
         own_borrowed = self.borrowed_jobs(tenant.name)
         if tenant.within_tenant is WithinTenantPreemption.LOWER_PRIORITY:
             for victim in self.admitted[tenant.name].values():
                 if victim.key in seen:
                     continue
-                if victim.priority < job.priority and may_be_victim(victim, self.now):
+                if victim.priority >= job.priority:
+                    continue
+                if may_be_victim(victim, self.now):
                     out.append(
                         candidate(victim, PreemptReason.HIGHER_PRIORITY, victim.key in own_borrowed)
                     )
+                elif (protected := unprotected_at(victim, self.now)) is not None:
+                    later.append((victim, protected))
         cross = False
         if tenant.reclaim is not ReclaimPolicy.NEVER and level is not None:
             lower_only = tenant.reclaim is ReclaimPolicy.LOWER_PRIORITY
@@ -1740,16 +1773,22 @@ class Cycle:
                     continue
                 spare = min(self.used_at(lv) - self._usable(lv) for lv in path)
                 below = job.priority if lower_only else None
-                segment = self._lender_segment(name, request, spare, below, candidate)
+                segment, kept_out = self._lender_segment(name, request, spare, below, candidate)
                 if seen:
                     segment = [c for c in segment if c.job.key not in seen]
                 if segment:
                     cross = True
                     out.extend(segment)
+                if kept_out is not None and (reclaim_later is None or kept_out < reclaim_later):
+                    reclaim_later = kept_out
         if self.reserved and self._profile is not None:
             out = [c for c in out if not self._on_reserved(c.job, job)]
             cross = any(c.reason is PreemptReason.RECLAIM_GUARANTEE for c in out)
-        return out, cross
+            later = [(victim, when) for victim, when in later if not self._on_reserved(victim, job)]
+        times = [when for _, when in later]
+        if reclaim_later is not None:
+            times.append(reclaim_later)
+        return _Candidates(out, cross, min(times, default=None))
 
     def _lender_segment(
         self,
@@ -1758,43 +1797,61 @@ class Cycle:
         spare: int,
         below: int | None,
         candidate: Callable[[Job, PreemptReason, bool], Candidate],
-    ) -> list[Candidate]:
+    ) -> tuple[list[Candidate], float | None]:
         """The lender's jobs a reclaim may take for ``request``: those no larger than the
         ``spare`` GPUs it holds beyond the guarantee it uses, below priority ``below`` when
-        set. Kept until the lender's running jobs change: a cycle lists them for every
-        search, and an admission or eviction changes one or two lenders."""
+        set; and when the first job that would be one but for its protection on borrowed
+        GPUs may be (None: none is kept out). Kept until the lender's running jobs change: a
+        cycle lists them for every search, and an admission or eviction changes one or two
+        lenders."""
         key = (lender, request.filter_key, spare, below)
         changes = self._lender_changes[lender]
         kept = self._segments.get(key)
         if kept is not None and kept[0] == changes:
-            return kept[1]
+            return kept[1], kept[2]
+        reclaimable, protected = self._reclaimable_of(lender, request)
+
+        def takes(victim: Job) -> bool:
+            return victim.total_gpus <= spare and (below is None or victim.priority < below)
+
         found = [
             candidate(victim, PreemptReason.RECLAIM_GUARANTEE, True)
-            for victim in self._reclaimable_of(lender, request)
-            if victim.total_gpus <= spare and (below is None or victim.priority < below)
+            for victim in reclaimable
+            if takes(victim)
         ]
-        self._segments[key] = (changes, found)
-        return found
+        later = [
+            until
+            for victim in protected
+            if takes(victim)
+            and (until := unprotected_at(victim, self.now, reclaim=True)) is not None
+        ]
+        when = min(later, default=None)
+        self._segments[key] = (changes, found, when)
+        return found, when
 
-    def _reclaimable_of(self, lender: str, request: Request) -> list[Job]:
+    def _reclaimable_of(self, lender: str, request: Request) -> tuple[list[Job], list[Job]]:
         """The lender's running jobs, in order, that hold GPUs on nodes ``request`` may use
         (another tenant's job helps only if it frees GPUs the job may use) and are past their
-        protection on borrowed GPUs. Kept until the lender's running jobs change: every
-        victim search of the cycle asks it of every lender."""
+        protection on borrowed GPUs; and those on those nodes still inside it. Kept until the
+        lender's running jobs change: every victim search of the cycle asks it of every
+        lender."""
         key = (lender, request.filter_key)
         changes = self._lender_changes[lender]
         kept = self._reclaimable.get(key)
         if kept is not None and kept[0] == changes:
-            return kept[1]
+            return kept[1], kept[2]
         eligible = self.pool.eligible_nodes(request).name_set
-        found = [
-            victim
-            for victim in self.admitted[lender].values()
-            if any(a.node in eligible for a in victim.placement)
-            and may_be_victim(victim, self.now, reclaim=True)
-        ]
-        self._reclaimable[key] = (changes, found)
-        return found
+        found: list[Job] = []
+        protected: list[Job] = []
+        for victim in self.admitted[lender].values():
+            if not any(a.node in eligible for a in victim.placement):
+                continue
+            if may_be_victim(victim, self.now, reclaim=True):
+                found.append(victim)
+            elif unprotected_at(victim, self.now, reclaim=True) is not None:
+                protected.append(victim)
+        self._reclaimable[key] = (changes, found, protected)
+        return found, protected
 
     def _usable(self, tenant: str) -> int:
         """GPUs of the tenant's guarantee its running jobs use (:func:`usable_guarantee`); at
@@ -1898,6 +1955,13 @@ class Cycle:
 
         return take
 
+    def _wake_when_unprotected(self, when: float | None) -> None:
+        """A job waits that found no victims, and ``when`` the first job its protection kept
+        from them may be one (:meth:`candidates`): nothing announces that moment, and a victim
+        set may then be found, so the cycle decides again by it."""
+        if when is not None:
+            self._wake_by(when)
+
     def _wake_by(self, when: float) -> None:
         """Have the caller decide again by ``when`` (:attr:`CycleResult.wake_at`)."""
         if self._wake_at is None or when < self._wake_at:
@@ -1989,9 +2053,10 @@ class Cycle:
         # Who may be evicted changes only when a job is admitted or evicted.
         if (memo, self._admitted_version) in self.no_candidates:
             return None
-        candidates, _ = self.candidates(job, tenant, request, reserving)
+        candidates, _, unprotected = self.candidates(job, tenant, request, reserving)
         if not candidates:
             self.no_candidates.add((memo, self._admitted_version))
+            self._wake_when_unprotected(unprotected)
             return None
         self.searches += 1
 
@@ -2074,6 +2139,7 @@ class Cycle:
         self._preemptor = None
         if not isinstance(found, VictimSearch):
             self.preemption_failures.add(memo)
+            self._wake_when_unprotected(unprotected)
             if declined:
                 self._declined.add(memo)
                 self._declined_now = True

@@ -213,7 +213,7 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
     assert job.tenant is not None
     tenant = cycle.tenants[job.tenant]
     lines = []
-    candidates, _ = cycle.candidates(job, tenant, Request.of(job))
+    candidates, _, _ = cycle.candidates(job, tenant, Request.of(job))
     if tenant.within_tenant.value == "Never":
         lines.append(f"tenant {tenant.name} does not preempt its own jobs (withinTenant: Never)")
     if key in cycle.claims[tenant.name]:

@@ -541,9 +541,12 @@ class CycleResult:
     largest gang each level can still take. Empty in ``decisions_only`` cycles."""
     wake_at: float | None = None
     """When a job that waits may start without anything else changing: the first hold a job
-    waited for (``HeldForLenders``) lapses, or the first job that turned a reclaim down for its
-    cost runs out of patience (``CycleConfig.reclaim_patience_seconds``); the caller decides
-    again by that time."""
+    waited for (``HeldForLenders``) lapses, the first job that turned a reclaim down for its
+    cost runs out of patience (``CycleConfig.reclaim_patience_seconds``), a job kept from the
+    victims of a waiting job that found none stops being kept out (its protection ends:
+    minimum runtime, longer after an earlier preemption, shorter on borrowed GPUs against a
+    reclaim; or it passes the start it was backfilled up to), or a spent budget's period ends
+    for a job waiting on it; the caller decides again by that time."""
 
     @property
     def preemptions(self) -> tuple[Preemption, ...]:

@@ -191,6 +191,16 @@ def may_be_victim(job: Job, now: float, *, reclaim: bool = False) -> bool:
     return until is not None and now >= until
 
 
+def unprotected_at(job: Job, now: float, *, reclaim: bool = False) -> float | None:
+    """When a preemptible running job that :func:`may_be_victim` turns down at ``now`` for
+    its protection alone may be one (None: it may be one now, or never): the cycle decides
+    again then, as a preemption its protection blocks can happen at that moment."""
+    if not job.preemptible or job.started_at is None:
+        return None
+    until = protected_until(job, reclaim=reclaim)
+    return until if until is not None and until > now else None
+
+
 @dataclass(frozen=True, slots=True)
 class VictimSearch:
     """Result of a successful search."""

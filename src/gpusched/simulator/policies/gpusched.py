@@ -339,9 +339,11 @@ class GpuschedPolicy:
                 self.queued[job_id] = replace(job, reservation=placement, reservation_start=start)
 
     def _next_wake(self, now: float, result: CycleResult) -> float:
-        """The operator decides again when a backfilled job's deadline passes, a lender's hold
-        that kept a job waiting lapses or a job that turned a reclaim down runs out of
-        patience; here the replay is asked to wake the policy then."""
+        """The operator decides again when a backfilled job's deadline passes, and by the
+        cycle's :attr:`~gpusched.core.admission.CycleResult.wake_at` (a lender's hold that kept
+        a job waiting lapses, a job that turned a reclaim down runs out of patience, a
+        protection that kept a waiting job's victims out ends); here the replay is asked to
+        wake the policy then."""
         times = [
             j.backfill_until
             for j in self.admitted.values()
