@@ -195,3 +195,61 @@ def test_a_tenant_that_spent_its_budget_keeps_no_idle_gpus(spent: str) -> None:
     waiting = result.waiting_of("l/next")
     assert waiting is not None
     assert waiting.reason is WaitReason.BUDGET_EXHAUSTED
+
+
+_NEVER = {
+    # No node of 8 GPUs holds 16 in one replica, even idle.
+    "larger than any node": (Tenant("l", 8), job("l/never", "l", 16, submitted=NOW - 10.0)),
+    "a model no node has": (
+        Tenant("l", 8),
+        job("l/never", "l", 4, gpu_model="B200", submitted=NOW - 10.0),
+    ),
+    # 2 x 6 GPUs fit the two idle nodes, but l may never hold more than 10.
+    "beyond the borrowing limit": (
+        Tenant("l", 8, borrowing_limit=10),
+        job("l/never", "l", 6, 2, submitted=NOW - 10.0),
+    ),
+    "beyond the per-user cap": (
+        Tenant("l", 8, user_max_gpus=4),
+        job("l/never", "l", 6, submitter="alice", submitted=NOW - 10.0),
+    ),
+}
+
+
+@pytest.mark.parametrize("why", sorted(_NEVER))
+def test_a_job_that_can_never_start_keeps_no_idle_gpus_from_borrowers(why: str) -> None:
+    """quotas.md, "Lending after a burst": the hold keeps GPUs for the jobs a lender just
+    asked for. Two idle 8-GPU nodes; lender l (guaranteed 8) asked 10 s ago with a job that
+    can never start (no node holds it even idle, or it is larger than one of l's limits), so
+    it would never take kept GPUs: b's 14-GPU job borrows 14 of the 16 idle GPUs at once
+    rather than wait out the hold for the 4 or more kept ones."""
+    lender, never = _NEVER[why]
+    snapshot = Snapshot(
+        now=NOW,
+        tenants=(lender, Tenant("b")),
+        jobs=(never, job("b/x", "b", 7, 2, submitted=NOW - 3600.0)),
+        nodes=(node("n0"), node("n1")),
+    )
+    result = run_cycle(snapshot)
+    assert [a.job for a in result.admissions] == ["b/x"], result.waiting
+    assert {u.name: u.lending_hold for u in result.tenants}["l"] == 0
+    # A 4-GPU ask from a job that could start (in requeue backoff for a minute) keeps 4 of
+    # the 16 idle GPUs: b's job would leave 2.
+    startable = replace(never, gpus_per_replica=4, replicas=1, gpu_model=None, not_before=NOW + 60)
+    result = run_cycle(replace(snapshot, jobs=(startable, snapshot.jobs[1])))
+    assert result.wait_reasons["b/x"] is WaitReason.HELD_FOR_LENDERS
+
+
+def test_a_job_queued_at_a_parent_tenant_keeps_no_idle_gpus_from_borrowers() -> None:
+    """A job whose namespace belongs to a parent tenant waits with NoTenant for ever: its
+    GPUs are not kept at the parent either."""
+    tenants = (Tenant("org", 8), Tenant("l", 8, parent="org"), Tenant("b"))
+    snapshot = Snapshot(
+        now=NOW,
+        tenants=tenants,
+        jobs=(job("org/x", "org", 8, submitted=NOW - 10.0), job("b/x", "b", 7, 2)),
+        nodes=(node("n0"), node("n1")),
+    )
+    result = run_cycle(snapshot)
+    assert [a.job for a in result.admissions] == ["b/x"], result.waiting
+    assert result.wait_reasons["org/x"] is WaitReason.NO_TENANT

@@ -374,7 +374,9 @@ class Cycle:
         the window ask (a requeued job counts from its first submission, so an eviction does
         not renew a hold), and when the first of them leaves the window. A tenant that spent
         its budget (or one above it did) keeps nothing: none of its next jobs could start
-        before the period turns, however often it submits."""
+        before the period turns, however often it submits. Nor does a queued job that could
+        never start (:meth:`_never_starts`) ask anything: it would never take the GPUs kept
+        for it, so borrowers would wait out the whole hold for nothing."""
         if window <= 0:
             return {}
         since = self.now - window
@@ -391,10 +393,24 @@ class Cycle:
                 and job.tenant in self.tenants
                 and self.tenants[job.tenant].guaranteed > 0
                 and job.tenant not in spent
+                and (job.state is JobState.ADMITTED or not self._never_starts(job))
             ):
                 gpus, lapse = asks.get(job.tenant, (0, math.inf))
                 asks[job.tenant] = (gpus + job.total_gpus, min(lapse, job.submitted_at + window))
         return asks
+
+    def _never_starts(self, job: Job) -> bool:
+        """Whether a queued job could never start as the cluster and its tenant's limits
+        stand: it waits at a parent tenant, no node could hold it even idle, or it is larger
+        than a borrowing limit or a per-user GPU cap of its tenant or above. Read from what the
+        cycle keeps per kind of request (no placement is tried)."""
+        request = self.requests.get(job.key)
+        return (
+            request is None
+            or not self._feasible_request[request]
+            or self._beyond_a_limit(job)
+            or self._user_cap_beyond(job) is not None
+        )
 
     def _held_for_lenders(self) -> tuple[dict[str, int], int]:
         """Idle GPUs kept for each tenant that asked for GPUs within the lending hold (as many
@@ -478,20 +494,30 @@ class Cycle:
             held[0] += sign * job.total_gpus
             held[1] += sign
 
+    def _user_cap_beyond(self, job: Job) -> str | None:
+        """The lowest level of the job's tenant whose per-user GPU cap is below the job's size
+        (None: every cap can hold it): no job of its submitter ending lets it start."""
+        assert job.tenant is not None
+        for level in self._capped_levels[job.tenant]:
+            cap = self.tenants[level].user_max_gpus
+            if cap is not None and job.total_gpus > cap:
+                return level
+        return None
+
     def _user_cap_text(self, job: Job) -> str | None:
         """Why admitting the job would take its submitter past the tenant's per-user cap
         (None: it would not)."""
         assert job.tenant is not None
         who = f"user {job.submitter}" if job.submitter else "jobs with no recorded submitter"
-        for level in self._capped_levels[job.tenant]:
+        level = self._user_cap_beyond(job)
+        if level is not None:
             cap = self.tenants[level].user_max_gpus
-            if cap is not None and job.total_gpus > cap:
-                # Said apart from a cap merely reached: no job of the user ending helps.
-                return (
-                    f"needs {job.total_gpus} GPUs, more than the {cap} GPUs tenant {level} "
-                    f"allows one user: it can never start under that cap; ask for at most "
-                    f"{cap} GPUs, or have the cap raised"
-                )
+            # Said apart from a cap merely reached: no job of the user ending helps.
+            return (
+                f"needs {job.total_gpus} GPUs, more than the {cap} GPUs tenant {level} "
+                f"allows one user: it can never start under that cap; ask for at most "
+                f"{cap} GPUs, or have the cap raised"
+            )
         for level in self._capped_levels[job.tenant]:
             tenant = self.tenants[level]
             gpus, jobs = self.users.get((level, job.submitter), (0, 0))
