@@ -16,7 +16,9 @@ from dataclasses import replace
 import pytest
 
 from gpusched.core.admission import (
+    Cycle,
     CycleConfig,
+    Cycles,
     PreemptReason,
     Snapshot,
     Tenant,
@@ -253,3 +255,25 @@ def test_a_job_queued_at_a_parent_tenant_keeps_no_idle_gpus_from_borrowers() -> 
     result = run_cycle(snapshot)
     assert [a.job for a in result.admissions] == ["b/x"], result.waiting
     assert result.wait_reasons["org/x"] is WaitReason.NO_TENANT
+
+
+def test_an_arrival_that_can_never_start_is_decided_on_top_of_a_kept_cycle() -> None:
+    """It leaves the lenders' holds as they were, so a kept cycle decides it alone (as
+    :meth:`Cycle.decide_arrivals` requires) and says what a cycle from scratch says: b still
+    waits for the 4 GPUs kept for l's startable job, l's 16-GPU job for a node that holds it."""
+    lender, never = _NEVER["larger than any node"]
+    startable = job("l/back", "l", 4, submitted=NOW - 20.0, not_before=NOW + 60)
+    snapshot = Snapshot(
+        now=NOW,
+        tenants=(lender, Tenant("b")),
+        jobs=(startable, job("b/x", "b", 7, 2, submitted=NOW - 3600.0)),
+        nodes=(node("n0"), node("n1")),
+    )
+    cycles = Cycles()
+    assert cycles.cycle(snapshot).run().wait_reasons["b/x"] is WaitReason.HELD_FOR_LENDERS
+    arrived = replace(snapshot, jobs=(*snapshot.jobs, never))
+    result = cycles.cycle(arrived).run()
+    assert cycles.extended == 1
+    assert result == Cycle(arrived).run()
+    assert result.wait_reasons["b/x"] is WaitReason.HELD_FOR_LENDERS
+    assert result.wait_reasons["l/never"] is WaitReason.NO_FEASIBLE_NODES
