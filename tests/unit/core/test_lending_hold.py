@@ -277,3 +277,25 @@ def test_an_arrival_that_can_never_start_is_decided_on_top_of_a_kept_cycle() -> 
     assert result == Cycle(arrived).run()
     assert result.wait_reasons["b/x"] is WaitReason.HELD_FOR_LENDERS
     assert result.wait_reasons["l/never"] is WaitReason.NO_FEASIBLE_NODES
+
+
+def test_a_kept_cycle_and_one_from_scratch_agree_on_a_job_arriving_at_a_parent_tenant() -> None:
+    """b runs 8 GPUs on one of two nodes and its 9-GPU gang waits for capacity; then a job
+    arrives at parent tenant org (guaranteed 8). The kept cycle decides it alone (NoTenant);
+    a cycle from scratch must not keep the 8 idle GPUs for it and tell b it waits for org."""
+    tenants = (Tenant("org", 8), Tenant("l", 8, parent="org"), Tenant("b"))
+    snapshot = Snapshot(
+        now=NOW,
+        tenants=tenants,
+        jobs=(
+            job("b/run", "b", 8, running_on=[("n0", ())], preemptible=False),
+            job("b/x", "b", 3, 3, submitted=NOW - 3600.0),
+        ),
+        nodes=(node("n0"), node("n1")),
+    )
+    cycles = Cycles()
+    cycles.cycle(snapshot).run()
+    arrived = replace(snapshot, jobs=(*snapshot.jobs, job("org/x", "org", 8, submitted=NOW)))
+    result = cycles.cycle(arrived).run()
+    assert result == Cycle(arrived).run()
+    assert result.wait_reasons["b/x"] is WaitReason.WAITING_FOR_CAPACITY
