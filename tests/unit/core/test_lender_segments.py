@@ -18,7 +18,7 @@ from gpusched.core.admission import Job, Snapshot, Tenant
 from gpusched.core.admission.cycle import Cycle, _Candidates
 from gpusched.core.admission.model import PreemptReason
 from gpusched.core.admission.pool import Request
-from gpusched.core.admission.preemption import Candidate, may_be_victim
+from gpusched.core.admission.preemption import may_be_victim
 from tests.unit.core.admission_testdata import node, replay, snap
 from tests.unit.core.test_admission_properties import workloads
 from tests.unit.core.test_admission_tree import trees
