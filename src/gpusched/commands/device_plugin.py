@@ -28,7 +28,9 @@ DEFAULT_METRICS_PORT = 9403
 @click.option(
     "--node", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME from spec.nodeName)."
 )
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Default: in-cluster.")
+@click.option(
+    "--kubeconfig", type=click.Path(dir_okay=False), help="Default: $KUBECONFIG or in-cluster."
+)
 @click.option("--resource", default=keys.GPU_RESOURCE, show_default=True, help="Resource name.")
 @click.option(
     "--device-plugin-dir",

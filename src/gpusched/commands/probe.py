@@ -98,7 +98,9 @@ def _dry_run_document(result: Any, node: str) -> str:
     help="Node to publish for (DaemonSet: $NODE_NAME from spec.nodeName). "
     "With --dry-run defaults to the host name.",
 )
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Default: in-cluster.")
+@click.option(
+    "--kubeconfig", type=click.Path(dir_okay=False), help="Default: $KUBECONFIG or in-cluster."
+)
 @click.option(
     "--interval",
     type=POSITIVE_DURATION,
