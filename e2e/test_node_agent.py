@@ -336,7 +336,6 @@ def test_a_pod_a_restarted_kubelet_refuses_requeues_its_gpujob_instead_of_failin
         template = {
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "terminationGracePeriodSeconds": 0,
                 "containers": [{"name": "main", "image": "busybox"}],
             }
         }
@@ -345,7 +344,7 @@ def test_a_pod_a_restarted_kubelet_refuses_requeues_its_gpujob_instead_of_failin
             keys.VERSION,
             namespace,
             "gpujobs",
-            gpujob("survivor", gpusPerReplica=2, template=template),
+            gpujob("survivor", gpusPerReplica=2, checkpointGracePeriodSeconds=0, template=template),
         )
         wait_for(
             lambda: any(
@@ -367,14 +366,15 @@ def test_a_pod_a_restarted_kubelet_refuses_requeues_its_gpujob_instead_of_failin
             )
 
         rejected = wait_for(
-            lambda: (j := job())["status"].get("nodeRejections", 0) >= 1 and j,
+            # (no status yet while the admission waits for --record-delay or its pods)
+            lambda: (j := job()).get("status", {}).get("nodeRejections", 0) >= 1 and j,
             timeout=180,
             what="the job to be requeued after the kubelet refused its pod",
         )
         assert rejected["status"]["phase"] != "Failed"
         node.plugin.start()
         done = wait_for(
-            lambda: (j := job())["status"].get("phase") == "Running" and j,
+            lambda: (j := job()).get("status", {}).get("phase") == "Running" and j,
             timeout=240,
             what="the job to run once the device plugin is back",
         )

@@ -278,20 +278,9 @@ def test_deleting_a_job_removes_its_pods(sc: Scenario) -> None:
 def test_job_recreated_under_the_same_name_does_not_adopt_the_old_jobs_pods(sc: Scenario) -> None:
     sc.nodes(1)
     _, ns = sc.tenant("again", guaranteed=8)
-    # The old pod takes 20 s to terminate (its grace period), so it is still there when the
-    # new job of the same name wants pod name job-1-0.
-    sc.submit(
-        ns,
-        "job",
-        4,
-        template={
-            "metadata": {"annotations": {keys.SIM_RUNTIME: "1h"}},
-            "spec": {
-                "terminationGracePeriodSeconds": 20,
-                "containers": [{"name": "main", "image": "busybox"}],
-            },
-        },
-    )
+    # The old pod takes 20 s to terminate (its grace period: the job's checkpoint grace), so
+    # it is still there when the new job of the same name wants pod name job-1-0.
+    sc.submit(ns, "job", 4, grace=20)
     sc.wait_phase(ns, "job", "Running")
     old_uid = sc.job(ns, "job")["metadata"]["uid"]
     sc.custom.delete_namespaced_custom_object("gpusched.io", "v1alpha1", ns, "gpujobs", "job")

@@ -32,7 +32,9 @@ def test_objects_alive_at_the_freeze_are_frozen_and_garbage_is_collected_first()
     del garbage
     frozen = freeze_long_lived()
     assert frozen >= len(kept)
-    assert gc.get_freeze_count() == frozen
+    # Frozen objects may still be freed by their reference counts (a thread of an earlier test
+    # dropping some), never added to: the count can only have gone down since.
+    assert len(kept) <= gc.get_freeze_count() <= frozen
     assert gone() is None  # collected before the freeze, not kept resident by it
     # The frozen objects are out of the collector's generations.
     assert not any(o is kept[0] for o in gc.get_objects())
