@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from typing import Final
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.admission import Level, Tenant
@@ -73,19 +74,7 @@ class TraceJob:
     @property
     def spec(self) -> JobSpec:
         """The job as a cluster knows it at submission: everything but its run time."""
-        return JobSpec(
-            id=self.id,
-            submit=self.submit,
-            replicas=self.replicas,
-            gpus_per_replica=self.gpus_per_replica,
-            tenant=self.tenant,
-            priority=self.priority,
-            gpu_model=self.gpu_model,
-            scope=self.scope,
-            mode=self.mode,
-            preemptible=self.preemptible,
-            measured_on=self.measured_on,
-        )
+        return JobSpec(**{name: getattr(self, name) for name in _SPEC_FIELDS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +99,10 @@ class JobSpec:
     def gpus(self) -> int:
         """GPUs the whole job holds."""
         return self.replicas * self.gpus_per_replica
+
+
+#: The fields a policy is told (all of a trace job's but its run time).
+_SPEC_FIELDS: Final = tuple(f.name for f in fields(JobSpec))
 
 
 @dataclass(frozen=True, slots=True)
