@@ -129,10 +129,14 @@ def _split_header(tokens: list[str], line: int) -> tuple[list[str], list[str]]:
 
 
 def _is_preamble(stripped: str) -> bool:
+    """Lines before the header row to skip: blank, ``#`` comments, a bare ``$`` prompt, a
+    prompt of any shape that ran the command (``user@host:~$ nvidia-smi topo -m``,
+    ``[root@node ~]# nvidia-smi topo -m``), and titles ending in a colon."""
     return (
         not stripped
         or stripped.startswith("#")
         or stripped.startswith("$")
+        or "nvidia-smi" in stripped
         or (stripped.endswith(":") and _GPU_NAME.search(stripped) is None)
     )
 

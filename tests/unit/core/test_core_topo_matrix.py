@@ -107,6 +107,17 @@ def test_shell_prompt_line_and_named_nic_columns() -> None:
     assert topo.nics[0].numa_node == 0
 
 
+def test_a_paste_that_starts_with_any_shell_prompt_and_the_command_parses() -> None:
+    bare = _all_pairs(2, "NV12")
+    expected = parse_topo_matrix(bare).wiring_hash
+    for prompt in (
+        "user@host:~$ nvidia-smi topo -m",
+        "[root@gpu-node-3 ~]# nvidia-smi topo -m",
+        "PS C:\\> nvidia-smi topo -m",
+    ):
+        assert parse_topo_matrix(f"{prompt}\n{bare}").wiring_hash == expected, prompt
+
+
 def test_hybrid_cube_mesh_with_different_nvlink_counts_per_peer() -> None:
     topo = topology(DGX1)
     assert _code(DGX1, 0, 1) == "NV1"
