@@ -423,6 +423,16 @@ def test_a_gpujob_stays_editable_after_its_tenant_disallows_its_class(
         )
     )
     assert f"tenant {quota} allows team-high, not team-mid" in message
+    client.CustomObjectsApi(kube).patch_cluster_custom_object(
+        G, V, "tenantquotas", quota, {"spec": {"allowedPriorityClasses": []}}
+    )
+    _wait_for_class_refused(user, "team-high")
+    message = refused(
+        lambda: user.custom.patch_namespaced_custom_object(
+            G, V, user.namespace, "gpujobs", "settled", {"spec": {"priorityClassName": "team-mid"}}
+        )
+    )
+    assert f"tenant {quota} allows no PriorityClass, not team-mid" in message
 
     user.custom.delete_namespaced_custom_object(
         G, V, user.namespace, "gpujobs", "settled", propagation_policy="Foreground"
