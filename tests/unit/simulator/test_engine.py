@@ -16,7 +16,7 @@ from gpusched.core import admission
 from gpusched.core.admission import Tenant, incremental
 from gpusched.simulator import fgd
 from gpusched.simulator.engine import PolicyError, replay
-from gpusched.simulator.model import Link, RunResult, TraceJob
+from gpusched.simulator.model import JobSpec, Link, RunResult
 from gpusched.simulator.policies import POLICIES, build
 from gpusched.simulator.policies.base import Decisions, Placed, Start
 from gpusched.simulator.policies.gpusched import GpuschedPolicy
@@ -94,7 +94,7 @@ class _Placing:
         self.where = where
         self.new: list[str] = []
 
-    def submit(self, job: TraceJob, now: float) -> None:
+    def submit(self, job: JobSpec, now: float) -> None:
         self.new.append(job.id)
 
     def finished(self, job: str, now: float) -> None:
@@ -246,7 +246,7 @@ class _Greedy:
     def __init__(self) -> None:
         self.new: list[str] = []
 
-    def submit(self, job: TraceJob, now: float) -> None:
+    def submit(self, job: JobSpec, now: float) -> None:
         self.new.append(job.id)
 
     def finished(self, job: str, now: float) -> None:
@@ -373,12 +373,12 @@ def test_no_policy_is_told_a_jobs_run_time(name: str, monkeypatch: pytest.Monkey
     nodes = cluster(("hgx-h100-sxm-8gpu-8nic", "h1"))
     jobs = workload(trace_job("a", 0, 4, 100), trace_job("b", 1, 8, 50))
     policy = build(name, nodes.nodes, jobs.tenants, 0)
-    told: list[object] = []
+    told: list[JobSpec] = []
     submit = policy.submit
 
-    def spy(job: object, now: float) -> None:
+    def spy(job: JobSpec, now: float) -> None:
         told.append(job)
-        submit(job, now)  # type: ignore[arg-type]
+        submit(job, now)
 
     monkeypatch.setattr(policy, "submit", spy)
     result = replay(jobs, nodes, policy, speed=speed)
