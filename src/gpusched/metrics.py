@@ -25,6 +25,20 @@ def new_registry() -> CollectorRegistry:
     return CollectorRegistry(auto_describe=True)
 
 
+def set_labelled_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
+    """Set one series per label set (in the gauge's label order) and drop the others. New
+    values go in before vanished label sets go out, so a scrape on another thread in between
+    sees every series that was there before and is there after (clearing first would hand it
+    an empty gauge: panels blink and alerts' `for` timers restart)."""
+    current = {
+        tuple(sample.labels.values()) for family in gauge.collect() for sample in family.samples
+    }
+    for key, value in values.items():
+        gauge.labels(*key).set(value)
+    for key in current - set(values):
+        gauge.remove(*key)
+
+
 # --- scheduler (extender) -----------------------------------------------------------------
 
 
@@ -170,20 +184,6 @@ class NodeInventoryCollector(Collector):
 
 
 # --- device probe -------------------------------------------------------------------------
-
-
-def set_labelled_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
-    """Set one series per label set (in the gauge's label order) and drop the others. New
-    values go in before vanished label sets go out, so a scrape on another thread in between
-    sees every series that was there before and is there after (clearing first would hand it
-    an empty gauge: panels blink and alerts' `for` timers restart)."""
-    current = {
-        tuple(sample.labels.values()) for family in gauge.collect() for sample in family.samples
-    }
-    for key, value in values.items():
-        gauge.labels(*key).set(value)
-    for key in current - set(values):
-        gauge.remove(*key)
 
 
 class ProbeMetrics:

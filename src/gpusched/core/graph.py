@@ -150,15 +150,6 @@ def nvlink_islands(graph: nx.Graph) -> list[frozenset[int]]:
     return _components(gpu_subgraph(graph, {LinkType.NV}))
 
 
-def largest_nvlink_set(graph: nx.Graph) -> int:
-    """The most GPUs with every pair on NVLink: what one ``nvlink``-scoped set can have.
-
-    Not the largest island: in a mesh such as DGX-1's hybrid cube all eight GPUs are one island,
-    but no five of them have NVLink between every pair."""
-    sub = gpu_subgraph(graph, {LinkType.NV})
-    return max((len(clique) for clique in nx.find_cliques(sub)), default=0)
-
-
 def switch_trees(graph: nx.Graph) -> list[frozenset[int]]:
     """GPUs reachable from each other without leaving a PCIe switch tree (NV, PIX, PXB)."""
     return _components(gpu_subgraph(graph, SWITCH_LOCAL))

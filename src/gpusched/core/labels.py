@@ -16,8 +16,7 @@ from typing import Final
 
 from gpusched.api import keys
 from gpusched.api.annotations import whole_number
-from gpusched.core import NodeTopology, build_graph, nvlink_islands
-from gpusched.core.graph import largest_nvlink_set
+from gpusched.core import NodeTopology, build_graph, nvlink_islands, prepare
 
 MAX_LABEL_VALUE: Final = 63
 _LABEL_VALUE_INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")
@@ -107,10 +106,10 @@ def gpusched_labels(topology: NodeTopology) -> dict[str, str]:
     model = _common(g.model for g in topology.gpus)
     if model is not None and sanitize_label_value(model):
         labels[keys.LABEL_GPU_MODEL] = sanitize_label_value(model)
-    graph = build_graph(topology)
-    labels[keys.LABEL_NVLINK_ISLANDS] = str(len(nvlink_islands(graph)))
+    labels[keys.LABEL_NVLINK_ISLANDS] = str(len(nvlink_islands(build_graph(topology))))
     # What the label promises is the largest nvlink-scoped replica: a clique, not an island.
-    labels[keys.LABEL_NVLINK_LARGEST_ISLAND] = str(largest_nvlink_set(graph))
+    wiring = prepare(topology).wiring
+    labels[keys.LABEL_NVLINK_LARGEST_ISLAND] = str(wiring.largest_nvlink_set(wiring.all_mask))
     labels[keys.LABEL_NVSWITCH] = "true" if topology.nvswitch else "false"
     numa = {g.numa_node for g in topology.gpus if g.numa_node is not None}
     if numa:

@@ -37,7 +37,7 @@ from gpusched.core.scheduling import (
 )
 from gpusched.kubeasync import AsyncApi
 from gpusched.kubewatch import Reflector
-from gpusched.metrics import SchedulerMetrics
+from gpusched.metrics import SchedulerMetrics, set_labelled_series
 from gpusched.scheduler.binder import Binder
 from gpusched.scheduler.cache import Assumption, ClusterCache, free_by_model, settle_heap
 from gpusched.scheduler.pending import FIELD_SELECTOR, PendingPods
@@ -68,14 +68,11 @@ def export_inventory(cache: ClusterCache, metrics: SchedulerMetrics) -> None:
     """The free-GPU and per-node gauges, from one reading of the cache (every housekeeping
     tick, on the event loop: so it only reads; the series are built at scrape time)."""
     rows = cache.inventory()
-    free = free_by_model(rows)
-    shown = {s.labels["gpu_model"] for f in metrics.free_gpus.collect() for s in f.samples}
-    for model, count in free.items():
-        metrics.free_gpus.labels(model).set(count)
-    # A model whose last node left the cache goes, rather than showing its last count forever
-    # (set first, removed after: a scrape never misses a model that stays).
-    for model in shown - free.keys():
-        metrics.free_gpus.remove(model)
+    # A model whose last node left the cache goes, rather than showing its last count forever.
+    free: dict[tuple[str, ...], float] = {
+        (model,): count for model, count in free_by_model(rows).items()
+    }
+    set_labelled_series(metrics.free_gpus, free)
     metrics.node_inventory.publish(rows)
 
 

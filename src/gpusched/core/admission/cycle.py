@@ -1467,13 +1467,12 @@ class Cycle:
         if carried is not None:
             self._forget(job)
         kept = self._kept_reservation(job, request, profile)
-        fresh = profile.earliest(request, job.not_before) if kept is not None else None
+        fresh = profile.earliest(request, job.not_before)
         if kept is not None and (
             fresh is None or kept.start <= fresh.start + self._slack(fresh.start)
         ):
             slotting, is_kept = kept, True
         else:
-            fresh = fresh or profile.earliest(request, job.not_before)
             if fresh is None:
                 return None
             slotting, is_kept = fresh, False

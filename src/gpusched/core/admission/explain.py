@@ -413,10 +413,9 @@ def sooner(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None
     if baseline is None and explanation.forecast_at is None:
         # No forecast covered the job (the operator's answer between forecasts): its own start
         # is not known to be never, and a change is sooner only against that start.
-        cycle = Cycle(snapshot)
-        if cycle.run().admission_of(job.key) is not None:
-            return None
-        baseline = cycle.forecast(until=job.key).get(job.key)
+        baseline = _start_of(snapshot, job)
+        if baseline is not None and baseline <= snapshot.now:
+            return None  # it starts now as it is
     return counterfactual(snapshot, job, baseline)
 
 
