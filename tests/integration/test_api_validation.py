@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpusched.dev.bench import admission_e2e, kueue_plan
 from gpusched.dev.localcluster import LocalCluster
 from tests.cases.manifests import INVALID, Invalid, gpujob
 
@@ -61,6 +62,68 @@ def test_documented_examples_are_accepted(local_cluster: LocalCluster) -> None:
     assert sweep["spec"]["replicas"] == 1
     assert sweep["spec"]["topology"] == {"scope": "numa", "mode": "preferred"}
     assert sweep["spec"]["minRuntimeSeconds"] == 0
+
+
+def test_the_benchmarks_gpujobs_are_accepted(local_cluster: LocalCluster) -> None:
+    # A benchmark whose jobs the API server refuses measures nothing: the GpuJobs of
+    # ``gpusched bench admission-e2e`` / ``apiserver-cost`` and of ``kueue-scenario`` (a gang
+    # and a single-replica job of Kueue's generator classes), by server-side dry run.
+    scenario = kueue_plan.parse_generator_config(
+        {
+            "cohorts": [
+                {
+                    "className": "c",
+                    "count": 1,
+                    "queuesSets": [
+                        {
+                            "className": "q",
+                            "count": 1,
+                            "nominalQuota": "20",
+                            "borrowingLimit": 0,
+                            "reclaimWithinCohort": "Any",
+                            "withinClusterQueue": "LowerPriority",
+                            "workloadsSets": [
+                                {
+                                    "count": 1,
+                                    "creationIntervalMs": 100,
+                                    "workloads": [
+                                        {
+                                            "className": "large",
+                                            "runtimeMs": 200,
+                                            "priority": 200,
+                                            "request": "20",
+                                        },
+                                        {
+                                            "className": "small",
+                                            "runtimeMs": 200,
+                                            "priority": 50,
+                                            "request": "1",
+                                        },
+                                    ],
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    manifests = [admission_e2e.job_manifest("bench-e2e", 1)] + [
+        kueue_plan.job_manifest(f"bench-kueue-{name}", workload, gpus_per_node=8)
+        for name, workload in scenario.classes().items()
+    ]
+    for manifest in manifests:
+        result = local_cluster.kubectl(
+            "apply",
+            "--dry-run=server",
+            "-n",
+            "default",
+            "-f",
+            "-",
+            input=json.dumps(manifest),
+            check=False,
+        )
+        assert result.returncode == 0, (manifest["metadata"]["name"], result.stderr)
 
 
 def test_kubectl_explain_shows_the_topology_documentation(local_cluster: LocalCluster) -> None:

@@ -156,12 +156,11 @@ def job_manifest(name: str, gpus: int) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "gpusPerReplica": gpus,
+            # The pods' grace period is the job's (a template may not set its own).
+            "checkpointGracePeriodSeconds": 0,
             "template": {
                 "metadata": {"annotations": {keys.SIM_RUNTIME: "1h"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [{"name": "main", "image": "busybox"}],
-                },
+                "spec": {"containers": [{"name": "main", "image": "busybox"}]},
             },
         },
     }

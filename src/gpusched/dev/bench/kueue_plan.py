@@ -335,10 +335,7 @@ def job_manifest(name: str, workload: WorkloadClass, gpus_per_node: int) -> dict
         "checkpointGracePeriodSeconds": 0,
         "template": {
             "metadata": {"annotations": {keys.SIM_RUNTIME: f"{workload.runtime_ms}ms"}},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "main", "image": "busybox"}],
-            },
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
         },
     }
     return {
