@@ -88,6 +88,9 @@ class Invalid:
 
 INVALID: tuple[Invalid, ...] = (
     Invalid("gpujob-zero-gpus", gpujob(gpusPerReplica=0), "spec.gpusPerReplica"),
+    # A model is matched against the nvidia.com/gpu.product label: a name no node can carry.
+    Invalid("gpujob-model-not-a-label-value", gpujob(gpuModel="NVIDIA H100"), "spec.gpuModel"),
+    Invalid("gpujob-model-ends-in-a-dash", gpujob(gpuModel="NVIDIA-H100-"), "spec.gpuModel"),
     Invalid("gpujob-negative-gpus", gpujob(gpusPerReplica=-2), "spec.gpusPerReplica"),
     Invalid("gpujob-too-many-gpus", gpujob(gpusPerReplica=65), "spec.gpusPerReplica"),
     Invalid("gpujob-gpus-missing", gpujob(gpusPerReplica=None), "spec.gpusPerReplica"),
@@ -244,6 +247,9 @@ INVALID: tuple[Invalid, ...] = (
     ),
     Invalid("tenantquota-zero-weight", tenantquota(weight=0), "spec.weight"),
     Invalid("tenantquota-negative-weight", tenantquota(weight=-1.5), "spec.weight"),
+    # Weighted borrowing is GPUs over weight: a weight this small would rank as infinity.
+    Invalid("tenantquota-vanishing-weight", tenantquota(weight=1e-320), "spec.weight"),
+    Invalid("tenantquota-weight-below-least", tenantquota(weight=0.005), "spec.weight"),
     Invalid(
         "tenantquota-negative-guarantee", tenantquota(guaranteedGpus=-1), "spec.guaranteedGpus"
     ),
@@ -265,6 +271,16 @@ INVALID: tuple[Invalid, ...] = (
     Invalid(
         "tenantquota-models-exceed-guarantee",
         tenantquota(guaranteedGpusByModel={"NVIDIA-H100-80GB-HBM3": 6, "NVIDIA-A100-SXM4-80GB": 4}),
+        "spec.guaranteedGpusByModel",
+    ),
+    Invalid(
+        "tenantquota-model-not-a-label-value",
+        tenantquota(guaranteedGpus=8, guaranteedGpusByModel={"NVIDIA H100 80GB HBM3": 4}),
+        "spec.guaranteedGpusByModel",
+    ),
+    Invalid(
+        "tenantquota-model-too-long",
+        tenantquota(guaranteedGpus=8, guaranteedGpusByModel={"H" * 64: 4}),
         "spec.guaranteedGpusByModel",
     ),
     Invalid(

@@ -8,9 +8,9 @@ fields the way the API server does under strict field validation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
@@ -34,3 +34,9 @@ class LenientApiModel(ApiModel):
     """A type read back from the API server, where newer servers may add fields we ignore."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+#: A Kubernetes label value, non-empty: what a GPU model is named by (the
+#: ``nvidia.com/gpu.product`` node label), so a name no node could carry is refused at apply time.
+LABEL_VALUE_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+GpuModel = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN)]

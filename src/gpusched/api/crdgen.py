@@ -29,6 +29,10 @@ EMBED_MARKER: Final = "x-gpusched-embed"
 CATEGORY: Final = "gpusched"
 
 _DROPPED_KEYS: Final = frozenset({"title", "additionalProperties", "$defs", "discriminator"})
+#: Keys whose content :meth:`_Converter._object` or ``convert`` turns into structural form.
+_CONVERTED_KEYS: Final = frozenset(
+    {"properties", "items", "required", "patternProperties", "propertyNames"}
+)
 #: Extensions of upstream schemas that CRD schemas do not accept.
 _UPSTREAM_DROPPED: Final = frozenset(
     {
@@ -267,7 +271,7 @@ class _Converter:
             node = self._unwrap_optional(node, path)
         out: dict[str, Any] = {}
         for key, value in node.items():
-            if key in _DROPPED_KEYS or key in ("properties", "items", "required"):
+            if key in _DROPPED_KEYS or key in _CONVERTED_KEYS:
                 continue
             if key == "exclusiveMinimum":
                 out["minimum"], out["exclusiveMinimum"] = value, True
@@ -296,6 +300,8 @@ class _Converter:
     def _object(self, node: dict[str, Any], out: dict[str, Any], path: str) -> None:
         properties: dict[str, Any] = node.get("properties", {})
         extra = node.get("additionalProperties")
+        if not extra and "patternProperties" in node:
+            extra = self._constrained_keys_map(node, path)
         if properties:
             out["properties"] = {}
             required = set(node.get("required", ()))
@@ -318,6 +324,22 @@ class _Converter:
             out["additionalProperties"] = self.convert(extra, f"{path}{{}}")
         elif extra is not False:
             out["x-kubernetes-preserve-unknown-fields"] = True
+
+    def _constrained_keys_map(self, node: dict[str, Any], path: str) -> Any:
+        """The value schema of a map whose keys pydantic constrains (``dict[Pattern, V]``).
+
+        A structural schema has neither ``patternProperties`` nor ``propertyNames``, so the
+        keys' rule must come as CEL on the field (``x-kubernetes-validations``), which the
+        API server evaluates; a model without one would lose the check silently."""
+        patterns: dict[str, Any] = node["patternProperties"]
+        if len(patterns) != 1:
+            raise SchemaError(f"{path}: a map with more than one key pattern is not supported")
+        if not node.get("x-kubernetes-validations"):
+            raise SchemaError(
+                f"{path}: the map's keys are constrained; check them in an "
+                "x-kubernetes-validations rule (a structural schema cannot)"
+            )
+        return next(iter(patterns.values()))
 
     def _is_optional(self, node: dict[str, Any]) -> bool:
         return any(option.get("type") == "null" for option in node.get("anyOf", ()))

@@ -9,7 +9,7 @@ from typing import Any, Final, Literal
 from pydantic import ConfigDict, Field, JsonValue, model_validator
 
 from gpusched.api import keys
-from gpusched.api.base import ApiModel, LenientApiModel
+from gpusched.api.base import LABEL_VALUE_PATTERN, ApiModel, LenientApiModel
 from gpusched.api.meta import Condition, ObjectMeta
 from gpusched.api.networktopology import LabelKey
 
@@ -247,7 +247,11 @@ class GpuJobSpec(ApiModel):
     """GPUs for each pod, all on one node. The operator sets the ``nvidia.com/gpu`` limit of the
     pod's first container to this value."""
     gpu_model: str | None = Field(
-        None, min_length=1, max_length=63, json_schema_extra=_immutable("gpuModel")
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        json_schema_extra=_immutable("gpuModel"),
     )
     """Restrict placement to nodes whose GPUs are this model, as in the ``nvidia.com/gpu.product``
     label (e.g. ``NVIDIA-H100-80GB-HBM3``). Unset: any model."""

@@ -9,10 +9,13 @@ from typing import Annotated, Final, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from gpusched.api import keys
-from gpusched.api.base import ApiModel, LenientApiModel
+from gpusched.api.base import LABEL_VALUE_PATTERN, ApiModel, GpuModel, LenientApiModel
 from gpusched.api.meta import Condition, ObjectMeta
 
 MAX_MODELS: Final = 32
+#: The least fair-share weight: 1 : 100,000 against the largest keeps weighted borrowing (GPUs
+#: over weight) a finite, comparable number; a weight near zero would rank as infinity.
+MIN_WEIGHT: Final = 0.01
 MAX_NAMESPACES: Final = 256
 
 
@@ -163,16 +166,43 @@ class TenantQuotaSpec(ApiModel):
     guarantees should add up to at most the parent's. Unset: a tenant of its own."""
     guaranteed_gpus: int = Field(0, ge=0, le=1_000_000)
     """GPUs the tenant can always get back, preempting borrowers if needed."""
-    guaranteed_gpus_by_model: dict[str, GpuCount] = Field(
+    guaranteed_gpus_by_model: dict[GpuModel, GpuCount] = Field(
         default_factory=dict,
         max_length=MAX_MODELS,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # The API server's schema cannot constrain a map's keys; CEL can.
+                    "rule": "self.all(m, size(m) <= 63 && m.matches('"
+                    + LABEL_VALUE_PATTERN
+                    + "'))",
+                    "message": "each GPU model must be a label value as in the "
+                    "nvidia.com/gpu.product node label (letters, digits, '-', '_', '.'; "
+                    "at most 63 characters, starting and ending with a letter or digit)",
+                }
+            ]
+        },
     )
     """Part of ``guaranteedGpus`` promised on a specific GPU model (``nvidia.com/gpu.product``
     value). The values may not add up to more than ``guaranteedGpus``."""
     borrowing_limit: int | None = Field(None, ge=0, le=1_000_000)
     """Ceiling on the GPUs the tenant may hold at once, guaranteed plus borrowed; at least
     ``guaranteedGpus``. Unset: the tenant may borrow any idle GPU."""
-    weight: float = Field(1.0, gt=0, le=1000)
+    weight: float = Field(
+        1.0,
+        ge=MIN_WEIGHT,
+        le=1000,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # The schema's minimum alone lets a whole 0 through (an integer is
+                    # compared with the minimum as an integer).
+                    "rule": f"double(self) >= {MIN_WEIGHT}",
+                    "message": f"weight must be at least {MIN_WEIGHT}",
+                }
+            ]
+        },
+    )
     """Fair-share weight: idle GPUs are lent to tenants in proportion to their weights."""
     preemption: PreemptionPolicy = Field(default_factory=PreemptionPolicy)
     """How the tenant's blocked jobs may make room, and how long its jobs are protected."""

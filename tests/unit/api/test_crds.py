@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
+import pytest
 import yaml
+from pydantic import BaseModel, Field
 
 from gpusched.api import crdgen
 
@@ -114,3 +117,32 @@ def test_every_validation_rule_gives_a_reason_the_api_server_accepts() -> None:
         walk(yaml.safe_load(path.read_text()))
     assert found
     assert set(found) <= RULE_REASONS
+
+
+def test_a_map_whose_keys_are_constrained_needs_a_rule_that_checks_them() -> None:
+    # A structural schema cannot constrain a map's keys: without a CEL rule carrying the
+    # check, the API server would accept keys the model refuses.
+    lowercase = Annotated[str, Field(pattern=r"^[a-z]+$")]
+
+    class Spec(BaseModel):
+        counts: dict[lowercase, int]
+
+    class Unchecked(BaseModel):
+        spec: Spec
+
+    with pytest.raises(crdgen.SchemaError, match=r"spec\.counts"):
+        crdgen.structural_schema(Unchecked)
+
+    rule = {"rule": "self.all(k, k.matches('^[a-z]+$'))", "message": "lowercase"}
+
+    class CheckedSpec(BaseModel):
+        counts: dict[lowercase, int] = Field(json_schema_extra={"x-kubernetes-validations": [rule]})
+
+    class Checked(BaseModel):
+        spec: CheckedSpec
+
+    counts = crdgen.structural_schema(Checked)["properties"]["spec"]["properties"]["counts"]
+    assert counts["additionalProperties"] == {"type": "integer"}
+    assert counts["x-kubernetes-validations"] == [rule]
+    assert "patternProperties" not in counts
+    assert "propertyNames" not in counts
