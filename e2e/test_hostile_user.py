@@ -5,6 +5,7 @@ attempt is refused when it is made, or charged."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -185,10 +186,12 @@ def test_a_hostile_tenant_member_takes_no_gpu_escapes_no_quota_and_jumps_no_queu
 
 
 def test_a_gpu_pod_made_before_its_namespace_had_a_tenant_is_charged(
-    kube: Any, world: tuple[Scenario, OperatorProcess]
+    local_cluster: LocalCluster, kube: Any, world: tuple[Scenario, OperatorProcess]
 ) -> None:
     """The policy refuses new GPU pods in a tenant's namespace; one that was there first is
-    counted against the tenant that takes the namespace over."""
+    counted against the tenant that takes the namespace over, and its owner cannot make it
+    pass for a GpuJob's pod: with the job's uid and controller reference the operator would
+    stop charging it, with the job's name and current admission it would count it nowhere."""
     s, _ = world
     (node,) = s.nodes(1)
     legacy = s.namespace("legacy")
@@ -206,3 +209,19 @@ def test_a_gpu_pod_made_before_its_namespace_had_a_tenant_is_charged(
     )
     s.submit(legacy, "two", 2)
     s.wait_reason(legacy, "two", "QuotaExceeded", timeout=60)
+
+    core, _ = _user(local_cluster, legacy)
+    uid = s.custom.get_namespaced_custom_object(G, V, legacy, "gpujobs", "two")["metadata"]["uid"]
+    owner = {"apiVersion": keys.API_VERSION, "kind": "GpuJob", "name": "two", "uid": uid}
+    for claim in (
+        {"labels": {keys.LABEL_JOB_UID: uid}, "ownerReferences": [{**owner, "controller": True}]},
+        {"labels": {keys.LABEL_JOB_NAME: "two", keys.LABEL_ADMISSION: "0"}},
+    ):
+        refused(
+            lambda claim=claim: core.patch_namespaced_pod(
+                "old-notebook", legacy, {"metadata": claim}
+            )
+        )
+    time.sleep(5)  # a few admission cycles
+    assert s.quota_status(quota).get("usedGpus") == 3
+    assert s.status(legacy, "two").get("reason") == "QuotaExceeded"

@@ -156,33 +156,46 @@ def test_even_a_cluster_admin_writes_no_gpu_ownership_on_a_pod(
 # --- 2. quota escapes ---------------------------------------------------------------------
 
 
-def _gangs_pod(admin: Any, namespace: str, quota: str, **spec: Any) -> tuple[str, str]:
-    """A GpuJob and a pod of its gang as the operator makes it (labels, controller reference);
-    made by an admin without GPUs, which the tenant policy leaves alone."""
+def _gangs_pod(
+    local_cluster: LocalCluster, admin: Any, namespace: str, quota: str, **spec: Any
+) -> tuple[str, str]:
+    """A GpuJob and a pod of its gang as the operator makes it (labels, controller reference,
+    made under the operator's identity: nobody else may give a pod those), without GPUs."""
     job = client.CustomObjectsApi(admin).create_namespaced_custom_object(
         G, V, namespace, "gpujobs", gpujob("gang")
     )
     uid = job["metadata"]["uid"]
-    labels = {
-        keys.LABEL_JOB_NAME: "gang",
+    pod = gpu_pod("gang-1-0", gpus=0, schedulerName=keys.SCHEDULER_NAME, **spec)
+    pod["metadata"]["labels"] = _job_labels("gang", uid, quota)
+    pod["metadata"]["ownerReferences"] = [_controller("gang", uid)]
+    operator = api_client(identities.kubeconfig(local_cluster, identities.OPERATOR))
+    try:
+        client.CoreV1Api(operator).create_namespaced_pod(namespace, pod)
+    finally:
+        operator.close()
+    return "gang-1-0", uid
+
+
+def _job_labels(job: str, uid: str, quota: str) -> dict[str, str]:
+    """The labels the operator gives the first pod of a job's first admission."""
+    return {
+        keys.LABEL_JOB_NAME: job,
         keys.LABEL_JOB_UID: uid,
         keys.LABEL_TENANT: quota,
         keys.LABEL_REPLICA_INDEX: "0",
         keys.LABEL_ADMISSION: "1",
     }
-    pod = gpu_pod("gang-1-0", gpus=0, schedulerName="nobody", **spec)
-    pod["metadata"]["labels"] = labels
-    pod["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": keys.API_VERSION,
-            "kind": "GpuJob",
-            "name": "gang",
-            "uid": uid,
-            "controller": True,
-        }
-    ]
-    client.CoreV1Api(admin).create_namespaced_pod(namespace, pod)
-    return "gang-1-0", uid
+
+
+def _controller(job: str, uid: str) -> dict[str, Any]:
+    """The controller reference the operator gives a job's pods."""
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": "GpuJob",
+        "name": job,
+        "uid": uid,
+        "controller": True,
+    }
 
 
 @pytest.mark.parametrize(
@@ -196,12 +209,12 @@ def _gangs_pod(admin: Any, namespace: str, quota: str, **spec: Any) -> tuple[str
     ids=["job-uid-removed", "job-name-changed", "admission-changed", "owner-removed"],
 )
 def test_a_user_cannot_take_a_pod_out_of_its_gpujob(
-    kube: Any, tenant: tuple[User, str], change: dict[str, Any]
+    local_cluster: LocalCluster, kube: Any, tenant: tuple[User, str], change: dict[str, Any]
 ) -> None:
     """A pod taken out of its job would keep its GPUs as a plain pod of the tenant: charged,
     but never preempted, reclaimed or stopped at the job's limit."""
     user, quota = tenant
-    pod, uid = _gangs_pod(kube, user.namespace, quota)
+    pod, uid = _gangs_pod(local_cluster, kube, user.namespace, quota)
     field = f"metadata.{next(iter(change))}"
     message = refused(
         lambda: user.core.patch_namespaced_pod(pod, user.namespace, {"metadata": change})
@@ -216,7 +229,7 @@ def test_a_user_cannot_take_a_pod_out_of_its_gpujob(
 
 
 def test_a_user_cannot_give_a_gpujobs_pod_a_longer_grace_period_when_deleting_it(
-    kube: Any, tenant: tuple[User, str]
+    local_cluster: LocalCluster, kube: Any, tenant: tuple[User, str]
 ) -> None:
     """A pod that ignores SIGTERM keeps its GPUs through its grace period, and once its job is
     deleted nothing charges them: a deletion or an eviction may not ask longer than the pod's
@@ -224,7 +237,12 @@ def test_a_user_cannot_give_a_gpujobs_pod_a_longer_grace_period_when_deleting_it
     user, quota = tenant
     # On a node with no kubelet, so that a deletion stays graceful for the test to look at.
     pod, _ = _gangs_pod(
-        kube, user.namespace, quota, nodeName="no-kubelet", terminationGracePeriodSeconds=30
+        local_cluster,
+        kube,
+        user.namespace,
+        quota,
+        nodeName="no-kubelet",
+        terminationGracePeriodSeconds=30,
     )
     admin = client.CoreV1Api(kube)
     try:
@@ -246,13 +264,13 @@ def test_a_user_cannot_give_a_gpujobs_pod_a_longer_grace_period_when_deleting_it
 
 
 def test_a_gpujob_deleted_with_cascade_orphan_leaves_no_pod_outside_it(
-    kube: Any, tenant: tuple[User, str]
+    local_cluster: LocalCluster, kube: Any, tenant: tuple[User, str]
 ) -> None:
     """The garbage collector orphaning the pods would take them out of the job as surely as a
     user's edit: it is refused (the operator deletes the pods of a job being deleted). A
     ConfigMap the job also owns shows when the collector has orphaned what it may."""
     user, quota = tenant
-    pod, uid = _gangs_pod(kube, user.namespace, quota)
+    pod, uid = _gangs_pod(local_cluster, kube, user.namespace, quota)
     core = client.CoreV1Api(kube)
     owner = {"apiVersion": keys.API_VERSION, "kind": "GpuJob", "name": "gang", "uid": uid}
     core.create_namespaced_config_map(
@@ -268,6 +286,50 @@ def test_a_gpujob_deleted_with_cascade_orphan_leaves_no_pod_outside_it(
         time.sleep(0.5)
     stored = core.read_namespaced_pod(pod, user.namespace).metadata
     assert [o.uid for o in stored.owner_references or []] == [uid]
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        {"labels": {keys.LABEL_JOB_UID: "UID"}, "ownerReferences": ["OWNER"]},
+        {"labels": {keys.LABEL_JOB_NAME: "mine", keys.LABEL_ADMISSION: "0"}},
+        {"ownerReferences": ["OWNER"]},
+    ],
+    ids=["uid-and-controller", "name-and-admission", "controller"],
+)
+def test_a_user_cannot_make_a_pod_of_their_own_pass_for_a_gpujobs(
+    kube: Any, tenant: tuple[User, str], claim: dict[str, Any]
+) -> None:
+    """The operator counts a pod with a job's uid and controller reference as the job's (not
+    charged to the tenant as a plain GPU pod), and one with a job's name and current
+    admission as already counted with the job: a GPU pod of the namespace (one there before
+    its tenant) given either would hold GPUs nothing charges. A pod gets them only from the
+    operator, neither when it is created nor later; its other labels stay the user's."""
+    user, _ = tenant
+    uid = user.create_job(gpujob("mine"))["metadata"]["uid"]
+    metadata: dict[str, Any] = {}
+    if "labels" in claim:
+        metadata["labels"] = {k: uid if v == "UID" else v for k, v in claim["labels"].items()}
+    if "ownerReferences" in claim:
+        metadata["ownerReferences"] = [_controller("mine", uid)]
+    field = "metadata.labels" if "labels" in claim else "metadata.ownerReferences"
+
+    born = gpu_pod("born-claiming", gpus=0)
+    born["metadata"].update(metadata)
+    assert field in refused(lambda: user.create_pod(born))
+
+    user.create_pod(gpu_pod("plain", gpus=0))
+    message = refused(
+        lambda: user.core.patch_namespaced_pod("plain", user.namespace, {"metadata": metadata})
+    )
+    assert field in message
+    assert "only the gpusched operator" in message
+    user.core.patch_namespaced_pod(
+        "plain", user.namespace, {"metadata": {"labels": {"team.example/stage": "two"}}}
+    )
+    stored = client.CoreV1Api(kube).read_namespaced_pod("plain", user.namespace).metadata
+    assert not set(stored.labels) & set(keys.GPUJOB_POD_LABELS)
+    assert not stored.owner_references
 
 
 @pytest.mark.parametrize("scheduler", [keys.SCHEDULER_NAME, "default-scheduler"])

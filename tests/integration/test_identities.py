@@ -400,9 +400,9 @@ def test_the_operator_creates_no_pod_in_the_system_namespaces_and_deletes_no_for
 def test_the_operator_cannot_make_a_pod_a_gpujobs_by_relabelling_it_and_then_delete_it(
     local_cluster: LocalCluster, kube: Any, as_identity: Any
 ) -> None:
-    """Its policy checks the pod before a change too: a bystander labelled as a GpuJob's gang
-    member (by the operator, or by the pod's owner) is no pod the operator may change or
-    delete; only pods a GpuJob controls are."""
+    """Its policy checks the pod before a change too: a bystander is no pod the operator may
+    label as a GpuJob's gang member, change or delete (and nobody else may label it so); only
+    pods a GpuJob controls are."""
     operator = OperatorProcess(local_cluster)
     core = client.CoreV1Api(as_identity(operator.kubeconfig))
     admin = client.CoreV1Api(kube)
@@ -416,10 +416,16 @@ def test_the_operator_cannot_make_a_pod_a_gpujobs_by_relabelling_it_and_then_del
             )
         )
         assert "before and after" in message
-        # Labelled by someone else (its owner may write its labels): still not the operator's.
-        admin.patch_namespaced_pod("bystander", "relabelled", {"metadata": {"labels": job_labels}})
+        # Nobody else may label it so either (the access policies): it stays a bystander,
+        # which the operator may not delete.
+        message = refused(
+            lambda: admin.patch_namespaced_pod(
+                "bystander", "relabelled", {"metadata": {"labels": job_labels}}
+            )
+        )
+        assert "only the gpusched operator gives a pod" in message
         message = refused(lambda: core.delete_namespaced_pod("bystander", "relabelled"))
-        assert "controller" in message
+        assert "only pods of GpuJob gangs" in message
         assert (
             admin.read_namespaced_pod("bystander", "relabelled").metadata.deletion_timestamp is None
         )

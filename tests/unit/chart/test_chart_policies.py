@@ -26,3 +26,4 @@ def test_the_policies_protect_exactly_the_annotations_and_labels_gpusched_owns()
         keys.OWNERSHIP_ANNOTATIONS
     )
     assert _policy_variable(objects, "-gpujob-pod-identity", "keys") == list(keys.GPUJOB_POD_LABELS)
+    assert _policy_variable(objects, "-gpujob-pod-claims", "keys") == list(keys.GPUJOB_POD_LABELS)
