@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpusched.api import keys
+from gpusched.dev.chart import render
 from gpusched.dev.localcluster import LocalCluster, identities
 from gpusched.kube import api_client
 from tests.cases.manifests import gpujob, tenantquota
@@ -422,6 +423,66 @@ def test_a_gpujob_may_name_only_the_classes_its_tenant_allows(
     assert f"tenant {quota} allows team-low, not team-high" in message
     user.create_job(gpujob("polite", priorityClassName="team-low"))
     user.create_job(gpujob("unnamed"))
+
+
+def test_gpuscheds_own_priority_class_is_for_gpuscheds_pods_alone(
+    kube: Any, tenant: tuple[User, str]
+) -> None:
+    """The class the chart makes for its components outranks every workload and preempts: a
+    user's pod with it would have the default scheduler evict other tenants' pods for it, and
+    a GpuJob naming it (any class goes where the tenant lists none) would outrank its
+    tenant's every job. Both are refused outside the release's namespace."""
+    user, quota = tenant
+    chart_class = next(obj for obj in render.render() if obj["kind"] == "PriorityClass")
+    name = chart_class["metadata"]["name"]
+    # helm writes the value as 1e+09, a number to the API server's YAML, a string to PyYAML.
+    chart_class["value"] = int(float(chart_class["value"]))
+    try:
+        client.SchedulingV1Api(kube).create_priority_class(chart_class)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    custom = client.CustomObjectsApi(kube)
+    custom.patch_cluster_custom_object(
+        G, V, "tenantquotas", quota, {"spec": {"allowedPriorityClasses": None}}
+    )
+    _wait_for_class_allowed(user, "team-high")
+
+    message = refused(lambda: user.create_pod(gpu_pod("outranks", gpus=0, priorityClassName=name)))
+    assert f"spec.priorityClassName: {name} is the class of gpusched's own pods" in message
+    message = refused(lambda: user.create_job(gpujob("outranks", priorityClassName=name)))
+    assert f"spec.priorityClassName: {name}" in message
+    user.create_job(gpujob("ranked", priorityClassName="team-high"))
+    message = refused(
+        lambda: user.custom.patch_namespaced_custom_object(
+            G, V, user.namespace, "gpujobs", "ranked", {"spec": {"priorityClassName": name}}
+        )
+    )
+    assert f"spec.priorityClassName: {name}" in message
+    # gpusched's own pods keep it.
+    client.CoreV1Api(kube).create_namespaced_pod(
+        identities.NAMESPACE, gpu_pod("component", gpus=0, priorityClassName=name), dry_run="All"
+    )
+
+
+def _wait_for_class_allowed(user: User, class_name: str, timeout: float = 30.0) -> None:
+    """The policy reads TenantQuotas from an informer: wait until it lets ``class_name``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            user.custom.create_namespaced_custom_object(
+                G,
+                V,
+                user.namespace,
+                "gpujobs",
+                gpujob("probe-class", priorityClassName=class_name),
+                dry_run="All",
+            )
+            return
+        except ApiException as err:
+            if err.status not in (403, 422) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.3)
 
 
 def _wait_for_class_refused(user: User, class_name: str, timeout: float = 30.0) -> None:
