@@ -218,6 +218,10 @@ def _expected_lines(e: Explanation) -> list[str]:
         if e.forecast_at is not None and e.now - e.forecast_at >= 1:
             line += f" (forecast {_span(e.now - e.forecast_at)} before this cycle)"
         out.append(line)
+    elif e.never_starts:
+        out.append("  expected start: never, as asked (its reason says what to change)")
+    elif e.reason == "NoTenant":
+        out.append("  expected start: none while no TenantQuota owns its namespace")
     elif e.forecast_at is None:
         out.append(
             "  expected start: not forecast yet (the operator forecasts waiting jobs once per "

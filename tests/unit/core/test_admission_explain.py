@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.admission import AcrossReplicas, CycleConfig, Snapshot, Tenant
 from gpusched.core.admission.cycle import Cycle
-from gpusched.core.admission.explain import describe, explain, sooner
+from gpusched.core.admission.explain import NEVER_PREEMPTS, describe, explain, sooner
 from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
 from tests.unit.core.test_forecast_play import Case
@@ -229,3 +229,29 @@ def test_an_expected_start_that_passed_since_the_last_forecast_is_told_as_now() 
     told = describe(cycle, result, "a/w", NOW - 60)
     assert told.expected_start == NOW
     assert told.forecast_at == NOW - 60
+
+
+def test_a_job_that_can_never_start_is_told_so_not_that_it_is_beyond_its_guarantee() -> None:
+    # 8 GPUs inside an 8-GPU guarantee on an idle node, but one user may hold at most 4 (or
+    # the tenant at most 4 at all): nothing freeing up or evicted would ever start it.
+    for tenant in (
+        Tenant("a", guaranteed=8, user_max_gpus=4),
+        Tenant("a", guaranteed=8, borrowing_limit=4),
+    ):
+        jobs = [job("a/j", "a", 8, submitter="bob")]
+        e = explain(Snapshot(NOW, (tenant,), tuple(jobs), (node("n0"),)), "a/j")
+        assert e.reason in ("UserCapExceeded", "QuotaExceeded")
+        assert e.never_starts
+        assert e.preemption == [NEVER_PREEMPTS]
+
+
+def test_a_job_that_can_start_once_gpus_free_is_not_told_it_never_starts() -> None:
+    tenants = [Tenant("a", guaranteed=8, user_max_gpus=8, borrowing_limit=8)]
+    jobs = [
+        job("a/r", "a", 8, running_on=[("n0", tuple(range(8)))], expected_end=NOW + 600),
+        job("a/j", "a", 8, submitted=1, submitter="bob"),
+    ]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), (node("n0"),)), "a/j")
+    assert e.decision == "waiting"
+    assert not e.never_starts
+    assert NEVER_PREEMPTS not in e.preemption

@@ -31,3 +31,16 @@ def test_a_job_no_forecast_covered_yet_is_told_so_not_that_nobody_knows() -> Non
     assert "not forecast yet" in line
     [line] = [x for x in render(_waiting(forecast_at=NOW), {}) if "expected start" in x]
     assert "unknown" in line
+
+
+def test_a_job_that_can_never_start_is_told_never_not_that_nobody_knows() -> None:
+    e = _waiting(reason="UserCapExceeded", never_starts=True, forecast_at=NOW)
+    [line] = [x for x in render(e, {}) if "expected start" in x]
+    assert "never" in line
+    assert "unknown" not in line
+
+
+def test_a_job_of_a_namespace_no_tenant_owns_is_told_what_it_waits_for() -> None:
+    e = _waiting(reason="NoTenant", forecast_at=NOW)
+    [line] = [x for x in render(e, {}) if "expected start" in x]
+    assert "no TenantQuota owns its namespace" in line

@@ -375,7 +375,7 @@ class Cycle:
         not renew a hold), and when the first of them leaves the window. A tenant that spent
         its budget (or one above it did) keeps nothing: none of its next jobs could start
         before the period turns, however often it submits. Nor does a queued job that could
-        never start (:meth:`_never_starts`) ask anything: it would never take the GPUs kept
+        never start (:meth:`never_starts`) ask anything: it would never take the GPUs kept
         for it, so borrowers would wait out the whole hold for nothing."""
         if window <= 0:
             return {}
@@ -393,13 +393,13 @@ class Cycle:
                 and job.tenant in self.tenants
                 and self.tenants[job.tenant].guaranteed > 0
                 and job.tenant not in spent
-                and (job.state is JobState.ADMITTED or not self._never_starts(job))
+                and (job.state is JobState.ADMITTED or not self.never_starts(job))
             ):
                 gpus, lapse = asks.get(job.tenant, (0, math.inf))
                 asks[job.tenant] = (gpus + job.total_gpus, min(lapse, job.submitted_at + window))
         return asks
 
-    def _never_starts(self, job: Job) -> bool:
+    def never_starts(self, job: Job) -> bool:
         """Whether a queued job could never start as the cluster and its tenant's limits
         stand: it waits at a parent tenant, no node could hold it even idle, or it is larger
         than a borrowing limit or a per-user GPU cap of its tenant or above. Read from what the

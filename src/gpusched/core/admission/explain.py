@@ -22,6 +22,11 @@ from gpusched.core.placement import SCOPES, Placement, RefusalReason, place
 
 #: Nodes listed in detail (the rest are counted by reason).
 DETAIL_NODES = 5
+#: The preemption line of a job that could never start as asked.
+NEVER_PREEMPTS = (
+    "it can never start as asked (its reason says what to change): it claims no guarantee "
+    "and evicting jobs would not start it"
+)
 
 
 @dataclass
@@ -71,6 +76,10 @@ class Explanation:
     job yet)."""
     counterfactual: str | None = None
     """One change to the job that would start it markedly sooner, and how much sooner."""
+    never_starts: bool = False
+    """Waiting: it could never start as asked, as the cluster and its tenant's limits stand
+    (no node holds it even idle, larger than a borrowing limit or a per-user GPU cap): no
+    GPUs freeing up and no preemption would start it, only the change its reason names."""
     now: float = 0.0
     """When the cycle explained decided (epoch seconds)."""
 
@@ -166,7 +175,10 @@ def describe(
         out.message = waiting.message
         out.queue_position = waiting.queue_position
         if tenant is not None:
-            out.preemption = _may_preempt(cycle, key)
+            out.never_starts = cycle.never_starts(job)
+            # Who it might evict, or whether it claims a guarantee, says nothing about a job no
+            # eviction would start (and the cycle counts no guarantee claim for it).
+            out.preemption = [NEVER_PREEMPTS] if out.never_starts else _may_preempt(cycle, key)
         out.nodes, out.node_summary = _nodes(cycle, request)
         if play:
             out.expected_start = cycle.forecast(until=key).get(key)
