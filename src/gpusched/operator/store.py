@@ -85,8 +85,10 @@ def _revision(value: object) -> int:
 
 def _same_but_version(old: PodFacts | None, new: PodFacts) -> bool:
     """Whether a pod update changed nothing a cycle reads (a readiness flip, a restart count, a
-    probe's time): the newer object is kept, no cycle is woken."""
-    return old is not None and replace(old, version=new.version) == new
+    probe's time, a pending container's reason flapping between ``ErrImagePull`` and
+    ``ImagePullBackOff``: only a release reads it, from the newer object kept): no cycle is
+    woken."""
+    return old is not None and replace(old, version=new.version, waiting=new.waiting) == new
 
 
 def _pod_key(pod: PodFacts) -> tuple[str, str]:

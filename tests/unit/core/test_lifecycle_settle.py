@@ -248,6 +248,59 @@ def test_gang_not_running_in_time_is_released_with_backoff() -> None:
     assert condition(s, "PodsReady") == ("False", "PodsReadyTimeout")
 
 
+def test_a_gang_released_for_a_pod_that_cannot_pull_its_image_says_so() -> None:
+    # The released pods go, and `kubectl describe pod` with them: the release keeps their word.
+    facts = job(status=admitted_status())
+    created = NOW - timedelta(seconds=301)
+    image = {
+        "containerStatuses": [
+            {
+                "name": "main",
+                "state": {
+                    "waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": 'Back-off pulling image "busybx"',
+                    }
+                },
+            }
+        ]
+    }
+    facts = with_pods(
+        facts,
+        pod(facts, 0, created=created),
+        pod(facts, 1, phase="Pending", created=created, status_extra=image),
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    said = 'pod train-1-1: container main: ImagePullBackOff: Back-off pulling image "busybx"'
+    assert done.status.reason == "PodsReadyTimeout"
+    assert said in (done.status.message or "")
+    [event] = _of(done.actions, Event)
+    assert said in event.message
+
+
+def test_a_gang_released_for_an_unschedulable_pod_quotes_the_scheduler() -> None:
+    facts = job(status=admitted_status())
+    created = NOW - timedelta(seconds=301)
+    unscheduled = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 node(s) had untolerated taint",
+            }
+        ]
+    }
+    facts = with_pods(
+        facts, pod(facts, 0, phase="Pending", node=None, created=created, status_extra=unscheduled)
+    )
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (
+        "(pod train-1-0: not scheduled: Unschedulable: 0/3 nodes are available: 3 node(s) had "
+        "untolerated taint)" in (done.status.message or "")
+    )
+
+
 def test_gang_still_starting_wakes_the_loop_at_its_deadline() -> None:
     facts = job(status=admitted_status())
     created = NOW - timedelta(seconds=100)

@@ -320,6 +320,26 @@ def test_a_pod_update_that_changes_nothing_a_cycle_reads_is_kept_without_waking_
     assert store.world(NOW).jobs[0].pods[0].phase == "Succeeded"
 
 
+def test_a_pending_pods_image_pull_flapping_wakes_no_cycle_and_the_newest_word_is_kept() -> None:
+    store = Store()
+    store.upsert_job(job(1, phase="Admitted"))
+    for version, reason in ((2, "ErrImagePull"), (3, "ImagePullBackOff"), (4, "ErrImagePull")):
+        pending = pod(version)
+        pending["status"] = {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": reason}}}],
+        }
+        store.upsert_job_pod(pending)
+        if version == 2:
+            store.changed.clear()
+            changes = store.changes
+    assert not store.changed.is_set()
+    assert store.changes == changes
+    kept = store.pod("ns", "a", "a-1-0")
+    assert kept is not None
+    assert kept.waiting == "container main: ErrImagePull"
+
+
 def test_another_gpu_pods_update_that_changes_nothing_a_cycle_reads_wakes_no_cycle() -> None:
     store = Store()
 

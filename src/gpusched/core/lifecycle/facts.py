@@ -97,6 +97,33 @@ def _container_times(status: Mapping[str, Any]) -> tuple[datetime | None, dateti
     return started, ended
 
 
+#: Longest quote of a waiting pod's cause (an image pull's error can run to kilobytes).
+WAITING_CHARS: Final = 300
+
+
+def _waiting(status: Mapping[str, Any]) -> str:
+    """What :attr:`PodFacts.waiting` says of a pending pod (empty for any other)."""
+    if (status.get("phase") or "Pending") != "Pending":
+        return ""
+    for cs in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            said = f"container {cs.get('name')}: {waiting['reason']}"
+            if waiting.get("message"):
+                said += f": {waiting['message']}"
+            return said[:WAITING_CHARS]
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            said = "not scheduled" + (f": {c['reason']}" if c.get("reason") else "")
+            if c.get("message"):
+                said += f": {c['message']}"
+            return said[:WAITING_CHARS]
+    return ""
+
+
 def _number(value: str | None) -> int | None:
     return whole_number(value) if value else None
 
@@ -145,6 +172,11 @@ class PodFacts:
     has not: when the pod began running, however late a cycle saw it."""
     ended: datetime | None = None
     """When the last of its containers ended (``finishedAt``), for a pod that ran to its end."""
+    waiting: str = ""
+    """Why a pod not running yet waits, in the kubelet's or the scheduler's words: a
+    container's waiting reason and message (``ImagePullBackOff: Back-off pulling image ...``),
+    else the scheduler's (``Unschedulable: 0/4 nodes are available: ...``); empty when nothing
+    says. A gang released for not running in time says it, as its pods go with the release."""
     admission: int | None = field(init=False, default=None)
     """The admission of its job that created it (label), read once."""
     replica: int | None = field(init=False, default=None)
@@ -190,6 +222,7 @@ class PodFacts:
         return cls(
             started=started,
             ended=ended,
+            waiting=_waiting(status),
             scheduler=str(spec.get("schedulerName") or ""),
             controller_uid=controlling_gpujob(pod) or "",
             never_started=_refused_by_kubelet(status),

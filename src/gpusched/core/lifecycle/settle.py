@@ -618,6 +618,13 @@ class _Settle:
         leave) and queue it again with backoff."""
         delay = self.config.backoff(self.status.requeue_count)
         what = why or f"pods not all running within {self.config.pods_ready_timeout:.0f}s"
+        if why is None:
+            # The pods go with the release, and with them what `kubectl describe pod` would
+            # have said: the first one's own cause is kept in the message (a wrong image, an
+            # unschedulable pod), since retrying will not cure it.
+            stuck = next((p for p in current if p.live and p.waiting), None)
+            if stuck is not None:
+                what += f" (pod {stuck.name}: {stuck.waiting})"
         text = f"{what}; gang released, next attempt in {delay:.0f}s"
         self.delete(current, 0)
         self.move(
