@@ -199,7 +199,14 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
             _column("Used", "integer", ".status.usedGpus", "GPUs held now."),
             _column("Borrowed", "integer", ".status.borrowedGpus", "GPUs held above guarantee."),
             _column("Pending", "integer", ".status.pendingJobs", "Jobs waiting."),
-            _column("Running", "integer", ".status.runningJobs", "Jobs admitted or running."),
+            _column("Running", "integer", ".status.runningJobs", "Jobs whose pods all run."),
+            _column(
+                "Admitted",
+                "integer",
+                ".status.admittedJobs",
+                "Jobs holding GPUs: admitted, their pods starting or running.",
+                priority=1,
+            ),
             _column(
                 "Spent",
                 "number",

@@ -269,7 +269,8 @@ class TenantQuotaStatus(ApiModel):
     used_gpus_by_model: dict[str, int] = Field(default_factory=dict)
     """``usedGpus`` split by GPU model."""
     fair_share: float = Field(0.0, ge=0)
-    """GPUs the tenant is entitled to now: its guarantee plus its weighted share of idle GPUs."""
+    """GPUs the tenant is entitled to now: its guarantee (up to its demand) plus its weighted
+    share of idle GPUs (up to its demand and borrowing limit)."""
     pending_jobs: int = Field(0, ge=0)
     """Jobs waiting for admission."""
     admitted_jobs: int = Field(0, ge=0)
@@ -282,7 +283,9 @@ class TenantQuotaStatus(ApiModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Ready, and NamespaceConflict when a namespace is claimed by an older TenantQuota."""
+    """Ready; NamespaceConflict (a namespace is claimed by an older TenantQuota) and
+    TreeConflict (its parent is missing or part of a cycle); with a budget,
+    BudgetSoftCapReached and BudgetExhausted (new jobs wait for the next period)."""
     last_metered_at: datetime | None = None
     """When ``gpuSeconds`` was last brought up to date."""
     currency: str = ""

@@ -146,3 +146,12 @@ def test_a_map_whose_keys_are_constrained_needs_a_rule_that_checks_them() -> Non
     assert counts["x-kubernetes-validations"] == [rule]
     assert "patternProperties" not in counts
     assert "propertyNames" not in counts
+
+
+def test_tenant_quota_columns_tell_jobs_holding_gpus_from_jobs_whose_pods_all_run() -> None:
+    # runningJobs counts only jobs whose pods all run; a job admitted with its pods starting is
+    # in admittedJobs alone, and `kubectl get tq -o wide` shows both.
+    [quota] = [crd for crd in crdgen.CRDS if crd.kind == "TenantQuota"]
+    columns = {c["jsonPath"]: c for c in quota.columns}
+    assert "admitted" not in columns[".status.runningJobs"]["description"].lower()
+    assert columns[".status.admittedJobs"]["name"] == "Admitted"
