@@ -117,7 +117,12 @@ def explain(
     from gpusched.kubeasync import ApiError, BlockingApi
     from gpusched.node_agent.explain import job_pods, pod_report, render_pod
     from gpusched.operator import asking
-    from gpusched.operator.explainer import JobNotFoundError, explain_in_cluster, render
+    from gpusched.operator.explainer import (
+        JobNotFoundError,
+        explain_in_cluster,
+        render,
+        sooner_line,
+    )
 
     kind, namespace, target = _target(job, namespace)
     key = f"{namespace}/{target}"
@@ -165,8 +170,9 @@ def explain(
                 except asking.NoAnswerError as err:
                     result.counterfactual = None
                     payload["soonerError"] = str(err)
-                if not as_json:
-                    click.echo(_sooner_line(result.counterfactual, payload.get("soonerError")))
+                line = sooner_line(result, payload.get("soonerError"))
+                if line is not None and not as_json:
+                    click.echo(line)
         else:
             result, status = explain_in_cluster(
                 configuration,
@@ -180,6 +186,10 @@ def explain(
             payload = {"decidedHere": why}
             if not as_json:
                 click.echo("\n".join(render(result, status, f"decided here: {why}")))
+                # render printed a change found; say as the operator's answer does when none.
+                line = sooner_line(result) if sooner and not result.counterfactual else None
+                if line is not None:
+                    click.echo(line)
         reports = [pod_report(kube, namespace, p) for p in job_pods(kube, namespace, target)]
     except (JobNotFoundError, asking.JobUnknownError) as err:
         raise click.ClickException(str(err)) from None
@@ -218,11 +228,3 @@ def _origin(answer: dict[str, Any]) -> str:
         f"answered by the operator{who} from its cycle at "
         f"{decided.strftime('%H:%M:%SZ')} ({ago:.0f} s ago)"
     )
-
-
-def _sooner_line(text: str | None, error: str | None) -> str:
-    if error:
-        return f"  sooner: not worked out ({error})"
-    if text:
-        return f"  sooner: {text}"
-    return "  sooner: no change to this job starts it markedly sooner"

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.core.admission.explain import Explanation, describe
+from gpusched.core.admission.explain import GPU_BOUND, Explanation, describe
 from gpusched.core.admission.explain import sooner as sooner_change
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.core.lifecycle.status import admitted_by_pods
@@ -179,6 +179,23 @@ def render(e: Explanation, status: Mapping[str, Any], origin: str | None = None)
             f"    {v.node} ({v.free_gpus} free): {v.reason}: {v.detail}" for v in e.nodes[:5]
         )
     return out
+
+
+def sooner_line(e: Explanation, error: str | None = None) -> str | None:
+    """The ``sooner:`` line of a waiting job once the change was asked for (None: no line).
+    Changes are tried only for a job waiting for GPUs (or for a node that could hold it): for
+    one waiting on its quota, a cap, a budget or a missing tenant, its reason says what would
+    start it, and "no change starts it sooner" would contradict it."""
+    if error:
+        return f"  sooner: not worked out ({error})"
+    if e.counterfactual:
+        return f"  sooner: {e.counterfactual}"
+    if e.decision != "waiting" or e.reason not in GPU_BOUND:
+        return None
+    return (
+        "  sooner: none of the changes tried (a looser scope, half the GPUs per replica, a "
+        "gang's placement only preferred) starts it markedly sooner"
+    )
 
 
 def _preempted_lines(status: Mapping[str, Any]) -> list[str]:

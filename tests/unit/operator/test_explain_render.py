@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpusched.core.admission.explain import Explanation
-from gpusched.operator.explainer import render
+from gpusched.operator.explainer import render, sooner_line
 
 NOW = 1_800_000_000.0
 
@@ -44,3 +44,19 @@ def test_a_job_of_a_namespace_no_tenant_owns_is_told_what_it_waits_for() -> None
     e = _waiting(reason="NoTenant", forecast_at=NOW)
     [line] = [x for x in render(e, {}) if "expected start" in x]
     assert "no TenantQuota owns its namespace" in line
+
+
+def test_a_job_waiting_on_its_quota_is_not_told_that_no_change_would_start_it_sooner() -> None:
+    # Its message says what would start it (fewer GPUs than the cap): no change was tried, so
+    # claiming none helps would contradict it.
+    for reason in ("UserCapExceeded", "QuotaExceeded", "NoTenant", "BudgetExhausted"):
+        assert sooner_line(_waiting(reason=reason)) is None
+
+
+def test_a_job_waiting_for_gpus_with_no_change_found_is_told_what_was_tried() -> None:
+    line = sooner_line(_waiting())
+    assert line is not None
+    assert "none of the changes tried" in line
+    assert sooner_line(_waiting(counterfactual="scope `node` instead of `nvlink`: now")) == (
+        "  sooner: scope `node` instead of `nvlink`: now"
+    )

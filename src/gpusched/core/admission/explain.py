@@ -400,7 +400,7 @@ def _nodes(cycle: Cycle, request: Request) -> tuple[list[NodeVerdict], dict[str,
 
 
 #: Waits that an earlier start of the same job could end (not quota, not a missing tenant).
-_GPU_BOUND = frozenset(
+GPU_BOUND = frozenset(
     {
         WaitReason.WAITING_FOR_CAPACITY.value,
         WaitReason.TOPOLOGY_UNSATISFIABLE.value,
@@ -419,7 +419,7 @@ def sooner(snapshot: Snapshot, job: Job, explanation: Explanation) -> str | None
     (None: none does, or the job waits for something other than GPUs). Each variant is decided
     by a cycle of its own over ``snapshot``, which it only reads: it may run beside the next
     cycle."""
-    if explanation.decision != "waiting" or explanation.reason not in _GPU_BOUND:
+    if explanation.decision != "waiting" or explanation.reason not in GPU_BOUND:
         return None
     baseline = explanation.expected_start
     if baseline is None and explanation.forecast_at is None:
