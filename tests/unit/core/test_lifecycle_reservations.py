@@ -156,7 +156,10 @@ def test_a_reservation_is_written_into_the_status_with_an_event() -> None:
     assert status.reservation is not None
     assert [p.node for p in status.reservation.placement] == ["n0", "n0"]
     assert status.reservation.idle_gpus == 4
-    assert [e.reason for e in actions if isinstance(e, Event)] == ["Reserved"]
+    [event] = [e for e in actions if isinstance(e, Event)]
+    assert event.reason == "Reserved"
+    # As the status's message writes a wait (an hour: "1h 00m", not "60 min").
+    assert event.message == "GPUs reserved on n0, expected free in about 1h 00m (4 idle until then)"
     # The next cycle starts from it: the core reads the reservation back.
     queued = job(status=status.to_k8s())
     made = core_job(queued, settle(queued, OK, NOW, CONFIG), OK, NOW)

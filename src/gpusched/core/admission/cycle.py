@@ -2410,7 +2410,7 @@ def _declined_text(patience: float) -> str:
     return (
         "reclaiming lent GPUs for it would throw away more work than its expected wait costs, "
         f"so it waits for GPUs to free (first in line) and reclaims them once it has waited "
-        f"{_span(patience)}"
+        f"{span(patience)}"
     )
 
 
@@ -2482,11 +2482,11 @@ def own_victims(preemptor: Job, victims: Sequence[Candidate]) -> list[Job]:
 
 def _in(seconds: float) -> str:
     """``now`` / ``in 3h 20m`` / ``in 12m``."""
-    return "now" if seconds < 60 else f"in {_span(seconds)}"
+    return "now" if seconds < 60 else f"in {span(seconds)}"
 
 
-def _span(seconds: float) -> str:
-    """``3h 20m`` / ``12m`` / ``2d 1h``."""
+def span(seconds: float) -> str:
+    """``3h 20m`` / ``12m`` / ``2d 1h``: how a wait is written in statuses and events."""
     minutes = int(seconds // 60)
     hours, minutes = divmod(minutes, 60)
     days, hours = divmod(hours, 24)

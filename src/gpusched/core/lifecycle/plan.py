@@ -29,6 +29,7 @@ from gpusched.core.admission import (
     Waiting,
     WaitReason,
 )
+from gpusched.core.admission.cycle import span
 from gpusched.core.lifecycle import status as st
 from gpusched.core.lifecycle.actions import (
     Action,
@@ -473,10 +474,10 @@ def _reservation_event(reason: str, held: ReservedGpus | None, now: datetime) ->
         )
     nodes = sorted({p.node for p in held.placement})
     where = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
-    ahead = max(0, round((held.start - now).total_seconds() / 60))
-    verb = "reserved" if reason == RESERVED else "reservation moved to"
+    ahead = max(0.0, (held.start - now).total_seconds())
+    verb = "reserved on" if reason == RESERVED else "reservation moved to"
     return (
-        f"GPUs {verb} {where}, expected free in about {ahead} min "
+        f"GPUs {verb} {where}, expected free in about {span(ahead)} "
         f"({held.idle_gpus} idle until then)"
     )
 
