@@ -255,3 +255,41 @@ def test_a_job_that_can_start_once_gpus_free_is_not_told_it_never_starts() -> No
     assert e.decision == "waiting"
     assert not e.never_starts
     assert NEVER_PREEMPTS not in e.preemption
+
+
+def test_a_borrowing_job_is_told_its_shorter_protection_against_a_reclaim() -> None:
+    # Started 60 s ago after one earlier preemption: 30 min against its own tenant's priorities
+    # (1740 s left), but a reclaim waits only min(minRuntime 600, borrowed bound 300): 240 s.
+    tenants = [Tenant("a", guaranteed=0), Tenant("b", guaranteed=8)]
+    run = job(
+        "a/run",
+        "a",
+        8,
+        running_on=[("n0", tuple(range(8)))],
+        started=NOW - 60,
+        preemptions=1,
+        min_runtime_seconds=600,
+        reclaim_min_runtime_seconds=300.0,
+    )
+    e = explain(Snapshot(NOW, tuple(tenants), (run,), (node("n0"),)), "a/run")
+    assert any("another 1740s" in line and "own tenant's" in line for line in e.preemption)
+    assert "against a reclaim it is protected for another 240s" in " ".join(e.preemption)
+
+
+def test_a_borrowing_job_told_it_is_unprotected_against_a_reclaim_is_reclaimed_now() -> None:
+    tenants = [Tenant("a", guaranteed=0), Tenant("b", guaranteed=8)]
+    run = job(
+        "a/run",
+        "a",
+        8,
+        running_on=[("n0", tuple(range(8)))],
+        started=NOW - 60,
+        preemptions=1,
+        reclaim_min_runtime_seconds=300.0,
+    )
+    e = explain(Snapshot(NOW, tuple(tenants), (run,), (node("n0"),)), "a/run")
+    assert "against a reclaim it is no longer protected" in " ".join(e.preemption)
+    claim = job("b/claim", "b", 8, submitted=NOW - 1)
+    e = explain(Snapshot(NOW, tuple(tenants), (run, claim), (node("n0"),)), "b/claim")
+    assert e.decision == "admitted"
+    assert e.victims[0].startswith("a/run (ReclaimGuarantee)")

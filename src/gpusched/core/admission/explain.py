@@ -311,6 +311,8 @@ def _may_be_preempted(cycle: Cycle, key: str) -> list[str]:
     lines = []
     if not job.preemptible:
         return ["not preemptible (spec.preemptible: false)"]
+    tenant = cycle.tenants.get(job.tenant or "")
+    borrowed = tenant is not None and cycle.ledgers[tenant.name].borrowed() > 0
     until = protected_until(job)
     if until is None:
         lines.append("not started yet: protected until all its pods run")
@@ -322,16 +324,28 @@ def _may_be_preempted(cycle: Cycle, key: str) -> list[str]:
                 if job.preemptions
                 else ""
             )
+            + (" against its own tenant's higher-priority jobs" if borrowed else "")
         )
-    tenant = cycle.tenants.get(job.tenant or "")
     if tenant is not None:
-        borrowed = cycle.ledgers[tenant.name].borrowed() > 0
         lines.append(
             "its tenant runs on borrowed GPUs beyond its guarantee: a tenant reclaiming its "
             "own may preempt this job as long as its tenant keeps its guarantee"
             if borrowed
             else "runs inside its tenant's guarantee: other tenants cannot reclaim it"
         )
+        if borrowed and until is not None:
+            # A reclaim heeds only the (shorter) protection on borrowed GPUs: not the longer
+            # one after earlier preemptions, nor a minimum runtime above the tenant's bound.
+            reclaim_until = protected_until(job, reclaim=True) or cycle.now
+            bound = (
+                "(its minimum runtime, at most its tenant's preemption.borrowedProtectionSeconds"
+            )
+            lines.append(
+                f"against a reclaim it is protected for another {reclaim_until - cycle.now:.0f}s "
+                f"{bound})"
+                if reclaim_until > cycle.now
+                else f"against a reclaim it is no longer protected {bound}, has passed)"
+            )
         if tenant.within_tenant.value == "LowerPriority":
             lines.append(
                 f"jobs of tenant {tenant.name} with priority above {job.priority} may preempt it"
