@@ -293,3 +293,38 @@ def test_a_borrowing_job_told_it_is_unprotected_against_a_reclaim_is_reclaimed_n
     e = explain(Snapshot(NOW, tuple(tenants), (run, claim), (node("n0"),)), "b/claim")
     assert e.decision == "admitted"
     assert e.victims[0].startswith("a/run (ReclaimGuarantee)")
+
+
+def test_a_job_claiming_its_guarantee_is_told_when_the_borrower_it_could_reclaim_is_free() -> None:
+    # The borrower restarted 60 s ago after an earlier preemption: its 30 min protection
+    # holds against its own tenant only; against this reclaim it has min(600, 300) - 60 =
+    # 240 s left. b's own running job of the same priority is no victim of it at all.
+    tenants = [Tenant("a", guaranteed=0), Tenant("b", guaranteed=12)]
+    borrower = job(
+        "a/run",
+        "a",
+        8,
+        running_on=[("n0", tuple(range(8)))],
+        started=NOW - 60,
+        preemptions=1,
+        min_runtime_seconds=600,
+        reclaim_min_runtime_seconds=300.0,
+    )
+    own = job(
+        "b/own",
+        "b",
+        4,
+        running_on=[("n1", (0, 1, 2, 3))],
+        started=NOW - 10,
+        min_runtime_seconds=100,
+    )
+    filler = job("a/fill", "a", 4, running_on=[("n1", (4, 5, 6, 7))], started=NOW - 10)
+    claim = job("b/claim", "b", 8, submitted=NOW - 1)
+    snapshot = Snapshot(
+        NOW, tuple(tenants), (borrower, own, filler, claim), (node("n0"), node("n1"))
+    )
+    e = explain(snapshot, "b/claim")
+    assert e.decision == "waiting"
+    [line] = [x for x in e.preemption if "becomes preemptible" in x]
+    assert line.startswith("1 running job(s)")
+    assert line.endswith("the first (a/run) becomes preemptible in 240s")

@@ -17,7 +17,7 @@ from gpusched.api.gpujob import TopologyScope
 from gpusched.core.admission.cycle import Cycle
 from gpusched.core.admission.model import CycleResult, Job, JobState, Node, Snapshot, WaitReason
 from gpusched.core.admission.pool import Request
-from gpusched.core.admission.preemption import by_cost, may_be_victim, protected_until
+from gpusched.core.admission.preemption import by_cost, protected_until
 from gpusched.core.placement import SCOPES, Placement, RefusalReason, place
 
 #: Nodes listed in detail (the rest are counted by reason).
@@ -289,19 +289,31 @@ def _may_preempt(cycle: Cycle, key: str) -> list[str]:
         )
     else:
         lines.append("no running job qualifies as a victim now")
-    protected = [
-        j
-        for jobs in cycle.admitted.values()
-        for j in jobs.values()
-        if j.preemptible and j.started_at is not None and not may_be_victim(j, cycle.now)
-    ]
+    # Only jobs this one could ever evict, each by the protection that holds against it: its
+    # own tenant's lower priorities by their minimum runtime (longer after earlier
+    # preemptions); other tenants' jobs, when it claims its guarantee, by the shorter one a
+    # reclaim heeds.
+    reclaims = key in cycle.claims[tenant.name] and tenant.reclaim.value != "Never"
+    evicts_own = tenant.within_tenant.value != "Never"
+    protected: list[tuple[float, str]] = []
+    for jobs in cycle.admitted.values():
+        for j in jobs.values():
+            if not j.preemptible or j.started_at is None:
+                continue
+            same = j.tenant == tenant.name
+            if same and not (evicts_own and j.priority < job.priority):
+                continue
+            if not same and not (reclaims and cycle.ledgers[j.tenant or ""].borrowed() > 0):
+                continue
+            until = protected_until(j, reclaim=not same)
+            if until is not None and until > cycle.now:
+                protected.append((until, j.key))
     if protected:
-        soonest = min(protected, key=lambda j: protected_until(j) or 0.0)
-        until = (protected_until(soonest) or cycle.now) - cycle.now
+        until, first = min(protected)
         lines.append(
-            f"{len(protected)} running job(s) are inside their minimum runtime (longer after "
-            f"an earlier preemption); the first "
-            f"({soonest.key}) becomes preemptible in {until:.0f}s"
+            f"{len(protected)} running job(s) it could evict are inside their minimum runtime "
+            f"(longer after an earlier preemption, shorter against a reclaim); the first "
+            f"({first}) becomes preemptible in {until - cycle.now:.0f}s"
         )
     return lines
 
