@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from gpusched.api.gpujob import TopologyMode, TopologyScope
 from gpusched.core.admission import AcrossReplicas, CycleConfig, Snapshot, Tenant
 from gpusched.core.admission.cycle import Cycle
-from gpusched.core.admission.explain import NEVER_PREEMPTS, describe, explain, sooner
+from gpusched.core.admission.explain import (
+    NEVER_PREEMPTS,
+    SPENT_PREEMPTS,
+    describe,
+    explain,
+    sooner,
+)
 from tests.examples import examples
 from tests.unit.core.admission_testdata import job, node
 from tests.unit.core.test_forecast_play import Case
@@ -328,3 +334,16 @@ def test_a_job_claiming_its_guarantee_is_told_when_the_borrower_it_could_reclaim
     [line] = [x for x in e.preemption if "becomes preemptible" in x]
     assert line.startswith("1 running job(s)")
     assert line.endswith("the first (a/run) becomes preemptible in 240s")
+
+
+def test_a_job_of_a_tenant_that_spent_its_budget_is_not_told_it_is_beyond_its_guarantee() -> None:
+    # 4 GPUs inside an 8-GPU guarantee, a lower-priority job of its own tenant on the node:
+    # the budget, not the guarantee, keeps it from starting or evicting anyone.
+    tenants = [Tenant("a", guaranteed=8, budget_exhausted_until=NOW + 86400)]
+    jobs = [
+        job("a/low", "a", 8, running_on=[("n0", tuple(range(8)))], started=NOW - 600),
+        job("a/j", "a", 4, priority=5, submitted=1),
+    ]
+    e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), (node("n0"),)), "a/j")
+    assert (e.decision, e.reason) == ("waiting", "BudgetExhausted")
+    assert e.preemption == [SPENT_PREEMPTS]

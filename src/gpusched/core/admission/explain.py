@@ -22,6 +22,11 @@ from gpusched.core.placement import SCOPES, Placement, RefusalReason, place
 
 #: Nodes listed in detail (the rest are counted by reason).
 DETAIL_NODES = 5
+#: The preemption line of a job whose tenant (or one above it) spent its budget's hard cap.
+SPENT_PREEMPTS = (
+    "its tenant spent its budget's hard cap: none of its jobs claims a guarantee or evicts "
+    "anyone before the next period"
+)
 #: The preemption line of a job that could never start as asked.
 NEVER_PREEMPTS = (
     "it can never start as asked (its reason says what to change): it claims no guarantee "
@@ -178,7 +183,12 @@ def describe(
             out.never_starts = cycle.never_starts(job)
             # Who it might evict, or whether it claims a guarantee, says nothing about a job no
             # eviction would start (and the cycle counts no guarantee claim for it).
-            out.preemption = [NEVER_PREEMPTS] if out.never_starts else _may_preempt(cycle, key)
+            if out.never_starts:
+                out.preemption = [NEVER_PREEMPTS]
+            elif waiting.reason is WaitReason.BUDGET_EXHAUSTED:
+                out.preemption = [SPENT_PREEMPTS]
+            else:
+                out.preemption = _may_preempt(cycle, key)
         out.nodes, out.node_summary = _nodes(cycle, request)
         if play:
             out.expected_start = cycle.forecast(until=key).get(key)
