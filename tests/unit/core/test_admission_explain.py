@@ -347,3 +347,26 @@ def test_a_job_of_a_tenant_that_spent_its_budget_is_not_told_it_is_beyond_its_gu
     e = explain(Snapshot(NOW, tuple(tenants), tuple(jobs), (node("n0"),)), "a/j")
     assert (e.decision, e.reason) == ("waiting", "BudgetExhausted")
     assert e.preemption == [SPENT_PREEMPTS]
+
+
+def test_a_replica_larger_than_any_node_is_told_the_field_and_the_largest_node() -> None:
+    tenants = [Tenant("a", guaranteed=16)]
+    e = explain(Snapshot(NOW, tuple(tenants), (job("a/j", "a", 16),), (node("n0"),)), "a/j")
+    assert e.reason == "NoFeasibleNodes"
+    assert "spec.gpusPerReplica" in e.message
+    assert "(8 at most)" in e.message  # an 8-GPU board
+
+
+def test_a_scope_no_nodes_wiring_gives_names_the_field_and_the_change_that_fits() -> None:
+    # No 8 GPUs of a DGX-1 are all NVLinked; as preferred the same job starts now.
+    tenants = [Tenant("a", guaranteed=8)]
+    nodes = (node("dgx", "dgx1"),)
+    required = job("a/j", "a", 8, scope=TopologyScope.NVLINK, mode=TopologyMode.REQUIRED)
+    e = explain(Snapshot(NOW, tuple(tenants), (required,), nodes), "a/j")
+    assert e.reason == "NoFeasibleNodes"
+    assert "scope nvlink (required)" in e.message
+    assert "spec.topology.mode preferred" in e.message
+    preferred = replace(required, policy=replace(required.policy, mode=TopologyMode.PREFERRED))
+    assert explain(Snapshot(NOW, tuple(tenants), (preferred,), nodes), "a/j").decision == (
+        "admitted"
+    )

@@ -1001,10 +1001,23 @@ class Pool:
                 WaitReason.NO_FEASIBLE_NODES, f"no schedulable node matches {_filters(request)}"
             )
         elif not fits_one:
+            # Said by what to change: the GPUs per replica when no node has that many at all,
+            # else the scope no node's wiring can give them.
+            largest = max(
+                self.slots[name].node.topology.placeable_mask.bit_count()
+                for name in eligible.representatives
+            )
+            nodes = f"{len(eligible.names)} node{'s' if len(eligible.names) != 1 else ''}"
+            if request.gpu_model or request.node_selector:
+                nodes += f" matching {_filters(request)}"
             failure = GangFailure(
                 WaitReason.NO_FEASIBLE_NODES,
-                f"no node can hold {k} GPUs with scope {request.policy.describe()} even when "
-                f"idle ({len(eligible.names)} nodes match {_filters(request)})",
+                f"needs {k} GPUs on one node per replica (spec.gpusPerReplica), more than any "
+                f"of the {nodes} has ({largest} at most); ask for more replicas of fewer GPUs"
+                if k > largest
+                else f"no node can give {k} GPUs scope {request.policy.describe()} even when "
+                f"idle ({nodes} checked); with spec.topology.mode preferred, or a looser "
+                "scope, it would fit",
             )
         elif eligible.placeable < request.total:
             failure = GangFailure(
