@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from gpusched.api import keys
 from gpusched.api.gpujob import JobPhase
+from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.admission import Assignment, JobState
 from gpusched.core.lifecycle import (
     CreatePod,
@@ -17,6 +18,7 @@ from gpusched.core.lifecycle import (
     Protection,
     Refusal,
     Verdict,
+    class_not_allowed,
     gone_by,
     leaving_deadlines,
     settle,
@@ -75,6 +77,24 @@ def test_job_naming_a_missing_priority_class_fails_without_a_dry_run() -> None:
     done = settle(facts, JobContext(tenant="t", priority_class_missing=True), NOW, CONFIG)
     assert done.status.reason == "PriorityClassNotFound"
     assert not done.needs_verdict
+    # Named as apply names it: the field, the class, and where to look.
+    assert done.status.message == (
+        "spec.priorityClassName: PriorityClass 'urgent' does not exist "
+        "(kubectl get priorityclasses lists those that do)"
+    )
+
+
+def test_a_class_its_tenant_does_not_allow_is_named_with_both_fields() -> None:
+    quota = TenantQuota.model_validate(
+        {
+            "metadata": {"name": "t"},
+            "spec": {"namespaces": ["ns"], "allowedPriorityClasses": ["low", "mid"]},
+        }
+    )
+    assert class_not_allowed(quota, "high") == (
+        "spec.priorityClassName: tenant t allows low, mid, not high "
+        "(its spec.allowedPriorityClasses)"
+    )
 
 
 def test_invalid_job_is_checked_again_only_when_its_spec_changes() -> None:

@@ -23,6 +23,7 @@ from gpusched.core.lifecycle.actions import Action, CreatePod, DeletePod, Event,
 from gpusched.core.lifecycle.facts import JobFacts, PodFacts, gone_by
 from gpusched.core.lifecycle.pods import pod_manifest
 from gpusched.core.lifecycle.tenants import Protection
+from gpusched.core.lifecycle.validation import priority_class_refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,10 +313,10 @@ class _Settle:
         while the dry run of its pod is outstanding."""
         spec = self.job.job.spec if self.job.job is not None else None
         if spec is not None and spec.priority_class_name and self.context.priority_class_missing:
-            return (
-                st.Reason.PRIORITY_CLASS_NOT_FOUND,
-                f"PriorityClass {spec.priority_class_name} does not exist",
-            )
+            # The webhook's own refusal: the status says what apply would have said.
+            refusal = priority_class_refusal(spec.priority_class_name, ())
+            assert refusal is not None
+            return st.Reason.PRIORITY_CLASS_NOT_FOUND, refusal
         if self.context.class_not_allowed is not None:
             return st.Reason.PRIORITY_CLASS_NOT_ALLOWED, self.context.class_not_allowed
         verdict = self.context.verdict

@@ -125,8 +125,12 @@ def class_not_allowed(quota: TenantQuota | None, class_name: str | None) -> str 
     allowed = quota.spec.allowed_priority_classes
     if class_name in allowed:
         return None
-    listed = ", ".join(allowed) if allowed else "none (only the cluster's default class)"
-    return f"tenant {quota.metadata.name} allows the PriorityClasses {listed}, not {class_name}"
+    # Worded as the chart's admission policy refuses it at apply time, naming both fields.
+    listed = ", ".join(allowed) if allowed else "no PriorityClass (only the cluster's default)"
+    return (
+        f"spec.priorityClassName: tenant {quota.metadata.name} allows {listed}, not "
+        f"{class_name} (its spec.allowedPriorityClasses)"
+    )
 
 
 def core_tenant(quota: TenantQuota, now: datetime | None = None) -> Tenant:
