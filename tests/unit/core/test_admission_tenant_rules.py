@@ -234,6 +234,7 @@ def test_a_job_larger_than_a_parents_borrowing_limit_is_told_so_naming_the_paren
     assert reason is WaitReason.QUOTA_EXCEEDED
     assert message.startswith("needs 8 GPUs, more than the 6 tenant org (above a) may ever hold")
     assert "can never start under that limit" in message
+    assert message.endswith("have the limit (its spec.borrowingLimit) raised")
 
 
 def test_a_job_larger_than_the_per_user_gpu_cap_is_told_it_can_never_start() -> None:
@@ -242,3 +243,4 @@ def test_a_job_larger_than_the_per_user_gpu_cap_is_told_it_can_never_start() -> 
     assert reason is WaitReason.USER_CAP_EXCEEDED
     assert message.startswith("needs 8 GPUs, more than the 4 GPUs tenant team allows one user")
     assert "can never start under that cap" in message
+    assert message.endswith("have the cap (its spec.perUser.maxGpus) raised")

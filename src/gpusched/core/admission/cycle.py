@@ -516,7 +516,7 @@ class Cycle:
             return (
                 f"needs {job.total_gpus} GPUs, more than the {cap} GPUs tenant {level} "
                 f"allows one user: it can never start under that cap; ask for at most "
-                f"{cap} GPUs, or have the cap raised"
+                f"{cap} GPUs, or have the cap (its spec.perUser.maxGpus) raised"
             )
         for level in self._capped_levels[job.tenant]:
             tenant = self.tenants[level]
@@ -675,7 +675,8 @@ class Cycle:
         return (
             f"needs {job.total_gpus} GPUs, more than the {limit} tenant {level}{above} may ever "
             f"hold (its borrowing limit; {tenant.guaranteed} guaranteed): it can never start "
-            f"under that limit; ask for at most {limit} GPUs, or have the limit raised"
+            f"under that limit; ask for at most {limit} GPUs, or have the limit (its "
+            "spec.borrowingLimit) raised"
         )
 
     def _within_an_ancestor(self, job: Job) -> bool:
