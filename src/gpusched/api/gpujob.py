@@ -499,6 +499,11 @@ class GpuJobStatus(ApiModel):
     node_rejections: int = Field(0, ge=0)
     """Times in a row a node's kubelet refused to admit a pod of the job (no container ran);
     reset when the job runs. At the operator's ``--max-node-rejections`` the job fails."""
+    unready_releases: int = Field(0, ge=0)
+    """Times the gang was released for not running in time while a pod waited on one of its
+    own containers (an image that cannot be pulled, a missing secret), without running in
+    between; reset when the job runs. At the operator's ``--max-unready-releases`` the job
+    fails (``PodsReadyTimeout``)."""
     observed_generation: int | None = None
     """The spec generation this status was computed from."""
 

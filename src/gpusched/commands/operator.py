@@ -106,6 +106,15 @@ def _labels(value: str) -> dict[str, str]:
     "before the job fails; each refusal requeues the gang with backoff (0: never fails).",
 )
 @click.option(
+    "--max-unready-releases",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Times a gang may be released for --pods-ready-timeout while a pod waited on one of "
+    "its own containers (an image that cannot be pulled, a missing secret), without running "
+    "in between, before the job fails (0: never fails).",
+)
+@click.option(
     "--forecast-interval",
     type=DURATION,
     default="60s",
@@ -233,6 +242,7 @@ def operator(
     record_delay: float,
     arrivals_on_top: float,
     max_node_rejections: int,
+    max_unready_releases: int,
     forecast_interval: float,
     forecast_arrivals_window: float,
     reservations_per_tenant: int,
@@ -281,6 +291,7 @@ def operator(
                 record_delay=record_delay,
                 arrivals_on_top=arrivals_on_top,
                 max_node_rejections=max_node_rejections,
+                max_unready_releases=max_unready_releases,
                 forecast_interval=forecast_interval,
                 forecast_arrivals_window=forecast_arrivals_window,
                 reservations_per_tenant=reservations_per_tenant,

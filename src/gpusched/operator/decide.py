@@ -82,6 +82,9 @@ class OperatorConfig:
     written once, with its pods running (0: written before its pods are created)."""
     max_node_rejections: int = 5
     """Kubelet admission refusals in a row before a job fails (0: never)."""
+    max_unready_releases: int = 5
+    """Releases for the pods-ready timeout on the job's own containers before it fails (0:
+    never)."""
     forecast_interval: float = 60.0
     """Least seconds between two forecasts of every waiting job's expected start (a forward
     replay of the queue; reservations' starts are worked out every cycle)."""
@@ -119,6 +122,7 @@ class OperatorConfig:
             self.backoff_max,
             self.record_delay,
             self.max_node_rejections,
+            self.max_unready_releases,
         )
 
 

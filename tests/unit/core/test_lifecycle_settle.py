@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from gpusched.api import keys
 from gpusched.api.gpujob import JobPhase
@@ -14,6 +15,7 @@ from gpusched.core.lifecycle import (
     DeletePod,
     Event,
     JobContext,
+    JobFacts,
     PatchPod,
     Protection,
     Refusal,
@@ -296,6 +298,74 @@ def test_a_gang_released_for_a_pod_that_cannot_pull_its_image_says_so() -> None:
     assert said in (done.status.message or "")
     [event] = _of(done.actions, Event)
     assert said in event.message
+
+
+def _unready(facts: JobFacts, status_extra: dict[str, Any]) -> JobFacts:
+    """``facts`` with its second pod waiting past the pods-ready timeout as ``status_extra``
+    says, its first running."""
+    created = NOW - timedelta(seconds=301)
+    return with_pods(
+        facts,
+        pod(facts, 0, created=created),
+        pod(facts, 1, phase="Pending", created=created, status_extra=status_extra),
+    )
+
+
+IMAGE_PULL = {
+    "containerStatuses": [
+        {
+            "name": "main",
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "busybx: not found"}},
+        }
+    ]
+}
+UNSCHEDULABLE = {
+    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+}
+
+
+def test_releases_on_the_jobs_own_containers_fail_it_at_the_bound() -> None:
+    # Each attempt holds the gang's GPUs (and may evict others) for the whole timeout, only
+    # to meet the same image again: the fifth such release is the last.
+    limit = CONFIG.max_unready_releases
+    assert limit == 5
+    before = _unready(job(status=admitted_status(unreadyReleases=limit - 2)), IMAGE_PULL)
+    once_more = settle(before, OK, NOW, CONFIG).status
+    assert (once_more.phase, once_more.unready_releases) == (JobPhase.QUEUED, limit - 1)
+    assert f"({limit - 1} of at most {limit} for its own containers)" in (once_more.message or "")
+
+    last = _unready(job(status=admitted_status(unreadyReleases=limit - 1)), IMAGE_PULL)
+    done = settle(last, OK, NOW, CONFIG)
+    s = done.status
+    assert (s.phase, s.reason, s.unready_releases) == (JobPhase.FAILED, "PodsReadyTimeout", limit)
+    assert "ImagePullBackOff: busybx: not found" in (s.message or "")
+    assert "giving up" in (s.message or "")
+    assert done.requeued is None
+    assert {d.name for d in _of(done.actions, DeletePod)} == {"train-1-0", "train-1-1"}
+    [event] = _of(done.actions, Event)
+    assert (event.reason, event.warning) == ("PodsReadyTimeout", True)
+
+
+def test_releases_for_the_clusters_reasons_never_count_toward_failing() -> None:
+    # A pod no node could take is the cluster's doing: released and queued, however often.
+    facts = _unready(job(status=admitted_status(unreadyReleases=4)), UNSCHEDULABLE)
+    s = settle(facts, OK, NOW, CONFIG).status
+    assert (s.phase, s.reason, s.unready_releases) == (JobPhase.QUEUED, "PodsReadyTimeout", 4)
+    assert "of at most" not in (s.message or "")
+
+
+def test_without_a_bound_releases_on_own_containers_go_on() -> None:
+    unbounded = replace(CONFIG, max_unready_releases=0)
+    facts = _unready(job(status=admitted_status(unreadyReleases=99)), IMAGE_PULL)
+    s = settle(facts, OK, NOW, unbounded).status
+    assert (s.phase, s.unready_releases) == (JobPhase.QUEUED, 100)
+
+
+def test_a_gang_that_runs_forgets_earlier_releases_on_its_containers() -> None:
+    facts = job(status=admitted_status(unreadyReleases=4))
+    facts = with_pods(facts, pod(facts, 0), pod(facts, 1))
+    done = settle(facts, OK, NOW, CONFIG)
+    assert (done.status.phase, done.status.unready_releases) == (JobPhase.RUNNING, 0)
 
 
 def test_a_gang_released_for_an_unschedulable_pod_quotes_the_scheduler() -> None:

@@ -97,6 +97,8 @@ def _container_times(status: Mapping[str, Any]) -> tuple[datetime | None, dateti
     return started, ended
 
 
+#: How :attr:`PodFacts.waiting` starts when one of the pod's own containers holds it back.
+OWN_CONTAINER: Final = "container "
 #: Longest quote of a waiting pod's cause (an image pull's error can run to kilobytes).
 WAITING_CHARS: Final = 300
 
@@ -111,7 +113,7 @@ def _waiting(status: Mapping[str, Any]) -> str:
     ]:
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting and waiting.get("reason"):
-            said = f"container {cs.get('name')}: {waiting['reason']}"
+            said = f"{OWN_CONTAINER}{cs.get('name')}: {waiting['reason']}"
             if waiting.get("message"):
                 said += f": {waiting['message']}"
             return said[:WAITING_CHARS]
@@ -177,6 +179,14 @@ class PodFacts:
     container's waiting reason and message (``ImagePullBackOff: Back-off pulling image ...``),
     else the scheduler's (``Unschedulable: 0/4 nodes are available: ...``); empty when nothing
     says. A gang released for not running in time says it, as its pods go with the release."""
+
+    @property
+    def waits_on_own_container(self) -> bool:
+        """Whether what holds the pod back is one of its own containers (an image that
+        cannot be pulled, a missing secret or config map), which the job's next admission
+        would meet again, rather than the cluster (no node, the scheduler)."""
+        return self.waiting.startswith(OWN_CONTAINER)
+
     admission: int | None = field(init=False, default=None)
     """The admission of its job that created it (label), read once."""
     replica: int | None = field(init=False, default=None)

@@ -42,6 +42,11 @@ class LifecycleConfig:
     """Times in a row a node's kubelet may refuse to admit a pod of the job (its admission
     failed, no container ran) before the job fails; each one releases and requeues the gang
     with backoff. 0: never fails for it."""
+    max_unready_releases: int = 5
+    """Releases for the pods-ready timeout while a pod of the gang waited on one of its own
+    containers (an image that cannot be pulled, a missing secret), without running in
+    between, before the job fails: each attempt would hold its GPUs, and may evict others,
+    for the whole timeout again. 0: never fails for it."""
 
     def backoff(self, requeues: int) -> float:
         """Seconds to wait after the job's ``requeues``-th release."""
@@ -619,6 +624,7 @@ class _Settle:
         leave) and queue it again with backoff."""
         delay = self.config.backoff(self.status.requeue_count)
         what = why or f"pods not all running within {self.config.pods_ready_timeout:.0f}s"
+        stuck = None
         if why is None:
             # The pods go with the release, and with them what `kubectl describe pod` would
             # have said: the first one's own cause is kept in the message (a wrong image, an
@@ -626,8 +632,22 @@ class _Settle:
             stuck = next((p for p in current if p.live and p.waiting), None)
             if stuck is not None:
                 what += f" (pod {stuck.name}: {stuck.waiting})"
-        text = f"{what}; gang released, next attempt in {delay:.0f}s"
+        own = why is None and stuck is not None and stuck.waits_on_own_container
+        count = self.status.unready_releases + (1 if own else 0)
+        limit = self.config.max_unready_releases
         self.delete(current, 0)
+        if own and limit and count >= limit:
+            text = (
+                f"{what}; released {count} times in a row for its own containers, giving up "
+                "(fix spec.template and create the job again)"
+            )
+            reason = st.Reason.PODS_READY_TIMEOUT
+            failed = st.finished(self.transition(), False, text, self.job.gpus, reason)
+            self.move(failed.set(unready_releases=count))
+            self.event(reason.value, text, warning=True)
+            return
+        bound = f" ({count} of at most {limit} for its own containers)" if own and limit else ""
+        text = f"{what}; gang released{bound}, next attempt in {delay:.0f}s"
         self.move(
             st.requeued(
                 self.transition(),
@@ -635,7 +655,7 @@ class _Settle:
                 text,
                 self.job.gpus,
                 requeue_at=self.now + timedelta(seconds=delay),
-            )
+            ).set(unready_releases=count)
         )
         self.event(st.Reason.PODS_READY_TIMEOUT.value, text, warning=True)
         self.requeued = st.Reason.PODS_READY_TIMEOUT.value

@@ -369,6 +369,7 @@ def running(
         phase=JobPhase.RUNNING,
         started_at=since or t.now,
         node_rejections=0,
+        unready_releases=0,
         reason=reason or Reason.RUNNING.value,
         message=text + where,
     ).cond(Cond.PODS_READY, True, Reason.RUNNING, text)

@@ -446,6 +446,10 @@ class Operator(Placement):
     """Times in a row a node's kubelet may refuse to admit a job's pod (no container ran, e.g.
     after a kubelet restart) before the job fails; each refusal requeues the gang with backoff
     (0: never fails)."""
+    maxUnreadyReleases: int = Field(5, ge=0, le=1000)
+    """Times a gang may be released for the pods-ready timeout while a pod waited on one of
+    its own containers (an image that cannot be pulled, a missing secret), without running in
+    between, before the job fails (0: never fails)."""
     reservationsPerTenant: int = Field(0, ge=0, le=16)
     """Blocked jobs per tenant that hold GPUs reserved where they fit soonest, with backfill of
     jobs expected to end before (0: none). Off by default: see docs/quotas.md and the Philly
