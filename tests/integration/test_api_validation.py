@@ -13,6 +13,7 @@ import yaml
 
 from gpusched.dev.bench import admission_e2e, kueue_plan
 from gpusched.dev.localcluster import LocalCluster
+from tests.cases.documented import documented_yaml
 from tests.cases.manifests import INVALID, Invalid, gpujob
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
@@ -62,6 +63,23 @@ def test_documented_examples_are_accepted(local_cluster: LocalCluster) -> None:
     assert sweep["spec"]["replicas"] == 1
     assert sweep["spec"]["topology"] == {"scope": "numa", "mode": "preferred"}
     assert sweep["spec"]["minRuntimeSeconds"] == 0
+
+
+def test_every_manifest_the_docs_show_is_accepted(local_cluster: LocalCluster) -> None:
+    # Beyond docs/examples: the simulator's quota files (docs/benchmarks/simulator), which a
+    # user may apply as they are, and the manifests shown in README.md and docs/*.md. Each is
+    # applied as kubectl reads it (go-yaml, not PyYAML), by server-side dry run.
+    local_cluster.kubectl("apply", "-f", str(EXAMPLES / "namespaces.yaml"))
+    refused = []
+    for where, text in documented_yaml():
+        if where.startswith("docs/examples/"):
+            continue  # applied for real above, with their PriorityClasses
+        result = local_cluster.kubectl(
+            "apply", "--dry-run=server", "-n", "nlp", "-f", "-", input=text, check=False
+        )
+        if result.returncode != 0:
+            refused.append(f"{where}: {result.stderr.strip()}")
+    assert not refused, "\n".join(refused)
 
 
 def test_the_benchmarks_gpujobs_are_accepted(local_cluster: LocalCluster) -> None:

@@ -12,40 +12,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.cases.documented import documented_yaml
 
 #: go-yaml v2's plain-scalar resolution (what sigs.k8s.io/yaml, hence kubectl, uses): floats
 #: need no dot there, integers take base prefixes and underscores, and y / n are booleans.
 _GO_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 _GO_INT = re.compile(r"^[-+]?(0b[01_]+|0x[0-9a-fA-F_]+|0o?[0-7_]+|[0-9][0-9_]*)$")
 _GO_SPECIAL = {"y", "Y", "n", "N", ".inf", ".Inf", ".INF", "-.inf", ".nan", ".NaN", ".NAN"}
-
-
-def _yaml_texts() -> Iterator[tuple[str, str]]:
-    """(where, text) of every YAML file under docs/ and every YAML block of the Markdown docs
-    that holds a gpusched.io object."""
-    for path in sorted((ROOT / "docs").rglob("*.yaml")):
-        yield str(path.relative_to(ROOT)), path.read_text()
-    markdown = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    for path in markdown:
-        block: list[str] | None = None
-        start = 0
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if line.lstrip().startswith("```"):
-                if block is None:
-                    block, start = [], number
-                else:
-                    text = "\n".join(block)
-                    if "apiVersion: gpusched.io/" in text:
-                        yield f"{path.relative_to(ROOT)}:{start}", text
-                    block = None
-            elif block is not None:
-                block.append(line)
 
 
 def _plain_strings(node: yaml.Node) -> Iterator[yaml.ScalarNode]:
@@ -61,7 +38,7 @@ def _plain_strings(node: yaml.Node) -> Iterator[yaml.ScalarNode]:
             yield from _plain_strings(value)
 
 
-TEXTS = list(_yaml_texts())
+TEXTS = list(documented_yaml())
 
 
 def test_the_documented_manifests_are_found() -> None:
