@@ -131,7 +131,10 @@ def _footprint(cluster: Any, seconds: float) -> dict[str, Any]:
             "rss_mib": round(rss / 1024, 1),
             "peak_rss_mib": round(hwm / 1024, 1),
             "cycles": int(cycles - cycles0),
-            "cpu_ms_per_cycle": round((cpu - cpu0) / max(cycles - cycles0, 1) * 1000, 2),
+            # No cycle in a window shorter than the probe's interval: nothing to divide by.
+            "cpu_ms_per_cycle": (
+                round((cpu - cpu0) / (cycles - cycles0) * 1000, 2) if cycles > cycles0 else None
+            ),
             "cpu_percent": round((cpu - cpu0) / seconds * 100, 2),
             "api_writes": int(_metric(r.metrics_port, "gpusched_probe_api_writes_total")),
         }
@@ -224,10 +227,14 @@ def probe(as_json: bool, cycles: int, seconds: float, cluster_dir: Path | None) 
         )
     click.echo(f"  inventory cost ratio   {ip['inventory_cost_ratio']}x")
     for name, row in figures["process"].items():
+        per_cycle = (
+            f"{row['cpu_ms_per_cycle']} ms CPU/cycle over {row['cycles']} cycles"
+            if row["cycles"]
+            else "no cycle in the window (--seconds shorter than the probe's interval)"
+        )
         click.echo(
             f"  process {name:22s} RSS {row['rss_mib']} MiB (peak {row['peak_rss_mib']}), "
-            f"{row['cpu_ms_per_cycle']} ms CPU/cycle over {row['cycles']} cycles, "
-            f"{row['cpu_percent']}% CPU, {row['api_writes']} API writes"
+            f"{per_cycle}, {row['cpu_percent']}% CPU, {row['api_writes']} API writes"
         )
     lat = figures["xid_to_api"]
     click.echo(f"  XID -> API status      median {lat['median_s']} s, max {lat['max_s']} s")
