@@ -59,6 +59,58 @@ def _template(**pod_spec: Any) -> dict[str, Any]:
     return {"spec": pod_spec}
 
 
+def _env(count: int, prefix: str = "E") -> list[dict[str, str]]:
+    return [{"name": f"{prefix}{i}", "value": "v"} for i in range(count)]
+
+
+def large_template(
+    containers: int = 10, env: int = 200, volumes: int = 50, mounts: int = 50
+) -> dict[str, Any]:
+    """A pod template as large as real ones get: ``containers`` containers with ``env`` env
+    entries and ``mounts`` of the ``volumes`` volumes each, ports, args, labels. Its list items
+    and map entries: containers x (env + mounts + 4) + volumes + 4."""
+    return {
+        "metadata": {"labels": {"app": "trainer", "team": "nlp"}, "annotations": {"a": "b"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": f"c{c}",
+                    "image": "registry.example.com/trainer:1.0",
+                    "args": ["--config", "/etc/trainer/config.yaml"],
+                    "env": _env(env, prefix=f"C{c}_VARIABLE_"),
+                    "ports": [{"containerPort": 8000 + c}],
+                    "volumeMounts": [
+                        {"name": f"v{v}", "mountPath": f"/mnt/v{v}"} for v in range(mounts)
+                    ],
+                }
+                for c in range(containers)
+            ],
+            "volumes": [{"name": f"v{v}", "emptyDir": {}} for v in range(volumes)],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
+
+
+def template_entries(template: Any) -> int:
+    """List items and map entries of a template at every depth, counted from its JSON (the
+    truth the CRD's CEL rule must agree with)."""
+    if isinstance(template, list):
+        return len(template) + sum(template_entries(item) for item in template)
+    if isinstance(template, dict):
+        return sum(_entries_below(key, value) for key, value in template.items())
+    return 0
+
+
+#: Objects of the PodTemplateSpec whose keys are data (a map), not fields.
+_MAPS = frozenset({"labels", "annotations", "nodeSelector", "limits", "requests"})
+
+
+def _entries_below(key: str, value: Any) -> int:
+    if key in _MAPS and isinstance(value, dict):
+        return len(value) + sum(template_entries(v) for v in value.values())
+    return template_entries(value)
+
+
 @dataclass(frozen=True)
 class Invalid:
     """A manifest the API server must refuse, and the field its message must name."""
@@ -380,5 +432,75 @@ INVALID: tuple[Invalid, ...] = (
         "spec.levels[0].name",
     ),
     Invalid("gpujob-name-too-long", gpujob("j" * 64), "metadata.name", upstream=True),
+    # Templates that would cost the operator, which keeps every job in memory, far more than a
+    # real pod's: refused by the CRD (the API server), which holds while the operator is down.
+    Invalid(
+        "gpujob-template-too-many-env-entries",
+        gpujob(template=_template(containers=[{"name": "c", "image": "i", "env": _env(1025)}])),
+        "spec.template.spec.containers[0].env",
+        upstream=True,
+    ),
+    Invalid(
+        "gpujob-template-too-many-config-map-items",
+        gpujob(
+            template=_template(
+                containers=[{"name": "c", "image": "i"}],
+                volumes=[
+                    {
+                        "name": "v",
+                        "configMap": {
+                            "name": "m",
+                            "items": [{"key": f"k{i}", "path": f"p{i}"} for i in range(33)],
+                        },
+                    }
+                ],
+            )
+        ),
+        "spec.template.spec.volumes[0].configMap.items",
+        upstream=True,
+    ),
+    Invalid(
+        "gpujob-template-too-many-entries-in-all",
+        # Each list within its own bound (9 x 1000 env entries; 250 volumes x 32 config map
+        # items), the whole over MAX_TEMPLATE_ENTRIES.
+        gpujob(
+            template=_template(
+                containers=[{"name": f"c{c}", "image": "i", "env": _env(1000)} for c in range(9)]
+            )
+        ),
+        "spec.template: Invalid value",
+        upstream=True,
+    ),
+    Invalid(
+        "gpujob-template-nested-entries-in-all",
+        gpujob(
+            template=_template(
+                containers=[{"name": "c", "image": "i"}],
+                volumes=[
+                    {
+                        "name": f"v{v}",
+                        "configMap": {
+                            "name": "m",
+                            "items": [{"key": f"k{i}", "path": f"p{i}"} for i in range(32)],
+                        },
+                    }
+                    for v in range(250)
+                ],
+            )
+        ),
+        "spec.template: Invalid value",
+        upstream=True,
+    ),
+    Invalid(
+        "gpujob-template-ephemeral-containers",
+        gpujob(
+            template=_template(
+                containers=[{"name": "c", "image": "i"}],
+                ephemeralContainers=[{"name": "debug", "image": "i"}],
+            )
+        ),
+        "spec.template.spec.ephemeralContainers",
+        upstream=True,
+    ),
     Invalid("tenantquota-name-too-long", tenantquota("t" * 64), "metadata.name", upstream=True),
 )

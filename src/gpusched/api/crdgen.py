@@ -26,6 +26,9 @@ from gpusched.api.tenantquota import TenantQuota
 from gpusched.api.upstream import pod_template_spec_snapshot
 
 EMBED_MARKER: Final = "x-gpusched-embed"
+#: Next to ``EMBED_MARKER``: the most list items and map entries the embedded object may hold
+#: in all, checked by a CEL rule the generator writes from the embedded schema.
+MAX_ENTRIES_MARKER: Final = "x-gpusched-max-entries"
 CATEGORY: Final = "gpusched"
 
 _DROPPED_KEYS: Final = frozenset({"title", "additionalProperties", "$defs", "discriminator"})
@@ -62,31 +65,68 @@ _UPSTREAM_SPECIAL: Final[dict[str, dict[str, Any]]] = {
     "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {
         "type": "object",
         "description": "Labels and annotations given to every pod of the job.",
+        # Kubernetes limits the annotations' total size (256 KiB), not their number; a pod
+        # rarely carries more than a few tens.
         "properties": {
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+            "labels": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "maxProperties": 256,
+            },
+            "annotations": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "maxProperties": 256,
+            },
             "name": {"type": "string"},
             "generateName": {"type": "string"},
             "namespace": {"type": "string"},
-            "finalizers": {"type": "array", "items": {"type": "string"}},
+            "finalizers": {"type": "array", "items": {"type": "string"}, "maxItems": 64},
         },
     },
 }
 #: Bounds added to upstream properties (type -> property -> schema keywords): a pod has at most
-#: this many containers, resources per container and so on. Kubernetes bounds them in its own
-#: validation; the CRD says so in its schema, which keeps the CEL rules on the template within
-#: the API server's cost budget (it prices a rule by the largest list it may walk).
+#: this many containers, resources per container and so on. Kubernetes bounds few of them in its
+#: own validation (a pod is limited by etcd's object size, about 1.5 MiB); the CRD bounds them so
+#: that one GpuJob costs the operator, which keeps every job's template in memory, a bounded
+#: amount (``MAX_TEMPLATE_ENTRIES`` is the real limit, these keep each list honest and the CEL
+#: rules within the API server's cost budget, which prices a rule by the largest list it may
+#: walk). The numbers are several times what real pods use: a few containers, tens of env
+#: variables and volumes (a large one: 10 containers, 200 env entries each, 50 volumes).
 _UPSTREAM_BOUNDS: Final[dict[str, dict[str, dict[str, Any]]]] = {
     "io.k8s.api.core.v1.PodSpec": {
         "containers": {"maxItems": 64},
         "initContainers": {"maxItems": 64},
+        # The API server refuses a pod created with ephemeral containers (they are added to a
+        # running pod through its subresource), so a template never has any.
+        "ephemeralContainers": {"maxItems": 0},
+        "volumes": {"maxItems": 256},
+        "tolerations": {"maxItems": 256},
+        "nodeSelector": {"maxProperties": 256},
     },
     "io.k8s.api.core.v1.ResourceRequirements": {
         "limits": {"maxProperties": 64},
         "requests": {"maxProperties": 64},
     },
-    "io.k8s.api.core.v1.Container": {"name": {"maxLength": 63}},
+    "io.k8s.api.core.v1.Container": {
+        "name": {"maxLength": 63},
+        "env": {"maxItems": 1024},
+        "args": {"maxItems": 1024},
+        "command": {"maxItems": 256},
+        "volumeMounts": {"maxItems": 256},
+    },
 }
+#: Bound of every other list and map of the embedded template (a map's entries), by how many
+#: lists and maps enclose it: 64 directly in the pod (image pull secrets, host aliases), 32 in a
+#: container or volume (ports, a ConfigMap's items), 16 deeper (a selector term's values). The
+#: API server prices the entry-count rule by their products.
+_UPSTREAM_DEFAULT_MAX_ITEMS: Final = (64, 32, 16)
+
+
+def _default_max_items(nested: int) -> int:
+    return _UPSTREAM_DEFAULT_MAX_ITEMS[min(nested, len(_UPSTREAM_DEFAULT_MAX_ITEMS) - 1)]
+
+
 #: How deep (in objects below the template root) upstream descriptions are kept. Deeper ones are
 #: dropped to keep the CRD well under the API server's object size limits.
 _UPSTREAM_DESCRIPTION_DEPTH: Final = 2
@@ -273,6 +313,11 @@ class _Converter:
             for key, value in node.items():
                 if key.startswith("x-kubernetes-"):
                     embedded[key] = value
+            if MAX_ENTRIES_MARKER in node:
+                embedded["x-kubernetes-validations"] = [
+                    *embedded.get("x-kubernetes-validations", []),
+                    entries_rule(embedded, node[MAX_ENTRIES_MARKER], path),
+                ]
             return embedded
         if "anyOf" in node:
             node = self._unwrap_optional(node, path)
@@ -370,27 +415,28 @@ def _embed_upstream(root: str) -> dict[str, Any]:
     snapshot = pod_template_spec_snapshot()
     schemas: dict[str, Any] = snapshot["schemas"]
 
-    def convert(name: str, depth: int) -> dict[str, Any]:
+    def convert(name: str, depth: int, nested: int) -> dict[str, Any]:
         if name in _UPSTREAM_SPECIAL:
             return copy.deepcopy(_UPSTREAM_SPECIAL[name])
-        out = walk(schemas[name], depth)
+        out = walk(schemas[name], depth, nested)
         for prop, bounds in _UPSTREAM_BOUNDS.get(name, {}).items():
             out["properties"][prop].update(bounds)
         return out
 
-    def walk(node: dict[str, Any], depth: int) -> dict[str, Any]:
+    def walk(node: dict[str, Any], depth: int, nested: int) -> dict[str, Any]:
+        """``nested``: how many lists and maps enclose the node."""
         if "allOf" in node and len(node["allOf"]) == 1:
             inner = node["allOf"][0]
             base = (
-                convert(inner["$ref"].rsplit("/", 1)[-1], depth)
+                convert(inner["$ref"].rsplit("/", 1)[-1], depth, nested)
                 if "$ref" in inner
-                else walk(inner, depth)
+                else walk(inner, depth, nested)
             )
             if "description" in node and depth <= _UPSTREAM_DESCRIPTION_DEPTH:
                 base["description"] = node["description"]
             return base
         if "$ref" in node:
-            return convert(node["$ref"].rsplit("/", 1)[-1], depth)
+            return convert(node["$ref"].rsplit("/", 1)[-1], depth, nested)
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key in _UPSTREAM_DROPPED or key in ("properties", "items", "additionalProperties"):
@@ -399,13 +445,17 @@ def _embed_upstream(root: str) -> dict[str, Any]:
                 continue
             out[key] = value
         if "properties" in node:
-            out["properties"] = {k: walk(v, depth + 1) for k, v in node["properties"].items()}
+            out["properties"] = {
+                k: walk(v, depth + 1, nested) for k, v in node["properties"].items()
+            }
             out.setdefault("type", "object")
         if "items" in node:
-            out["items"] = walk(node["items"], depth + 1)
+            out["items"] = walk(node["items"], depth + 1, nested + 1)
+            out.setdefault("maxItems", _default_max_items(nested))
             _keep_list_map_key_defaults(node, out)
         if isinstance(node.get("additionalProperties"), dict):
-            out["additionalProperties"] = walk(node["additionalProperties"], depth + 1)
+            out["additionalProperties"] = walk(node["additionalProperties"], depth + 1, nested + 1)
+            out.setdefault("maxProperties", _default_max_items(nested))
         if (
             out.get("type") == "object"
             and "properties" not in out
@@ -428,7 +478,82 @@ def _embed_upstream(root: str) -> dict[str, Any]:
             if map_key not in required and "default" in upstream:
                 out["items"]["properties"][map_key]["default"] = upstream["default"]
 
-    return convert(root, 0)
+    return convert(root, 0, 0)
+
+
+#: CEL reserved words, which the API server escapes as ``__word__`` in property names.
+_CEL_RESERVED: Final = frozenset(
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
+)
+
+
+def entries_count(schema: dict[str, Any], var: str, depth: int = 0) -> str | None:
+    """A CEL expression counting the list items and map entries of ``var`` (an object of
+    ``schema``) at every depth; None when the schema has no list or map.
+
+    Why count: what an object costs a reader that keeps it as decoded JSON (the operator keeps
+    every GpuJob) grows with its number of items far more than with its bytes (a small dict is
+    ~200 bytes in Python for ~20 of JSON), and the schema's per-list bounds multiply along
+    nested lists (volumes x projected sources x items ...) to far more than any pod has. A sum
+    over the whole object is the one bound that holds, evaluated by the API server."""
+    item_var = f"e{depth}"
+    if schema.get("type") == "array":
+        inner = entries_count(schema["items"], item_var, depth + 1)
+        if inner is None:
+            return f"size({var})"
+        return f"(size({var}) + {var}.map({item_var}, {inner}).sum())"
+    if schema.get("type") != "object":
+        return None
+    if "additionalProperties" in schema:
+        inner = entries_count(schema["additionalProperties"], f"{var}[{item_var}]", depth + 1)
+        if inner is None:
+            return f"size({var})"
+        return f"(size({var}) + {var}.map({item_var}, {inner}).sum())"
+    terms = []
+    for name, sub in (schema.get("properties") or {}).items():
+        # The API server's escaping of property names that are CEL reserved words.
+        field = f"__{name}__" if name in _CEL_RESERVED else name
+        inner = entries_count(sub, f"{var}.{field}", depth)
+        if inner is not None:
+            terms.append(f"(has({var}.{field}) ? {inner} : 0)")
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+
+
+def entries_rule(schema: dict[str, Any], limit: int, path: str) -> dict[str, Any]:
+    """The CEL rule bounding the list items and map entries of an embedded object in all."""
+    count = entries_count(schema, "self")
+    if count is None:
+        raise SchemaError(f"{path}: nothing to count")
+    return {
+        "rule": f"{count} <= {limit}",
+        "message": f"at most {limit} list items and map entries in all (env entries, "
+        "volumes, args, labels, ...): the operator keeps every job's template in memory",
+        "reason": "FieldValueInvalid",
+    }
 
 
 def structural_schema(model: type[BaseModel]) -> dict[str, Any]:

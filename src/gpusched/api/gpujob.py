@@ -18,6 +18,18 @@ POD_TEMPLATE_SCHEMA: Final = "io.k8s.api.core.v1.PodTemplateSpec"
 
 MAX_GPUS_PER_REPLICA: Final = 64
 MAX_REPLICAS: Final = 4096
+#: Most list items and map entries (env entries, volumes, args, labels, ... at every depth) a
+#: GpuJob's pod template may hold in all, refused by the API server (a CEL rule of the CRD, so
+#: it holds while the operator is down). The operator keeps every job's template in memory,
+#: where an entry costs ~200 bytes whatever its JSON size: an unbounded template (40,000 env
+#: entries fit in etcd's 1.5 MiB) cost ~10 MB each. A large real pod (10 containers with 200
+#: env entries each, 50 volumes and their mounts) has ~2,700; this is three times that.
+MAX_TEMPLATE_ENTRIES: Final = 8192
+#: Most bytes of JSON a pod template may take, refused by the operator's webhook (which the
+#: API server may skip while the operator is down; then ``MAX_TEMPLATE_ENTRIES`` and etcd's
+#: object size still hold). 256 KiB is what Kubernetes allows an object's annotations in
+#: all; the large real pod above takes ~100 KiB.
+MAX_TEMPLATE_BYTES: Final = 256 * 1024
 
 
 class TopologyScope(StrEnum):
@@ -312,7 +324,11 @@ class GpuJobSpec(ApiModel):
     suspend: bool = False
     """A suspended job is not admitted; suspending a running job releases its pods and GPUs."""
     template: dict[str, Any] = Field(
-        json_schema_extra={"x-gpusched-embed": POD_TEMPLATE_SCHEMA, **_TEMPLATE_RULES}
+        json_schema_extra={
+            "x-gpusched-embed": POD_TEMPLATE_SCHEMA,
+            "x-gpusched-max-entries": MAX_TEMPLATE_ENTRIES,
+            **_TEMPLATE_RULES,
+        }
     )
     """The pod template of every replica (a standard PodTemplateSpec). ``schedulerName`` and the
     GPU resource limit are set by the operator."""

@@ -3,7 +3,9 @@ against other objects, refused at apply time naming the field.
 
 - A TenantQuota may not claim a namespace another TenantQuota owns.
 - A GpuJob may not be created in a namespace no TenantQuota owns, nor name a PriorityClass that
-  does not exist (nor be changed to name one).
+  does not exist (nor be changed to name one), nor have a pod template over
+  ``MAX_TEMPLATE_BYTES`` of JSON (nor be changed to one): the operator keeps every job in
+  memory. Its entries are bounded by the CRD, which holds while the webhook is down.
 
 The rules are :mod:`gpusched.core.lifecycle.validation`; this module feeds them. Every replica
 serves the webhook (standbys keep their store warm), reading its store, and confirms a refusal
@@ -30,6 +32,7 @@ from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle.validation import (
     namespace_claim_refusal,
     priority_class_refusal,
+    template_size_refusal,
     tree_refusal,
     unowned_namespace_refusal,
 )
@@ -78,9 +81,14 @@ class Validator:
         to name a PriorityClass that does not exist). An existing job stays editable whatever
         its namespace's tenant became."""
         namespace = str((body.get("metadata") or {}).get("namespace") or "")
-        wanted = (body.get("spec") or {}).get("priorityClassName")
+        spec = body.get("spec") or {}
+        wanted = spec.get("priorityClassName")
         refusal = None
-        if old is None:
+        if old is None or spec.get("template") != (old.get("spec") or {}).get("template"):
+            # Not on every update: the operator's own writes to a job stored before the rule
+            # (a finalizer, an annotation) must pass.
+            refusal = template_size_refusal(spec.get("template"))
+        if refusal is None and old is None:
             refusal = unowned_namespace_refusal(namespace, self.store.quotas.values())
             if refusal is not None:
                 refusal = unowned_namespace_refusal(namespace, await self._quotas())

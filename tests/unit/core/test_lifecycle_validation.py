@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle.validation import (
     namespace_claim_refusal,
     priority_class_refusal,
+    template_size_refusal,
     tree_refusal,
     unowned_namespace_refusal,
 )
-from tests.cases.manifests import tenantquota
+from tests.cases.manifests import large_template, tenantquota
 
 
 def _quota(name: str, *namespaces: str) -> TenantQuota:
@@ -110,3 +113,25 @@ def test_a_child_is_refused_under_a_tenant_that_lists_namespaces() -> None:
     assert refusal.startswith("spec.parent:")
     assert "'research' lists namespaces (ml)" in refusal
     assert tree_refusal("vision", "research", 4, ["cv"], [_tq("research", 8)]) is None
+
+
+def _template_of_bytes(size: int) -> dict[str, object]:
+    """A pod template whose compact JSON is exactly ``size`` bytes (measured independently)."""
+    template: dict[str, object] = {
+        "spec": {"containers": [{"name": "c", "image": "i", "args": [""]}]}
+    }
+    base = len(json.dumps(template, separators=(",", ":")))
+    template["spec"]["containers"][0]["args"][0] = "x" * (size - base)  # type: ignore[index]
+    assert len(json.dumps(template, separators=(",", ":"))) == size
+    return template
+
+
+def test_a_pod_template_over_the_byte_limit_is_refused_naming_the_template() -> None:
+    assert template_size_refusal(_template_of_bytes(256 * 1024)) is None
+    refusal = template_size_refusal(_template_of_bytes(256 * 1024 + 1))
+    assert refusal is not None
+    assert refusal.startswith("spec.template: 262145 bytes of JSON, over the 262144")
+
+
+def test_a_large_real_pod_template_is_within_the_byte_limit() -> None:
+    assert template_size_refusal(large_template()) is None

@@ -10,8 +10,11 @@ before the job may not have reached the cache).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
+from gpusched.api.gpujob import MAX_TEMPLATE_BYTES
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle.tenants import tenant_map
 
@@ -117,3 +120,19 @@ def tree_refusal(
                 f"({', '.join(children)}); list the namespaces on them, where jobs belong"
             )
     return None
+
+
+def template_size_refusal(template: Any) -> str | None:
+    """Why a GpuJob's pod template is too large: over ``MAX_TEMPLATE_BYTES`` of compact JSON.
+
+    The operator keeps every job in memory, so one job's size bounds what a namespace user can
+    make it spend. The CRD bounds the template's entries (checked by the API server, even while
+    the operator is down); its bytes, which a CEL rule cannot measure, are checked here."""
+    size = len(json.dumps(template, separators=(",", ":"), ensure_ascii=False).encode())
+    if size <= MAX_TEMPLATE_BYTES:
+        return None
+    return (
+        f"spec.template: {size} bytes of JSON, over the {MAX_TEMPLATE_BYTES} a GpuJob's pod "
+        "template may take (the operator keeps every job in memory); move large data to a "
+        "ConfigMap or Secret and mount it"
+    )
