@@ -393,3 +393,46 @@ def test_the_watch_echo_of_a_tenant_quota_write_changes_nothing_and_wakes_no_cyc
     store.upsert_quota(_quota(6, 150.0))
     assert store.quotas["team"].status.gpu_seconds == 150.0
     assert store.changed.is_set()
+
+
+def _reachable(obj: Any, seen: set[int] | None = None) -> list[Any]:
+    """Every object reachable from ``obj`` through dicts, lists, tuples and attributes."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (str, int, float, bool, type(None))):
+        return []
+    seen.add(id(obj))
+    found = [obj]
+    children: list[Any] = []
+    if isinstance(obj, dict):
+        children = [*obj.keys(), *obj.values()]
+    elif isinstance(obj, (list, tuple)):
+        children = list(obj)
+    elif hasattr(obj, "__dict__"):
+        children = list(vars(obj).values())
+    for child in children:
+        found.extend(_reachable(child, seen))
+    return found
+
+
+def test_the_store_does_not_keep_a_jobs_managed_fields() -> None:
+    # The API server lists every field of the spec in managedFields (a dict per env entry):
+    # kept, they would triple what a job costs the operator's memory.
+    raw = {
+        "apiVersion": "gpusched.io/v1alpha1",
+        "kind": "GpuJob",
+        "metadata": {
+            "name": "j",
+            "namespace": "ns",
+            "uid": "u1",
+            "resourceVersion": "5",
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {"marker": {}}}}],
+            "annotations": {keys.ANNOTATION_SUBMITTER: "alice"},
+        },
+        "spec": {"gpusPerReplica": 1, "template": {"spec": {"containers": [{"name": "c"}]}}},
+    }
+    store = Store()
+    store.upsert_job(raw)
+    facts = store.jobs["ns/j"]
+    assert facts.submitter == "alice"
+    kept = _reachable(facts)
+    assert not any(isinstance(o, dict) and ("marker" in o or "managedFields" in o) for o in kept)
