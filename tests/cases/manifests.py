@@ -460,38 +460,6 @@ INVALID: tuple[Invalid, ...] = (
         upstream=True,
     ),
     Invalid(
-        "gpujob-template-too-many-entries-in-all",
-        # Each list within its own bound (9 x 1000 env entries; 250 volumes x 32 config map
-        # items), the whole over MAX_TEMPLATE_ENTRIES.
-        gpujob(
-            template=_template(
-                containers=[{"name": f"c{c}", "image": "i", "env": _env(1000)} for c in range(9)]
-            )
-        ),
-        "spec.template: Invalid value",
-        upstream=True,
-    ),
-    Invalid(
-        "gpujob-template-nested-entries-in-all",
-        gpujob(
-            template=_template(
-                containers=[{"name": "c", "image": "i"}],
-                volumes=[
-                    {
-                        "name": f"v{v}",
-                        "configMap": {
-                            "name": "m",
-                            "items": [{"key": f"k{i}", "path": f"p{i}"} for i in range(32)],
-                        },
-                    }
-                    for v in range(250)
-                ],
-            )
-        ),
-        "spec.template: Invalid value",
-        upstream=True,
-    ),
-    Invalid(
         "gpujob-template-ephemeral-containers",
         gpujob(
             template=_template(

@@ -26,9 +26,6 @@ from gpusched.api.tenantquota import TenantQuota
 from gpusched.api.upstream import pod_template_spec_snapshot
 
 EMBED_MARKER: Final = "x-gpusched-embed"
-#: Next to ``EMBED_MARKER``: the most list items and map entries the embedded object may hold
-#: in all, checked by a CEL rule the generator writes from the embedded schema.
-MAX_ENTRIES_MARKER: Final = "x-gpusched-max-entries"
 CATEGORY: Final = "gpusched"
 
 _DROPPED_KEYS: Final = frozenset({"title", "additionalProperties", "$defs", "discriminator"})
@@ -89,10 +86,11 @@ _UPSTREAM_SPECIAL: Final[dict[str, dict[str, Any]]] = {
 #: this many containers, resources per container and so on. Kubernetes bounds few of them in its
 #: own validation (a pod is limited by etcd's object size, about 1.5 MiB); the CRD bounds them so
 #: that one GpuJob costs the operator, which keeps every job's template in memory, a bounded
-#: amount (``MAX_TEMPLATE_ENTRIES`` is the real limit, these keep each list honest and the CEL
-#: rules within the API server's cost budget, which prices a rule by the largest list it may
-#: walk). The numbers are several times what real pods use: a few containers, tens of env
-#: variables and volumes (a large one: 10 containers, 200 env entries each, 50 volumes).
+#: amount (with the operator's byte bound, ``gpujob.MAX_TEMPLATE_BYTES``, and etcd's object
+#: size), and keep the CEL rules within the API server's cost budget, which prices a rule by
+#: the largest list it may walk. The numbers are several times what real pods use: a few
+#: containers, tens of env variables and volumes (a large one: 10 containers, 200 env entries
+#: each, 50 volumes).
 _UPSTREAM_BOUNDS: Final[dict[str, dict[str, dict[str, Any]]]] = {
     "io.k8s.api.core.v1.PodSpec": {
         "containers": {"maxItems": 64},
@@ -118,8 +116,8 @@ _UPSTREAM_BOUNDS: Final[dict[str, dict[str, dict[str, Any]]]] = {
 }
 #: Bound of every other list and map of the embedded template (a map's entries), by how many
 #: lists and maps enclose it: 64 directly in the pod (image pull secrets, host aliases), 32 in a
-#: container or volume (ports, a ConfigMap's items), 16 deeper (a selector term's values). The
-#: API server prices the entry-count rule by their products.
+#: container or volume (ports, a ConfigMap's items), 16 deeper (a selector term's values):
+#: nested bounds multiply, so the deeper ones are smaller.
 _UPSTREAM_DEFAULT_MAX_ITEMS: Final = (64, 32, 16)
 
 
@@ -313,11 +311,6 @@ class _Converter:
             for key, value in node.items():
                 if key.startswith("x-kubernetes-"):
                     embedded[key] = value
-            if MAX_ENTRIES_MARKER in node:
-                embedded["x-kubernetes-validations"] = [
-                    *embedded.get("x-kubernetes-validations", []),
-                    entries_rule(embedded, node[MAX_ENTRIES_MARKER], path),
-                ]
             return embedded
         if "anyOf" in node:
             node = self._unwrap_optional(node, path)
@@ -479,81 +472,6 @@ def _embed_upstream(root: str) -> dict[str, Any]:
                 out["items"]["properties"][map_key]["default"] = upstream["default"]
 
     return convert(root, 0, 0)
-
-
-#: CEL reserved words, which the API server escapes as ``__word__`` in property names.
-_CEL_RESERVED: Final = frozenset(
-    [
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ]
-)
-
-
-def entries_count(schema: dict[str, Any], var: str, depth: int = 0) -> str | None:
-    """A CEL expression counting the list items and map entries of ``var`` (an object of
-    ``schema``) at every depth; None when the schema has no list or map.
-
-    Why count: what an object costs a reader that keeps it as decoded JSON (the operator keeps
-    every GpuJob) grows with its number of items far more than with its bytes (a small dict is
-    ~200 bytes in Python for ~20 of JSON), and the schema's per-list bounds multiply along
-    nested lists (volumes x projected sources x items ...) to far more than any pod has. A sum
-    over the whole object is the one bound that holds, evaluated by the API server."""
-    item_var = f"e{depth}"
-    if schema.get("type") == "array":
-        inner = entries_count(schema["items"], item_var, depth + 1)
-        if inner is None:
-            return f"size({var})"
-        return f"(size({var}) + {var}.map({item_var}, {inner}).sum())"
-    if schema.get("type") != "object":
-        return None
-    if "additionalProperties" in schema:
-        inner = entries_count(schema["additionalProperties"], f"{var}[{item_var}]", depth + 1)
-        if inner is None:
-            return f"size({var})"
-        return f"(size({var}) + {var}.map({item_var}, {inner}).sum())"
-    terms = []
-    for name, sub in (schema.get("properties") or {}).items():
-        # The API server's escaping of property names that are CEL reserved words.
-        field = f"__{name}__" if name in _CEL_RESERVED else name
-        inner = entries_count(sub, f"{var}.{field}", depth)
-        if inner is not None:
-            terms.append(f"(has({var}.{field}) ? {inner} : 0)")
-    if not terms:
-        return None
-    return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
-
-
-def entries_rule(schema: dict[str, Any], limit: int, path: str) -> dict[str, Any]:
-    """The CEL rule bounding the list items and map entries of an embedded object in all."""
-    count = entries_count(schema, "self")
-    if count is None:
-        raise SchemaError(f"{path}: nothing to count")
-    return {
-        "rule": f"{count} <= {limit}",
-        "message": f"at most {limit} list items and map entries in all (env entries, "
-        "volumes, args, labels, ...): the operator keeps every job's template in memory",
-        "reason": "FieldValueInvalid",
-    }
 
 
 def structural_schema(model: type[BaseModel]) -> dict[str, Any]:

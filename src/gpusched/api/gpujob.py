@@ -18,17 +18,16 @@ POD_TEMPLATE_SCHEMA: Final = "io.k8s.api.core.v1.PodTemplateSpec"
 
 MAX_GPUS_PER_REPLICA: Final = 64
 MAX_REPLICAS: Final = 4096
-#: Most list items and map entries (env entries, volumes, args, labels, ... at every depth) a
-#: GpuJob's pod template may hold in all, refused by the API server (a CEL rule of the CRD, so
-#: it holds while the operator is down). The operator keeps every job's template in memory,
-#: where an entry costs ~200 bytes whatever its JSON size: an unbounded template (40,000 env
-#: entries fit in etcd's 1.5 MiB) cost ~10 MB each. A large real pod (10 containers with 200
-#: env entries each, 50 volumes and their mounts) has ~2,700; this is three times that.
-MAX_TEMPLATE_ENTRIES: Final = 8192
-#: Most bytes of JSON a pod template may take, refused by the operator's webhook (which the
-#: API server may skip while the operator is down; then ``MAX_TEMPLATE_ENTRIES`` and etcd's
-#: object size still hold). 256 KiB is what Kubernetes allows an object's annotations in
-#: all; the large real pod above takes ~100 KiB.
+#: Most bytes of JSON a pod template may take, refused by the operator's webhook. The operator
+#: keeps every job's template in memory, where a list item or map entry costs ~200 bytes
+#: whatever its JSON size: an unbounded template (40,000 env entries fit in etcd's 1.5 MiB)
+#: cost ~10 MB each. While the operator is down the API server skips the webhook; then the
+#: CRD's bound on every list of the template and etcd's object size (managed fields included,
+#: which grow with the entries) still hold. 256 KiB is what Kubernetes allows an object's
+#: annotations in all; a large real pod (10 containers with 200 env entries each, 50 volumes
+#: and their mounts) takes ~100 KiB. A count of every entry in a CEL rule was measured and not
+#: kept: it cost the API server a quarter more CPU on every GpuJob write, status included
+#: (docs/benchmarks.md).
 MAX_TEMPLATE_BYTES: Final = 256 * 1024
 
 
@@ -326,7 +325,6 @@ class GpuJobSpec(ApiModel):
     template: dict[str, Any] = Field(
         json_schema_extra={
             "x-gpusched-embed": POD_TEMPLATE_SCHEMA,
-            "x-gpusched-max-entries": MAX_TEMPLATE_ENTRIES,
             **_TEMPLATE_RULES,
         }
     )
