@@ -131,16 +131,7 @@ def test_the_benchmarks_gpujobs_are_accepted(local_cluster: LocalCluster) -> Non
         for name, workload in scenario.classes().items()
     ]
     for manifest in manifests:
-        result = local_cluster.kubectl(
-            "apply",
-            "--dry-run=server",
-            "-n",
-            "default",
-            "-f",
-            "-",
-            input=json.dumps(manifest),
-            check=False,
-        )
+        result = _dry_run(local_cluster, manifest)
         assert result.returncode == 0, (manifest["metadata"]["name"], result.stderr)
 
 

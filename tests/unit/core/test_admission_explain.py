@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 
 from gpusched.api.gpujob import TopologyMode, TopologyScope
-from gpusched.core.admission import AcrossReplicas, CycleConfig, Snapshot, Tenant
+from gpusched.core.admission import AcrossReplicas, CycleConfig, Job, Snapshot, Tenant
 from gpusched.core.admission.cycle import Cycle
 from gpusched.core.admission.explain import (
     NEVER_PREEMPTS,
@@ -263,20 +263,26 @@ def test_a_job_that_can_start_once_gpus_free_is_not_told_it_never_starts() -> No
     assert NEVER_PREEMPTS not in e.preemption
 
 
-def test_a_borrowing_job_is_told_its_shorter_protection_against_a_reclaim() -> None:
-    # Started 60 s ago after one earlier preemption: 30 min against its own tenant's priorities
-    # (1740 s left), but a reclaim waits only min(minRuntime 600, borrowed bound 300): 240 s.
-    tenants = [Tenant("a", guaranteed=0), Tenant("b", guaranteed=8)]
-    run = job(
+def _restarted_borrower(min_runtime_seconds: int = 0) -> Job:
+    """Tenant a's 8-GPU job on n0, restarted 60 s ago after one preemption, its reclaim
+    protection bounded at 300 s (what the tenant's borrowedProtectionSeconds would set)."""
+    return job(
         "a/run",
         "a",
         8,
         running_on=[("n0", tuple(range(8)))],
         started=NOW - 60,
         preemptions=1,
-        min_runtime_seconds=600,
+        min_runtime_seconds=min_runtime_seconds,
         reclaim_min_runtime_seconds=300.0,
     )
+
+
+def test_a_borrowing_job_is_told_its_shorter_protection_against_a_reclaim() -> None:
+    # Started 60 s ago after one earlier preemption: 30 min against its own tenant's priorities
+    # (1740 s left), but a reclaim waits only min(minRuntime 600, borrowed bound 300): 240 s.
+    tenants = [Tenant("a", guaranteed=0), Tenant("b", guaranteed=8)]
+    run = _restarted_borrower(min_runtime_seconds=600)
     e = explain(Snapshot(NOW, tuple(tenants), (run,), (node("n0"),)), "a/run")
     assert any("another 1740s" in line and "own tenant's" in line for line in e.preemption)
     assert "against a reclaim it is protected for another 240s" in " ".join(e.preemption)
@@ -284,15 +290,7 @@ def test_a_borrowing_job_is_told_its_shorter_protection_against_a_reclaim() -> N
 
 def test_a_borrowing_job_told_it_is_unprotected_against_a_reclaim_is_reclaimed_now() -> None:
     tenants = [Tenant("a", guaranteed=0), Tenant("b", guaranteed=8)]
-    run = job(
-        "a/run",
-        "a",
-        8,
-        running_on=[("n0", tuple(range(8)))],
-        started=NOW - 60,
-        preemptions=1,
-        reclaim_min_runtime_seconds=300.0,
-    )
+    run = _restarted_borrower()
     e = explain(Snapshot(NOW, tuple(tenants), (run,), (node("n0"),)), "a/run")
     assert "against a reclaim it is no longer protected" in " ".join(e.preemption)
     claim = job("b/claim", "b", 8, submitted=NOW - 1)
@@ -306,16 +304,7 @@ def test_a_job_claiming_its_guarantee_is_told_when_the_borrower_it_could_reclaim
     # holds against its own tenant only; against this reclaim it has min(600, 300) - 60 =
     # 240 s left. b's own running job of the same priority is no victim of it at all.
     tenants = [Tenant("a", guaranteed=0), Tenant("b", guaranteed=12)]
-    borrower = job(
-        "a/run",
-        "a",
-        8,
-        running_on=[("n0", tuple(range(8)))],
-        started=NOW - 60,
-        preemptions=1,
-        min_runtime_seconds=600,
-        reclaim_min_runtime_seconds=300.0,
-    )
+    borrower = _restarted_borrower(min_runtime_seconds=600)
     own = job(
         "b/own",
         "b",
