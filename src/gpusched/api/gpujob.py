@@ -323,10 +323,7 @@ class GpuJobSpec(ApiModel):
     suspend: bool = False
     """A suspended job is not admitted; suspending a running job releases its pods and GPUs."""
     template: dict[str, Any] = Field(
-        json_schema_extra={
-            "x-gpusched-embed": POD_TEMPLATE_SCHEMA,
-            **_TEMPLATE_RULES,
-        }
+        json_schema_extra={"x-gpusched-embed": POD_TEMPLATE_SCHEMA, **_TEMPLATE_RULES}
     )
     """The pod template of every replica (a standard PodTemplateSpec). ``schedulerName`` and the
     GPU resource limit are set by the operator."""

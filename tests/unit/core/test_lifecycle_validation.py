@@ -117,11 +117,12 @@ def test_a_child_is_refused_under_a_tenant_that_lists_namespaces() -> None:
 
 def _template_of_bytes(size: int) -> dict[str, object]:
     """A pod template whose compact JSON is exactly ``size`` bytes (measured independently)."""
-    template: dict[str, object] = {
-        "spec": {"containers": [{"name": "c", "image": "i", "args": [""]}]}
-    }
-    base = len(json.dumps(template, separators=(",", ":")))
-    template["spec"]["containers"][0]["args"][0] = "x" * (size - base)  # type: ignore[index]
+
+    def with_arg(arg: str) -> dict[str, object]:
+        return {"spec": {"containers": [{"name": "c", "image": "i", "args": [arg]}]}}
+
+    base = len(json.dumps(with_arg(""), separators=(",", ":")))
+    template = with_arg("x" * (size - base))
     assert len(json.dumps(template, separators=(",", ":"))) == size
     return template
 

@@ -632,7 +632,7 @@ class _Settle:
             stuck = next((p for p in current if p.live and p.waiting), None)
             if stuck is not None:
                 what += f" (pod {stuck.name}: {stuck.waiting})"
-        own = why is None and stuck is not None and stuck.waits_on_own_container
+        own = stuck is not None and stuck.waits_on_own_container
         count = self.status.unready_releases + (1 if own else 0)
         limit = self.config.max_unready_releases
         self.delete(current, 0)

@@ -126,8 +126,9 @@ def template_size_refusal(template: Any) -> str | None:
     """Why a GpuJob's pod template is too large: over ``MAX_TEMPLATE_BYTES`` of compact JSON.
 
     The operator keeps every job in memory, so one job's size bounds what a namespace user can
-    make it spend. The CRD bounds the template's entries (checked by the API server, even while
-    the operator is down); its bytes, which a CEL rule cannot measure, are checked here."""
+    make it spend. The CRD bounds each list of the template (checked by the API server, even
+    while the operator is down); its bytes, which no schema or CEL rule can measure, are
+    checked here."""
     size = len(json.dumps(template, separators=(",", ":"), ensure_ascii=False).encode())
     if size <= MAX_TEMPLATE_BYTES:
         return None

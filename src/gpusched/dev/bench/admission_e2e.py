@@ -301,13 +301,8 @@ def run_e2e(
                     job_manifest(name, gpus_per_job),
                 )
 
-            # A job counts as Running when its status says so to a watching client (what its
-            # user sees), timed like the plain pods below; its status.startedAt is the pods'
-            # start in whole seconds, up to a second early and before the status is written.
             watcher = RunningWatcher(
-                api,
-                f"/apis/{keys.GROUP}/{keys.VERSION}/namespaces/{namespace}/gpujobs",
-                lambda _: time.time(),
+                api, f"/apis/{keys.GROUP}/{keys.VERSION}/namespaces/{namespace}/gpujobs"
             )
             api_before, api_seconds_before = apiserver_figures(api)
             op_before = operator_metrics(port)
@@ -416,11 +411,12 @@ def _cpu_per(after: dict[str, float], before: dict[str, float], count: int) -> d
 
 class RunningWatcher:
     """Records when each object of a collection is first seen Running (a watch, not polling:
-    the benchmark must not load the API server it measures)."""
+    the benchmark must not load the API server it measures). GpuJobs and plain pods are timed
+    alike, when a watching client sees them Running (what their user sees): a GpuJob's
+    ``status.startedAt`` is its pods' start in whole seconds, before the status says so."""
 
-    def __init__(self, api: Any, path: str, started_at: Callable[[dict[str, Any]], float]) -> None:
+    def __init__(self, api: Any, path: str) -> None:
         self.running: dict[str, float] = {}
-        self._started_at = started_at
         client = AsyncApi(api.configuration)
         reflector = Reflector(f"bench-{path}", client, path, self)
         self._loop = asyncio.new_event_loop()
@@ -440,7 +436,7 @@ class RunningWatcher:
     def upsert(self, item: dict[str, Any]) -> None:
         name = item["metadata"]["name"]
         if name not in self.running and (item.get("status") or {}).get("phase") == "Running":
-            self.running[name] = self._started_at(item)
+            self.running[name] = time.time()
 
     def delete(self, item: dict[str, Any]) -> None:
         """Deletions do not matter here."""
@@ -483,7 +479,7 @@ def _plain_pods_per_second(api: Any, core: Any, *, count: int, workers: int) -> 
             },
         )
 
-    watcher = RunningWatcher(api, f"/api/v1/namespaces/{plain}/pods", lambda _: time.time())
+    watcher = RunningWatcher(api, f"/api/v1/namespaces/{plain}/pods")
     started = time.time()
     _create_all(create, count, workers)
     running = watcher.wait(count, 300)
