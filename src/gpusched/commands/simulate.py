@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
-from dataclasses import replace
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
 from gpusched.simulator import adapters, fgd
+from gpusched.simulator import seeds as seed_summary
 from gpusched.simulator.cluster import from_file, from_mix, with_network
 from gpusched.simulator.compare import run_policies
+from gpusched.simulator.figures import Figures
 from gpusched.simulator.model import Cluster, RunResult, Workload
 from gpusched.simulator.policies import POLICIES
 from gpusched.simulator.progress import Progress
@@ -86,12 +90,17 @@ def _inputs(
     return workload, cluster
 
 
-def _command(ctx: click.Context) -> str:
-    """The invocation that reproduces this run (every option not left at its default)."""
+def _command(ctx: click.Context, *, drop: tuple[str, ...] = (), extra: str = "") -> str:
+    """The invocation that reproduces this run (every option not left at its default, but
+    those named in ``drop``, then ``extra``)."""
     words = ["gpusched", "simulate"]
     for param in ctx.command.params:
         name = param.name
-        if name is None or ctx.get_parameter_source(name) is ParameterSource.DEFAULT:
+        if (
+            name is None
+            or name in drop
+            or ctx.get_parameter_source(name) is ParameterSource.DEFAULT
+        ):
             continue
         value = ctx.params[name]
         flag = param.opts[0]
@@ -100,7 +109,7 @@ def _command(ctx: click.Context) -> str:
                 words.append(flag)
             continue
         words += [flag, shlex.quote(str(value))]
-    return " ".join(words)
+    return " ".join([*words, extra] if extra else words)
 
 
 @click.command()
@@ -159,7 +168,27 @@ def _command(ctx: click.Context) -> str:
     show_default=True,
     help="openb only: which pod list (default, multigpu20..50, gpuspec33, gpushare100).",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Draws what the trace leaves open (Philly's synthesised priorities, random choices).",
+)
+@click.option(
+    "--seeds",
+    default=None,
+    help="Comma-separated seeds (e.g. 0,1,2): replay every policy under each, each seed's "
+    "report in <out>/seed-<seed>/, and every figure per seed, its mean and range, and each "
+    "policy against the first seed by seed in <out>/seeds.md.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --seeds: seeds replayed at once, a process each (default: one per CPU, at "
+    "most one per seed).",
+)
 @click.option(
     "--speed-model",
     type=click.Choice(["measured", "none"]),
@@ -194,13 +223,15 @@ def simulate(
     demand: float | None,
     openb_pods: str,
     seed: int,
+    seeds: str | None,
+    workers: int | None,
     speed_model: str,
     what_if_quotas: Path | None,
     what_if_nodes: str | None,
     out: Path,
 ) -> None:
     """Replay a job trace through gpusched and the baselines; write a report."""
-    command = _command(click.get_current_context())
+    ctx = click.get_current_context()
     kind = trace if trace in ("philly", "openb") else "file"
     if demand is not None and kind != "openb":
         raise click.UsageError("--demand is the FGD experiment on openb: use it with --trace openb")
@@ -212,17 +243,129 @@ def simulate(
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise click.UsageError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+    run = _Run(
+        trace=trace,
+        traces_dir=traces_dir,
+        nodes=nodes,
+        nodes_file=nodes_file,
+        network=network,
+        quotas=quotas,
+        policies=tuple(names),
+        limit=limit,
+        demand=demand,
+        openb_pods=openb_pods,
+        speed_model=speed_model,
+        what_if_quotas=what_if_quotas,
+        what_if_nodes=what_if_nodes,
+    )
+    if seeds is None:
+        if workers is not None:
+            raise click.UsageError("--workers runs seeds at once: use it with --seeds")
+        report = _replay(run, seed, out, _command(ctx), tty=None)
+        click.echo(f"report: {report}")
+        return
+    chosen = _seed_list(seeds)
+    if ctx.get_parameter_source("seed") is not ParameterSource.DEFAULT:
+        raise click.UsageError("give --seed or --seeds, not both")
+    if what_if_quotas is not None or what_if_nodes is not None:
+        raise click.UsageError(
+            "--seeds compares policies, not what-ifs: run the what-if once per --seed"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: cannot make the directory: {exc}") from None
+    count = min(workers or os.cpu_count() or 1, len(chosen))
+    jobs = [
+        (
+            s,
+            out / f"seed-{s}",
+            _command(
+                ctx,
+                drop=("seeds", "workers", "out"),
+                extra=f"--seed {s} --out " + shlex.quote(str(out / f"seed-{s}")),
+            ),
+        )
+        for s in chosen
+    ]
+    click.echo(f"replaying seeds {', '.join(map(str, chosen))}, {count} at once", err=True)
+    if count == 1:
+        reports = [_replay(run, s, where, command, tty=None) for s, where, command in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=count) as pool:
+            futures = [
+                pool.submit(_replay, run, s, where, command, tty=False)
+                for s, where, command in jobs
+            ]
+            reports = [f.result() for f in futures]
+    runs = {s: _figures_of(report.parent) for s, report in zip(chosen, reports, strict=True)}
+    summary = seed_summary.summarise(runs)
+    try:
+        (out / "seeds.md").write_text(seed_summary.render(summary) + "\n")
+        (out / "seeds.json").write_text(json.dumps(seed_summary.to_json(summary), indent=1) + "\n")
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: cannot write the summary: {exc}") from None
+    click.echo(f"report: {out / 'seeds.md'}")
+
+
+def _seed_list(text: str) -> list[int]:
+    """The seeds of ``--seeds``: whole numbers, each once."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise click.UsageError(
+            f"--seeds {text!r}: give whole numbers separated by commas, e.g. 0,1,2"
+        ) from None
+    if not values:
+        raise click.UsageError("--seeds: give at least one seed, e.g. 0,1,2")
+    if len(set(values)) != len(values):
+        raise click.UsageError(f"--seeds {text!r}: each seed once")
+    return values
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What one invocation replays, but for the seed and where the report goes (sent whole to
+    the processes that replay seeds at once)."""
+
+    trace: str
+    traces_dir: Path | None
+    nodes: str | None
+    nodes_file: Path | None
+    network: Path | None
+    quotas: Path | None
+    policies: tuple[str, ...]
+    limit: int | None
+    demand: float | None
+    openb_pods: str
+    speed_model: str
+    what_if_quotas: Path | None
+    what_if_nodes: str | None
+
+
+def _figures_of(directory: Path) -> list[Figures]:
+    """The figures of each policy of the replay whose results.json is in ``directory``."""
+    data = json.loads((directory / "results.json").read_text())
+    return [Figures.from_json(f) for f in data["figures"]]
+
+
+def _replay(run: _Run, seed: int, out: Path, command: str, *, tty: bool | None) -> Path:
+    """Replay every policy of ``run`` under ``seed`` (and the what-if, if any) and write the
+    report into ``out``; the report's path. ``tty``: how progress is drawn (None: as stderr
+    is; False: plain lines, as when several replays share one stderr)."""
+    kind = run.trace if run.trace in ("philly", "openb") else "file"
     try:
         workload, cluster = _inputs(
-            trace=trace,
-            traces_dir=traces_dir,
-            nodes=nodes,
-            nodes_file=nodes_file,
-            network=network,
-            quotas=quotas,
-            limit=limit,
-            demand=demand,
-            openb_pods=openb_pods,
+            trace=run.trace,
+            traces_dir=run.traces_dir,
+            nodes=run.nodes,
+            nodes_file=run.nodes_file,
+            network=run.network,
+            quotas=run.quotas,
+            limit=run.limit,
+            demand=run.demand,
+            openb_pods=run.openb_pods,
             seed=seed,
         )
         # The what-if inputs and the output directory are checked before any replay: a bad file
@@ -231,17 +374,17 @@ def simulate(
         # its TenantQuotas own the trace's namespaces (not the base quotas' tenants), derived
         # guarantees are shares of its own node pool, and --network places its nodes too.
         changed = None
-        if what_if_quotas is not None or what_if_nodes is not None:
+        if run.what_if_quotas is not None or run.what_if_nodes is not None:
             changed = _inputs(
-                trace=trace,
-                traces_dir=traces_dir,
-                nodes=what_if_nodes or nodes,
-                nodes_file=None if what_if_nodes else nodes_file,
-                network=network,
-                quotas=what_if_quotas or quotas,
-                limit=limit,
-                demand=demand,
-                openb_pods=openb_pods,
+                trace=run.trace,
+                traces_dir=run.traces_dir,
+                nodes=run.what_if_nodes or run.nodes,
+                nodes_file=None if run.what_if_nodes else run.nodes_file,
+                network=run.network,
+                quotas=run.what_if_quotas or run.quotas,
+                limit=run.limit,
+                demand=run.demand,
+                openb_pods=run.openb_pods,
                 seed=seed,
             )
     except (ValueError, OSError) as exc:  # QuotaError and ClusterError are ValueErrors
@@ -250,10 +393,10 @@ def simulate(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise click.ClickException(f"--out {out}: cannot make the directory: {exc}") from None
-    speed = DEFAULT_SPEED.slowdown if speed_model == "measured" and kind != "openb" else None
+    speed = DEFAULT_SPEED.slowdown if run.speed_model == "measured" and kind != "openb" else None
     # The FGD experiment's pods never leave and are decided in arrival order: one cycle over all
     # of them places exactly what one cycle per arrival would (a test checks it), far faster.
-    interval = math.inf if demand is not None else 0.0
+    interval = math.inf if run.demand is not None else 0.0
     notes = list(workload.notes)
     notes.append(
         "job-speed model: "
@@ -265,13 +408,16 @@ def simulate(
     )
     click.echo(
         f"replaying {len(workload.jobs)} jobs of {workload.name} on {len(cluster.nodes)} nodes "
-        f"({cluster.gpus} GPUs) under {', '.join(names)}",
+        f"({cluster.gpus} GPUs) under {', '.join(run.policies)}, seed {seed}",
         err=True,
     )
 
+    def progress(policy: str) -> Progress:
+        return Progress(f"{policy} (seed {seed})", tty=tty)
+
     def replay_all(w: Workload, c: Cluster) -> list[RunResult]:
         return run_policies(
-            w, c, names, seed=seed, speed=speed, progress=Progress, cycle_interval=interval
+            w, c, run.policies, seed=seed, speed=speed, progress=progress, cycle_interval=interval
         )
 
     results = replay_all(workload, cluster)
@@ -283,8 +429,8 @@ def simulate(
             + "; ".join(
                 part
                 for part in (
-                    f"TenantQuotas from {what_if_quotas}" if what_if_quotas else "",
-                    f"node pool {what_if_nodes}" if what_if_nodes else "",
+                    f"TenantQuotas from {run.what_if_quotas}" if run.what_if_quotas else "",
+                    f"node pool {run.what_if_nodes}" if run.what_if_nodes else "",
                 )
                 if part
             )
@@ -296,16 +442,16 @@ def simulate(
         report = write_report(
             results, out, command=command, title=title, baseline=baseline, notes=notes
         )
-        if demand is not None:
+        if run.demand is not None:
             curves = fgd.curves_of(results, workload)
             reference_csv = (
-                adapters.traces_dir(traces_dir)
+                adapters.traces_dir(run.traces_dir)
                 / "alibaba-gpu-v2023"
                 / "fgd-expected-results"
                 / "analysis_allo_discrete.csv"
             )
             reference = (
-                fgd.published(reference_csv, f"openb_pod_list_{openb_pods}")
+                fgd.published(reference_csv, f"openb_pod_list_{run.openb_pods}")
                 if reference_csv.is_file()
                 else {}
             )
@@ -317,5 +463,5 @@ def simulate(
     except OSError as exc:
         raise click.ClickException(f"--out {out}: cannot write the report: {exc}") from None
     for r in results:
-        click.echo(f"{r.policy}: replayed in {r.cpu_seconds:.0f} CPU-s", err=True)
-    click.echo(f"report: {report}")
+        click.echo(f"{r.policy} (seed {seed}): replayed in {r.cpu_seconds:.0f} CPU-s", err=True)
+    return report
