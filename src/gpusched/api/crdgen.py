@@ -248,8 +248,8 @@ CRDS: Final[tuple[CrdSpec, ...]] = (
             _column(
                 "Spent",
                 "number",
-                ".status.periodCost",
-                "Cost in the current budget period (status.currency).",
+                ".status.spent",
+                "Cost in the current budget period (status.currency), to the hundredth.",
             ),
             _column("Hard-Cap", "number", ".spec.budget.hardCap", "Budget hard cap.", priority=1),
             _column(

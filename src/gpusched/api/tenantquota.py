@@ -296,15 +296,19 @@ class TenantQuotaStatus(ApiModel):
     period_gpu_hours: float = Field(0.0, ge=0)
     """GPU-hours run since ``periodStart``."""
     period_cost: float = Field(0.0, ge=0)
-    """What they cost: what the budget's caps are compared with."""
+    """What they cost: what the budget's caps are compared with. A running total, kept to
+    nine decimal places so that frequent meterings add up to what ran."""
+    spent: float = Field(0.0, ge=0)
+    """``periodCost`` rounded to the hundredth (a cent), for reading: the ``Spent`` printer
+    column. The caps are compared with ``periodCost``."""
     gpu_hours_7d: float = Field(0.0, ge=0, alias="gpuHours7d")
-    """GPU-hours of the last 7 days (today included)."""
+    """GPU-hours of the last 7 days (today included), to the hundredth."""
     cost_7d: float = Field(0.0, ge=0, alias="cost7d")
-    """What ``gpuHours7d`` cost."""
+    """What ``gpuHours7d`` cost, to the hundredth."""
     gpu_hours_30d: float = Field(0.0, ge=0, alias="gpuHours30d")
-    """GPU-hours of the last 30 days (today included)."""
+    """GPU-hours of the last 30 days (today included), to the hundredth."""
     cost_30d: float = Field(0.0, ge=0, alias="cost30d")
-    """What ``gpuHours30d`` cost."""
+    """What ``gpuHours30d`` cost, to the hundredth (the ``Cost-30d`` printer column)."""
     daily: list[DaySpend] = Field(default_factory=list, max_length=MAX_DAYS)
     """GPU-hours and cost per UTC day, oldest first (the last 35 days)."""
     users: list[UserSpend] = Field(default_factory=list, max_length=MAX_USERS)

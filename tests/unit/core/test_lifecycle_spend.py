@@ -5,9 +5,11 @@ in each test from the jobs' run times."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +28,7 @@ from gpusched.core.lifecycle.tenants import (
 )
 
 PRICES = Pricing("USD", 2.0, {"H100": 4.0})
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def quota(status: dict[str, Any] | None = None, **spec: Any) -> TenantQuota:
@@ -296,6 +299,38 @@ def test_spending_metered_every_second_adds_up_to_what_ran(gpus: int) -> None:
     assert cost == pytest.approx(2.0 * gpus, rel=1e-5)
     assert daily[-1].gpu_hours == pytest.approx(gpus, rel=1e-5)
     assert users[0].cost == pytest.approx(2.0 * gpus, rel=1e-5)
+
+
+def _printed_columns(status: dict[str, Any]) -> dict[str, Any]:
+    """Name -> value of the committed TenantQuota CRD's number columns read from ``status``,
+    wide ones included (``kubectl get tq -o wide`` prints each value as stored)."""
+    crd = yaml.safe_load((ROOT / "crds" / "gpusched.io_tenantquotas.yaml").read_text())
+    [version] = crd["spec"]["versions"]
+    out = {}
+    for column in version["additionalPrinterColumns"]:
+        path = column["jsonPath"].split(".")[1:]
+        if column["type"] != "number" or path[0] != "status":
+            continue
+        value: Any = {"status": status}
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        out[column["name"]] = value
+    return out
+
+
+def test_kubectl_prints_spending_to_the_cent_while_the_period_keeps_what_ran() -> None:
+    """One GPU for 1,234 s at 2.37 an hour cost 0.81238333...: ``kubectl get tq`` shows 0.81
+    (SPENT, and COST-30D with ``-o wide``); the period's total that the next metering adds to
+    and the caps compare with keeps the fraction."""
+    last = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    now = last + timedelta(seconds=1234)
+    q = quota({"lastMeteredAt": last.isoformat()})
+    status = quota_status(
+        q, usage(), [], [running(last, 1, {"": 1})], now, pricing=Pricing("USD", 2.37)
+    )
+    columns = _printed_columns(status.status.to_k8s())
+    assert columns == {"Spent": 0.81, "Cost-30d": 0.81}
+    assert status.status.period_cost == pytest.approx(2.37 * 1234 / 3600, abs=1e-9)
 
 
 def test_gpu_seconds_written_every_second_add_up_to_what_ran() -> None:

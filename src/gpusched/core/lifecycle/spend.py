@@ -120,9 +120,13 @@ class Spend:
     cost_30d: float
 
 
-def _r(value: float) -> float:
-    """A figure derived for display (a rolling window), rounded."""
-    return round(value, 4)
+def for_reading(value: float) -> float:
+    """A figure for reading, not summed again (a rolling window, the ``Spent`` column): to
+    the hundredth, as money is written (a cent; 36 GPU-seconds when cost counts GPU-hours).
+    ``kubectl`` prints a number column's value as the status stores it, so a figure rounded
+    only for the eye must be stored rounded; the running totals it comes from keep their
+    nine places (:func:`_total`)."""
+    return round(value, 2)
 
 
 def _total(value: float) -> float:
@@ -190,7 +194,9 @@ def meter(
     def window(n: int) -> tuple[float, float]:
         first = (today - timedelta(days=n - 1)).isoformat()
         chosen = [d for d in daily if d.date >= first]
-        return _r(sum(d.gpu_hours for d in chosen)), _r(sum(d.cost for d in chosen))
+        return for_reading(sum(d.gpu_hours for d in chosen)), for_reading(
+            sum(d.cost for d in chosen)
+        )
 
     for name in holding:
         users.setdefault(name, [0.0, 0.0])

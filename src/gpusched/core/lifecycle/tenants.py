@@ -12,7 +12,14 @@ from gpusched.api.meta import Condition, ConditionStatus
 from gpusched.api.tenantquota import PreemptionPolicy, TenantQuota, TenantQuotaStatus
 from gpusched.core.admission import Tenant, TenantUsage
 from gpusched.core.admission.tree import TenantTree
-from gpusched.core.lifecycle.spend import Pricing, Run, decayed, exhausted_until, meter
+from gpusched.core.lifecycle.spend import (
+    Pricing,
+    Run,
+    decayed,
+    exhausted_until,
+    for_reading,
+    meter,
+)
 
 
 @dataclass(frozen=True)
@@ -326,6 +333,7 @@ METERED_FIELDS = frozenset(
         "lastMeteredAt",
         "periodGpuHours",
         "periodCost",
+        "spent",
         "gpuHours7d",
         "cost7d",
         "gpuHours30d",
@@ -474,6 +482,7 @@ def quota_status(
         period_start=spend.period_start,
         period_gpu_hours=spend.period_gpu_hours,
         period_cost=spend.period_cost,
+        spent=for_reading(spend.period_cost),
         gpu_hours_7d=spend.gpu_hours_7d,
         cost_7d=spend.cost_7d,
         gpu_hours_30d=spend.gpu_hours_30d,
