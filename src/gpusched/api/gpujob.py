@@ -465,9 +465,14 @@ class GpuJobStatus(ApiModel):
     )
     """QuotaReserved, Admitted, PodsReady, Preempted and Finished, each with reason and message."""
     placement: list[ReplicaPlacement] = Field(default_factory=list)
-    """Planned or actual node and GPU set per replica."""
+    """Node and GPU set per replica: while admitted, the GPUs held for it (planned); once
+    its pods run, the GPUs they were bound to; after it ends, where it ran. Empty whenever
+    the job holds no placement and did not run on the last one: queued (also after a
+    release or a preemption), suspended, or failed before its pods all ran (refused, or
+    given up after pods-ready timeouts or kubelet refusals; its conditions say why)."""
     placement_quality: str | None = None
-    """Worst achieved topology class over the replicas (printer column)."""
+    """Worst achieved topology class over ``placement``'s replicas (printer column); unset
+    whenever ``placement`` is empty."""
     gpus: int | None = Field(None, ge=0)
     """Total GPUs of the job, replicas x gpusPerReplica (printer column)."""
     admission: int = Field(0, ge=0)

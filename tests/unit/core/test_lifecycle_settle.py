@@ -654,6 +654,43 @@ def test_kubelet_refusals_in_a_row_fail_the_job_at_the_bound() -> None:
     assert "refusals in a row" in (s.message or "")
 
 
+def _planned(**extra: Any) -> dict[str, Any]:
+    """An admitted status whose plan says which topology class each replica's set has."""
+    status = admitted_status(**extra)
+    status["placementQuality"] = "pcie-switch"
+    for p in status["placement"]:
+        p["topologyClass"] = "pcie-switch"
+    return status
+
+
+def test_a_job_failed_before_its_pods_all_ran_describes_no_placement() -> None:
+    """Given up after PodsReadyTimeout releases or kubelet refusals, the job never ran on the
+    GPUs it was planned on, and its pods are gone: its status says no placement (nor its
+    quality), as for a gang released and queued again; its conditions keep the record."""
+    limit = CONFIG.max_unready_releases
+    unready = _unready(job(status=_planned(unreadyReleases=limit - 1)), IMAGE_PULL)
+    refusals = job(status=_planned(nodeRejections=CONFIG.max_node_rejections - 1))
+    refused = with_pods(refusals, pod(refusals, 0, rejected="OutOfnvidia.com/gpu"))
+    for facts, reason in ((unready, "PodsReadyTimeout"), (refused, "PodFailed")):
+        s = settle(facts, OK, NOW, CONFIG).status
+        assert (s.phase, s.reason, s.started_at) == (JobPhase.FAILED, reason, None)
+        assert (s.placement, s.placement_quality) == ([], None)
+        assert condition(s, "Finished") == ("True", reason)
+        assert condition(s, "QuotaReserved") == ("True", "WithinGuarantee")
+
+
+def test_a_job_that_ran_and_failed_keeps_the_placement_it_ran_on() -> None:
+    facts = job(status=_planned(phase="Running", startedAt=stamp(NOW - timedelta(seconds=60))))
+    facts = with_pods(facts, pod(facts, 0, phase="Failed", exit_code=1), pod(facts, 1))
+    s = settle(facts, OK, NOW, CONFIG).status
+    assert s.phase is JobPhase.FAILED
+    assert [(p.node, p.topology_class) for p in s.placement] == [
+        ("n0", "pcie-switch"),
+        ("n1", "pcie-switch"),
+    ]
+    assert s.placement_quality == "pcie-switch"
+
+
 def test_a_gang_that_runs_forgets_earlier_kubelet_refusals() -> None:
     facts = job(status=admitted_status(nodeRejections=3))
     facts = with_pods(facts, pod(facts, 0), pod(facts, 1))

@@ -431,9 +431,17 @@ def finished(
     *,
     at: datetime | None = None,
 ) -> Transition:
-    """Succeeded or failed, ``at`` when its pods ended (default now)."""
+    """Succeeded or failed, ``at`` when its pods ended (default now).
+
+    A job that ran keeps its placement (and its quality) as the record of where it ran. One
+    that never ran (``startedAt`` unset: given up after pods-ready timeouts or kubelet
+    refusals) loses the placement it was planned on, as a gang released and queued again
+    does: its pods go with it, and ``placementQuality`` would describe a set it never ran on.
+    Its conditions and message keep the record of what happened."""
     t.stop_metering(gpus, at)
     reason = reason or (Reason.SUCCEEDED if ok else Reason.POD_FAILED)
+    if t.status.started_at is None:
+        t.set(placement=[], placement_quality=None)
     t.set(
         expected_start=None,
         reservation=None,
