@@ -4,7 +4,10 @@ Deciding again for one question costs a whole cycle over the cluster (a second a
 jobs) and playing the queue forward seconds more; the leader has both at hand: the cycle it
 last ran, still in the state it left, and the expected starts of its last forecast. So it
 answers in milliseconds and says when that cycle decided. The next cycle decides on a second
-kept pool, so an answer never waits for a cycle (:meth:`AdmissionLoop.last_decision`).
+kept pool, so an answer never waits for a cycle (:meth:`AdmissionLoop.last_decision`). A
+waiting job the last forecast gave no start for its current wait (queued since, or beyond the
+jobs it covers) has its start played forward for it alone over that cycle's snapshot: a
+cycle of its own and a play until the job, once per job and cycle, and the answer says so.
 
 - ``GET /explain/{namespace}/{name}``: the explanation and the job's status as written.
 - ``GET /explain/{namespace}/{name}/sooner``: the one change that would start the job markedly
@@ -33,7 +36,7 @@ from gpusched.core.admission import Job
 from gpusched.core.admission.explain import Explanation, sooner
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.decide import Decision
-from gpusched.operator.explainer import JobNotFoundError, answer
+from gpusched.operator.explainer import JobNotFoundError, answer, play_unforecast, unforecast
 from gpusched.operator.leader import LeaderElector
 from gpusched.operator.loop import AdmissionLoop
 
@@ -48,6 +51,8 @@ class _Read:
     explanation: Explanation
     status: dict[str, Any]
     job: Job | None
+    unforecast: str | None = None
+    """Why the last forecast gave the job no start for its current wait, if it did not."""
 
 
 class AnswerServer:
@@ -68,7 +73,8 @@ class AnswerServer:
         self.host = host
         self.leader = leader
         self.sooner_slot = asyncio.Semaphore(1)
-        """Counterfactuals are whole cycles: one at a time beside the admission loop."""
+        """Counterfactuals and starts played for one job are whole cycles: one at a time
+        beside the admission loop."""
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -111,7 +117,13 @@ class AnswerServer:
                 explanation, status = await asyncio.to_thread(answer, decision, key)
             except JobNotFoundError:
                 return _not_found(key, decision)
-            return _Read(decision, explanation, status, decision.cycle.jobs.get(key))
+            why = unforecast(decision, key, explanation)
+            read = _Read(decision, explanation, status, decision.cycle.jobs.get(key), why)
+        if why is not None:
+            # Over the snapshot alone, which no later cycle changes: the pool is not held.
+            async with self.sooner_slot:
+                await asyncio.to_thread(play_unforecast, decision, key, explanation, why)
+        return read
 
     async def _explain(self, request: web.Request) -> web.Response:
         started = time.perf_counter()

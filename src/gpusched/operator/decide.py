@@ -149,6 +149,11 @@ class Decision:
     """When the expected starts ``result`` carries were forecast (reservations' excepted)."""
     forecast: Mapping[str, float | None] = field(default_factory=dict)
     """That forecast: the jobs it covered (None: it found no start for them)."""
+    forecast_limit: int | None = None
+    """Most waiting jobs, in admission order, that forecast gave a start."""
+    played: dict[str, float | None] = field(default_factory=dict, compare=False)
+    """Expected starts ``explain`` played forward over :attr:`snapshot` for one job each (jobs
+    the forecast did not cover), kept so that a job asked about again is played once."""
 
     final: Mapping[str, GpuJobStatus] = field(default_factory=dict)
     """Statuses the planned writes give their jobs."""
@@ -713,6 +718,7 @@ def decide(
         pool=pool,
         forecast_at=memo.forecast_at,
         forecast=memo.forecast,
+        forecast_limit=config.forecast_limit,
         final={
             action.key: action.status
             for group in planned.groups

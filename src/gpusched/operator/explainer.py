@@ -8,7 +8,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.core.admission.explain import GPU_BOUND, Explanation, describe
+from gpusched.api.gpujob import GpuJobStatus
+from gpusched.api.meta import ConditionStatus
+from gpusched.core.admission import WaitReason
+from gpusched.core.admission.explain import GPU_BOUND, Explanation, describe, start_of
 from gpusched.core.admission.explain import sooner as sooner_change
 from gpusched.core.lifecycle import Verdict, needs_validation
 from gpusched.core.lifecycle.status import admitted_by_pods
@@ -109,7 +112,9 @@ def answer(
     """The explanation of ``key`` in the state ``decision``'s cycle left, and the job's status
     as written. A waiting job's expected start is the one the decision carries (its
     reservation's, or the last forecast's), or, with ``play``, played forward now (which
-    uses the cycle up: only for a decision made for this answer)."""
+    uses the cycle up: only for a decision made for this answer). A job the last forecast
+    did not cover is left with none (``forecast_at`` None): :func:`unforecast` says why,
+    and :func:`play_unforecast` plays it without touching the cycle."""
     facts = decision.world.job(key)
     if facts is None:
         raise JobNotFoundError(f"GpuJob {key} not found")
@@ -125,6 +130,67 @@ def answer(
             "writes the status with them running, at the latest --record-delay after admission"
         )
     return explanation, facts.written.to_k8s()
+
+
+#: Waits no play gives a start (:meth:`Cycle.forecast`): no tenant owns the job, or no node
+#: could hold it even idle.
+_NO_PLAY = frozenset({WaitReason.NO_TENANT.value, WaitReason.NO_FEASIBLE_NODES.value})
+
+
+def unforecast(decision: Decision, key: str, explanation: Explanation) -> str | None:
+    """Why the operator's last forecast gives the waiting job ``key`` no expected start for
+    its current wait, when one can be played forward for it (None: the explanation's start
+    stands, or the job is not waiting for one).
+
+    A forecast (once per ``--forecast-interval``) covers the jobs waiting then, the first
+    ``--forecast-limit`` in admission order. Between two, a job that joined the queue (new,
+    or back from a preemption or a release) has none, or the start of an earlier wait of its
+    own; so has a job beyond the limit."""
+    if (
+        explanation.decision != "waiting"
+        or explanation.reservation is not None  # its reservation's start, worked out now
+        or explanation.never_starts
+        or explanation.reason in _NO_PLAY
+    ):
+        return None
+    if decision.forecast_at is None:
+        return "no forecast has been made yet"
+    ago = (decision.world.now - decision.forecast_at).total_seconds()
+    last = f"the operator's last forecast ({_span(ago)} before this cycle)"
+    since = _waiting_since(decision.final_status(key)) if key in decision.settled else None
+    if since is not None and since > decision.forecast_at:
+        if key in decision.forecast:
+            return f"{last} was of an earlier wait: it was queued again since"
+        return f"{last} was made before it was queued (new, or back from a preemption or a release)"
+    if key not in decision.forecast:
+        limit = decision.forecast_limit
+        covers = f"the first {limit:,} in admission order" if limit is not None else "all of them"
+        return f"{last} did not cover it: it covers the jobs waiting then, {covers}"
+    return None
+
+
+def _waiting_since(status: GpuJobStatus) -> datetime | None:
+    """When the job's current wait began: its ``QuotaReserved`` condition turned False then
+    (first queued, released or preempted); its submission where none is recorded."""
+    for c in status.conditions:
+        if c.type == "QuotaReserved" and c.status is ConditionStatus.FALSE:
+            return c.last_transition_time
+    return status.submitted_at
+
+
+def play_unforecast(decision: Decision, key: str, explanation: Explanation, why: str) -> None:
+    """Give ``explanation`` the expected start played forward now for job ``key`` alone, over
+    the snapshot ``decision``'s cycle decided on (a cycle of its own, which only reads it, and
+    a play until the job; the operator's cycle and the statuses are left as they are), saying
+    why (:func:`unforecast`). Played once per job and decision."""
+    if key in decision.played:
+        start = decision.played[key]
+    else:
+        start = decision.played[key] = start_of(decision.snapshot, key)
+    now = decision.snapshot.now
+    explanation.expected_start = max(start, now) if start is not None else None
+    explanation.forecast_at = now
+    explanation.played_because = why
 
 
 def render(e: Explanation, status: Mapping[str, Any], origin: str | None = None) -> list[str]:
@@ -230,11 +296,18 @@ def _span(seconds: float) -> str:
 def _expected_lines(e: Explanation) -> list[str]:
     """When the job is expected to start, on what evidence, and what would start it sooner."""
     out = []
+    played = (
+        f"    played forward now for this job alone, as of this cycle: {e.played_because}"
+        if e.played_because
+        else None
+    )
     if e.expected_start is not None:
         line = f"  expected start: {_when(e.expected_start, e.now)}"
         if e.forecast_at is not None and e.now - e.forecast_at >= 1:
             line += f" (forecast {_span(e.now - e.forecast_at)} before this cycle)"
         out.append(line)
+        if played:
+            out.append(played)
     elif e.never_starts:
         out.append("  expected start: never, as asked (its reason says what to change)")
     elif e.reason == "NoTenant":
@@ -250,6 +323,8 @@ def _expected_lines(e: Explanation) -> list[str]:
             "  expected start: unknown (GPUs it could use are held by jobs with no predicted "
             "end, or no node can hold it)"
         )
+        if played:
+            out.append(played)
     r = e.reservation
     if r is not None:
         where = ", ".join(f"{p['node']} GPUs {p['gpus']}" for p in r["placement"])

@@ -79,6 +79,10 @@ class Explanation:
     forecast_at: float | None = None
     """When the expected start was worked out (epoch seconds; None: no forecast covers the
     job yet)."""
+    played_because: str | None = None
+    """Set when the expected start was played forward for this job alone, on the snapshot of
+    the cycle explained, because the operator's last forecast gave it none for its current
+    wait: why it did not (the job queued since, or beyond the jobs it covers)."""
     counterfactual: str | None = None
     """One change to the job that would start it markedly sooner, and how much sooner."""
     never_starts: bool = False
@@ -536,13 +540,20 @@ def counterfactual(snapshot: Snapshot, job: Job, baseline: float | None) -> str 
 
 
 def _start_of(snapshot: Snapshot, variant: Job) -> float | None:
-    """When ``variant`` would start in place of its job: a cycle of its own over ``snapshot``
-    admits it now, or its forecast tells when (None: never)."""
+    """When ``variant`` would start in place of its job (see :func:`start_of`)."""
     jobs = tuple(variant if j.key == variant.key else j for j in snapshot.jobs)
-    cycle = Cycle(replace(snapshot, jobs=jobs))
-    if cycle.run().admission_of(variant.key) is not None:
+    return start_of(replace(snapshot, jobs=jobs), variant.key)
+
+
+def start_of(snapshot: Snapshot, key: str) -> float | None:
+    """When job ``key`` of ``snapshot`` starts: a cycle of its own over the snapshot, which it
+    only reads (so it may run beside the operator's next cycle), admits it now, or its
+    forecast played until that job is decided tells when (None: never, as far as anyone
+    knows). A cycle and one play: the jobs after it in the queue are not played."""
+    cycle = Cycle(snapshot)
+    if cycle.run().admission_of(key) is not None:
         return snapshot.now
-    return cycle.forecast(until=variant.key).get(variant.key)
+    return cycle.forecast(until=key).get(key)
 
 
 def _span(seconds: float) -> str:
