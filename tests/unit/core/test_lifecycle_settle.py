@@ -344,6 +344,10 @@ def test_releases_on_the_jobs_own_containers_fail_it_at_the_bound() -> None:
     assert {d.name for d in _of(done.actions, DeletePod)} == {"train-1-0", "train-1-1"}
     [event] = _of(done.actions, Event)
     assert (event.reason, event.warning) == ("PodsReadyTimeout", True)
+    # Its pods go, but hold their GPUs until they are gone, as after every other release.
+    assert done.state is JobState.TERMINATING
+    assert {a.node for a in done.placement} == {"n0"}
+    assert done.placement == settle(before, OK, NOW, CONFIG).placement
 
 
 def test_releases_for_the_clusters_reasons_never_count_toward_failing() -> None:

@@ -645,6 +645,7 @@ class _Settle:
             failed = st.finished(self.transition(), False, text, self.job.gpus, reason)
             self.move(failed.set(unready_releases=count))
             self.event(reason.value, text, warning=True)
+            self.terminating(current, None)
             return
         bound = f" ({count} of at most {limit} for its own containers)" if own and limit else ""
         text = f"{what}; gang released{bound}, next attempt in {delay:.0f}s"
