@@ -56,6 +56,7 @@ from gpusched.core.lifecycle import (
 )
 from gpusched.core.lifecycle.snapshot import Busy
 from gpusched.core.lifecycle.spend import Pricing
+from gpusched.core.lifecycle.status import waiting_since
 from gpusched.core.runtime import JobKind, Prediction, RuntimeHistory, family_of
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import World
@@ -474,11 +475,14 @@ class Memo:
         self.nodes = (reader, world.nodes, dict(world.topologies), busy, found, down)
         return list(found), list(down)
 
-    def with_forecast(self, waiting: Sequence[Waiting], pool: int) -> tuple[Waiting, ...]:
+    def with_forecast(
+        self, waiting: Sequence[Waiting], pool: int, statuses: Mapping[str, Settled] = {}
+    ) -> tuple[Waiting, ...]:
         """The cycle's waiting jobs, each without an expected start of its own given the
         last forecast's (the same objects as the pool's last cycle gave, for the jobs whose
-        entries are)."""
-        merged, forecast = self.merged[pool], self.forecast
+        entries are); none for a job whose wait began after that forecast (``statuses``: the
+        jobs as settled this cycle): what it said of the job was of an earlier wait."""
+        merged, forecast, made_at = self.merged[pool], self.forecast, self.forecast_at
         out: list[Waiting] = []
         for w in waiting:
             if w.expected_start is not None or w.reason in _NEVER_STARTS:
@@ -487,6 +491,11 @@ class Memo:
                 out.append(w)
                 continue
             start = forecast.get(w.job)
+            settled = statuses.get(w.job)
+            if start is not None and made_at is not None and settled is not None:
+                since = waiting_since(settled.status)
+                if since is not None and since > made_at:
+                    start = None
             found = merged.get(w.job)
             if found is not None and found[0] is w and found[1] == start:
                 out.append(found[2])
@@ -680,7 +689,7 @@ def decide(
     elif memo.forecast:
         # Between forecasts a waiting job keeps the last one's answer (reservations excepted:
         # the cycle works their starts out every time).
-        result = replace(result, waiting=memo.with_forecast(result.waiting, pool))
+        result = replace(result, waiting=memo.with_forecast(result.waiting, pool, settled))
     t_forecast = time.perf_counter()
     planned = plan(
         by_key,

@@ -8,13 +8,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpusched.api.gpujob import GpuJobStatus
-from gpusched.api.meta import ConditionStatus
 from gpusched.core.admission import WaitReason
 from gpusched.core.admission.explain import GPU_BOUND, Explanation, describe, start_of
 from gpusched.core.admission.explain import sooner as sooner_change
 from gpusched.core.lifecycle import Verdict, needs_validation
-from gpusched.core.lifecycle.status import admitted_by_pods
+from gpusched.core.lifecycle.status import admitted_by_pods, waiting_since
 from gpusched.core.runtime import RuntimeHistory
 from gpusched.kubeasync import AsyncApi
 from gpusched.operator.decide import Decision, OperatorConfig, decide
@@ -157,7 +155,7 @@ def unforecast(decision: Decision, key: str, explanation: Explanation) -> str | 
         return "no forecast has been made yet"
     ago = (decision.world.now - decision.forecast_at).total_seconds()
     last = f"the operator's last forecast ({_span(ago)} before this cycle)"
-    since = _waiting_since(decision.final_status(key)) if key in decision.settled else None
+    since = waiting_since(decision.final_status(key)) if key in decision.settled else None
     if since is not None and since > decision.forecast_at:
         if key in decision.forecast:
             return f"{last} was of an earlier wait: it was queued again since"
@@ -167,15 +165,6 @@ def unforecast(decision: Decision, key: str, explanation: Explanation) -> str | 
         covers = f"the first {limit:,} in admission order" if limit is not None else "all of them"
         return f"{last} did not cover it: it covers the jobs waiting then, {covers}"
     return None
-
-
-def _waiting_since(status: GpuJobStatus) -> datetime | None:
-    """When the job's current wait began: its ``QuotaReserved`` condition turned False then
-    (first queued, released or preempted); its submission where none is recorded."""
-    for c in status.conditions:
-        if c.type == "QuotaReserved" and c.status is ConditionStatus.FALSE:
-            return c.last_transition_time
-    return status.submitted_at
 
 
 def play_unforecast(decision: Decision, key: str, explanation: Explanation, why: str) -> None:

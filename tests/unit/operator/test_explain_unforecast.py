@@ -223,6 +223,10 @@ def test_a_job_queued_again_since_the_forecast_of_its_earlier_wait_is_played_aga
     early = _waiting("early", NOW - timedelta(minutes=40))  # resumed: ahead of ``back``
     decision = decide(_world(NOW, back, early), {}, OperatorConfig(), NodeReader(), memo=memo)
     assert decision.forecast_at == NOW - timedelta(seconds=30)
+    # What the operator writes into its status is not the earlier wait's start either: none
+    # until its next forecast.
+    [told] = [w for w in decision.result.waiting if w.job == "ns/back"]
+    assert told.expected_start is None
 
     explanation = _ask(decision, "back")["explanation"]
     assert explanation["expected_start"] == B_ENDS

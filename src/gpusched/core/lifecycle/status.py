@@ -480,6 +480,16 @@ def suspended(t: Transition, gpus: int) -> Transition:
     return t.cond(Cond.ADMITTED, False, Reason.SUSPENDED, text)
 
 
+def waiting_since(status: GpuJobStatus) -> datetime | None:
+    """When the job's current wait began: its ``QuotaReserved`` condition turned False then
+    (first queued, released or preempted); its submission where none is recorded. A forecast
+    made before it is of an earlier wait, or of none."""
+    for c in status.conditions:
+        if c.type == "QuotaReserved" and c.status is ConditionStatus.FALSE:
+            return c.last_transition_time
+    return status.submitted_at
+
+
 def _at(epoch: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
 
