@@ -4,13 +4,15 @@ metrics, liveness, validating webhook)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
     from gpusched.core.admission.model import GuaranteeRounding
+    from gpusched.operator.decide import OperatorConfig
 
 from gpusched.commands.logs import configure_logging
 from gpusched.commands.params import DURATION, POSITIVE_DURATION
@@ -260,15 +262,9 @@ def operator(
     verbose: bool,
 ) -> None:
     """Run the GpuJob / TenantQuota operator until interrupted."""
-    from gpusched.core.lifecycle.spend import Pricing
-    from gpusched.operator.decide import OperatorConfig
     from gpusched.operator.main import RunOptions, run
 
-    try:
-        prices = Pricing.parse(pricing)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--pricing") from err
-
+    config = operator_config(click.get_current_context().params)
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     if webhook_port and webhook_cert_dir is None:
         raise click.BadParameter(
@@ -281,26 +277,7 @@ def operator(
     run(
         RunOptions(
             kubeconfig=kubeconfig,
-            config=OperatorConfig(
-                pods_ready_timeout=pods_ready_timeout,
-                backoff_base=backoff_base,
-                backoff_max=backoff_max,
-                node_selector=_labels(node_selector),
-                max_preemption_searches=max_preemption_searches,
-                status_refresh=status_refresh,
-                record_delay=record_delay,
-                arrivals_on_top=arrivals_on_top,
-                max_node_rejections=max_node_rejections,
-                max_unready_releases=max_unready_releases,
-                forecast_interval=forecast_interval,
-                forecast_arrivals_window=forecast_arrivals_window,
-                reservations_per_tenant=reservations_per_tenant,
-                guarantee_rounding=guarantee_rounding,
-                lending_hold_seconds=lending_hold_seconds,
-                reclaim_patience_seconds=reclaim_patience_seconds,
-                pricing=prices,
-                usage_half_life=usage_half_life or None,
-            ),
+            config=config,
             metrics_port=metrics_port,
             resync=resync,
             leader_elect=leader_elect,
@@ -312,4 +289,38 @@ def operator(
             webhook_port=webhook_port,
             webhook_cert_dir=webhook_cert_dir,
         )
+    )
+
+
+def operator_config(params: Mapping[str, Any]) -> OperatorConfig:
+    """The operator's decision settings from its parsed flags (``ctx.params`` of
+    :func:`operator`). One function for both users: the operator itself, and ``gpusched
+    explain --local``, which parses the running operator's arguments with this same command
+    so that it decides with the same settings (:mod:`gpusched.operator.settings`)."""
+    from gpusched.core.lifecycle.spend import Pricing
+    from gpusched.operator.decide import OperatorConfig
+
+    try:
+        prices = Pricing.parse(params["pricing"])
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--pricing") from err
+    return OperatorConfig(
+        pods_ready_timeout=params["pods_ready_timeout"],
+        backoff_base=params["backoff_base"],
+        backoff_max=params["backoff_max"],
+        node_selector=_labels(params["node_selector"]),
+        max_preemption_searches=params["max_preemption_searches"],
+        status_refresh=params["status_refresh"],
+        record_delay=params["record_delay"],
+        arrivals_on_top=params["arrivals_on_top"],
+        max_node_rejections=params["max_node_rejections"],
+        max_unready_releases=params["max_unready_releases"],
+        forecast_interval=params["forecast_interval"],
+        forecast_arrivals_window=params["forecast_arrivals_window"],
+        reservations_per_tenant=params["reservations_per_tenant"],
+        guarantee_rounding=params["guarantee_rounding"],
+        lending_hold_seconds=params["lending_hold_seconds"],
+        reclaim_patience_seconds=params["reclaim_patience_seconds"],
+        pricing=prices,
+        usage_half_life=params["usage_half_life"] or None,
     )
