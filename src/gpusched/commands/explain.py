@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -63,6 +64,25 @@ def _operator_url(_: click.Context, __: click.Parameter, value: str | None) -> s
     return value
 
 
+def _operator_args(_: click.Context, __: click.Parameter, value: str) -> list[str]:
+    """The words of ``--operator-args``, checked as the operator would check them."""
+    from gpusched.operator.settings import check_args
+
+    try:
+        args = shlex.split(value)
+        check_args(args)
+    except (ValueError, click.ClickException) as err:
+        message = err.format_message() if isinstance(err, click.ClickException) else str(err)
+        raise click.BadParameter(message) from None
+    return args
+
+
+def _node_selector(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    if value is None:
+        return []
+    return _operator_args(ctx, param, shlex.join([f"--node-selector={value}"]))
+
+
 @click.command()
 @click.argument("job")
 @click.option("-n", "--namespace", default="default", show_default=True)
@@ -89,7 +109,18 @@ def _operator_url(_: click.Context, __: click.Parameter, value: str | None) -> s
     help="Also work out one change that would start a waiting job sooner (a cycle per variant).",
 )
 @click.option(
-    "--node-selector", default="", help="With --local: the operator's --node-selector, if any."
+    "--operator-args",
+    default="",
+    callback=_operator_args,
+    help="When deciding here: operator flags to decide with instead of the running "
+    "operator's (read from its pod in --operator-namespace), e.g. "
+    "'--reservations-per-tenant=2 --guarantee-rounding=up'.",
+)
+@click.option(
+    "--node-selector",
+    default=None,
+    callback=_node_selector,
+    help="When deciding here: the operator's --node-selector (short for --operator-args).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def explain(
@@ -102,7 +133,8 @@ def explain(
     operator_service: str,
     local: bool,
     sooner: bool,
-    node_selector: str,
+    operator_args: list[str],
+    node_selector: list[str],
     as_json: bool,
 ) -> None:
     """Why JOB (a GpuJob, NAME or NAMESPACE/NAME) is where it is, or why it waits; with
@@ -111,7 +143,6 @@ def explain(
     import yaml
     from kubernetes.config.config_exception import ConfigException
 
-    from gpusched.commands.operator import _labels
     from gpusched.core.admission.explain import Explanation
     from gpusched.kube import load_configuration
     from gpusched.kubeasync import ApiError, BlockingApi
@@ -123,6 +154,7 @@ def explain(
         render,
         sooner_line,
     )
+    from gpusched.operator.settings import discover
 
     kind, namespace, target = _target(job, namespace)
     key = f"{namespace}/{target}"
@@ -174,18 +206,30 @@ def explain(
                 if line is not None and not as_json:
                     click.echo(line)
         else:
+            settings = discover(
+                kube,
+                operator_namespace,
+                [*operator_args, *node_selector],
+                # Where no operator can be read: as the chart installs it for that Service
+                # (it names the run-time history after it, in the release's namespace).
+                fallback=[
+                    f"--lease-namespace={operator_namespace}",
+                    f"--runtime-history={operator_service}-runtime-history",
+                ],
+            )
             result, status = explain_in_cluster(
                 configuration,
                 key,
-                _labels(node_selector),
+                settings.config,
                 sooner=sooner,
-                # The chart names the operator's run-time history after its Service.
-                runtime_history=(operator_namespace, f"{operator_service}-runtime-history"),
+                runtime_history=settings.runtime_history,
             )
             why = unanswered or "--local"
-            payload = {"decidedHere": why}
+            payload = {"decidedHere": why, "settings": settings.to_dict()}
             if not as_json:
-                click.echo("\n".join(render(result, status, f"decided here: {why}")))
+                click.echo(
+                    "\n".join(render(result, status, f"decided here: {why}", settings.lines()))
+                )
                 # render printed a change found; say as the operator's answer does when none.
                 line = sooner_line(result) if sooner and not result.counterfactual else None
                 if line is not None:

@@ -194,10 +194,13 @@ def run_operator_demo(
     time.sleep(2)
     get_jobs(f"4. a 2 x 8-GPU gang of {research} waits: admitted whole or not at all")
     echo(f"\n$ gpusched explain {research}/pretrain")
+    from gpusched.operator.decide import OperatorConfig
     from gpusched.operator.explainer import explain_in_cluster, render
 
     explanation, job_status = explain_in_cluster(
-        api.configuration, f"{research}/pretrain", {DEMO_LABEL: prefix}
+        api.configuration,
+        f"{research}/pretrain",
+        OperatorConfig(node_selector={DEMO_LABEL: prefix}),
     )
     echo("\n".join(render(explanation, job_status)))
     return started

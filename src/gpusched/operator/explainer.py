@@ -4,7 +4,7 @@ exactly as the operator's cycle does, apply nothing, and render the verdict on o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,15 +49,17 @@ def assume_unwritten_admissions(store: Store) -> None:
 def explain_in_cluster(
     configuration: Any,
     key: str,
-    node_selector: Mapping[str, str] | None = None,
+    config: OperatorConfig | None = None,
     *,
     sooner: bool = True,
     runtime_history: tuple[str, str] | None = None,
 ) -> tuple[Explanation, dict[str, Any]]:
     """:func:`explain_job` over one fresh read of the cluster a ``kubernetes`` configuration
-    names (synchronous: for the CLI and scripts). ``runtime_history``: (namespace, name) of
-    the operator's run-time history ConfigMap, read so that run times are predicted as the
-    operator predicts them (a history that cannot be read predicts nothing)."""
+    names (synchronous: for the CLI and scripts), decided with ``config`` (the operator's
+    settings, :mod:`gpusched.operator.settings`; None: the defaults). ``runtime_history``:
+    (namespace, name) of the operator's run-time history ConfigMap, read so that run times
+    are predicted as the operator predicts them (a history that cannot be read predicts
+    nothing)."""
 
     async def read() -> tuple[Store, RuntimeHistory | None]:
         api = AsyncApi(configuration)
@@ -72,28 +74,29 @@ def explain_in_cluster(
             await api.close()
 
     store, history = asyncio.run(read())
-    return explain_job(store, key, node_selector, sooner=sooner, history=history)
+    return explain_job(store, key, config, sooner=sooner, history=history)
 
 
 def explain_job(
     store: Store,
     key: str,
-    node_selector: Mapping[str, str] | None = None,
+    config: OperatorConfig | None = None,
     *,
     sooner: bool = True,
     history: RuntimeHistory | None = None,
 ) -> tuple[Explanation, dict[str, Any]]:
     """The explanation of ``namespace/name`` and the job's current status, decided now over
     ``store``: one cycle, the forecast played until the job is decided, and (``sooner``) the
-    change that would start it sooner. Run times are predicted from ``history`` (the
-    operator's; without it only declared limits are known, and the expected starts that
-    hang on predicted ends are not the operator's). The job's template is taken as valid
-    (checking it is the operator's business)."""
+    change that would start it sooner, with the operator's settings ``config`` (None: the
+    defaults, which are not the operator's where it runs with others). Run times are
+    predicted from ``history`` (the operator's; without it only declared limits are known,
+    and the expected starts that hang on predicted ends are not the operator's). The job's
+    template is taken as valid (checking it is the operator's business)."""
     world = store.world(datetime.now(UTC))
     verdicts: dict[str, Verdict | None] = {
         job.key: Verdict() for job in world.jobs if needs_validation(job)
     }
-    config = OperatorConfig(node_selector=dict(node_selector or {}))
+    config = config if config is not None else OperatorConfig()
     decision = decide(
         world, verdicts, config, NodeReader(config.node_selector), history=history, forecast=False
     )
@@ -182,13 +185,20 @@ def play_unforecast(decision: Decision, key: str, explanation: Explanation, why:
     explanation.played_because = why
 
 
-def render(e: Explanation, status: Mapping[str, Any], origin: str | None = None) -> list[str]:
-    """Human-readable lines (``origin``: who decided, and when)."""
+def render(
+    e: Explanation,
+    status: Mapping[str, Any],
+    origin: str | None = None,
+    settings: Sequence[str] = (),
+) -> list[str]:
+    """Human-readable lines (``origin``: who decided, and when; ``settings``: with what
+    settings, where the CLI decided itself)."""
     phase = status.get("phase") or "New"
     head = f"GpuJob {e.job}: {phase}" + (f" ({status['reason']})" if status.get("reason") else "")
     out = [head]
     if origin:
         out.append(f"  {origin}")
+    out.extend(f"  {line}" for line in settings)
     if not e.found:
         if status.get("message"):
             out.append(f"  {status['message']}")
