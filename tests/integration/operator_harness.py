@@ -62,6 +62,8 @@ class OperatorProcess:
         self.metrics_port = 0
         self.health_port = 0
         self.explain_port = 0
+        self.args: list[str] = []
+        """The arguments of ``gpusched operator`` it runs with."""
 
     def start(
         self,
@@ -79,25 +81,24 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.explain_port = free_port()
+        self.args = [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--metrics-port={self.metrics_port}",
+            f"--health-port={self.health_port}",
+            f"--explain-port={self.explain_port}",
+            "--resync=1",
+            # Each test's operator predicts from what it saw itself, not from the run times
+            # of earlier tests' jobs on the same cluster (tests of the history pass a name).
+            "--runtime-history=",
+            *extra,
+            f"--pods-ready-timeout={pods_ready_timeout}",
+            "--reservations-per-tenant=1",
+            f"--backoff-base={backoff_base}",
+            f"--node-selector={POOL_LABEL}={POOL}",
+        ]
         self.record = self.cluster.spawn(
             f"gpusched-operator-{self.starts}",
-            [
-                *gpusched_command(),
-                "operator",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--metrics-port={self.metrics_port}",
-                f"--health-port={self.health_port}",
-                f"--explain-port={self.explain_port}",
-                "--resync=1",
-                # Each test's operator predicts from what it saw itself, not from the run times
-                # of earlier tests' jobs on the same cluster (tests of the history pass a name).
-                "--runtime-history=",
-                *extra,
-                f"--pods-ready-timeout={pods_ready_timeout}",
-                "--reservations-per-tenant=1",
-                f"--backoff-base={backoff_base}",
-                f"--node-selector={POOL_LABEL}={POOL}",
-            ],
+            [*gpusched_command(), "operator", *self.args],
             env=env,
         )
 

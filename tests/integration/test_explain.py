@@ -257,3 +257,57 @@ def test_a_namespace_editor_asks_the_operator_once_granted_the_charts_explain_ro
         local_cluster.kubectl(
             "delete", "rolebinding", f"{ns}-explain", f"--namespace={identities.NAMESPACE}"
         )
+
+
+def test_explain_local_decides_with_the_settings_of_the_operators_pod(
+    sc: Scenario, kube: Any, local_cluster: LocalCluster, operator: OperatorProcess
+) -> None:
+    """With the operator's pod in its namespace (a stand-in no scheduler takes, carrying the
+    command line of this test's operator process: ``--reservations-per-tenant=1`` and its
+    ``--node-selector``), ``explain --local`` decides with those settings, unasked: it shows
+    the reservation the operator holds for a blocked job, and says whose settings it used."""
+    [node] = sc.nodes(1)
+    _, ns = sc.tenant("settings", guaranteed=8)
+    sc.submit(ns, "filler", 6, maxRuntimeSeconds=7200)
+    sc.wait_phase(ns, "filler", "Running")
+    sc.submit(ns, "four", 4)
+    sc.wait_reason(ns, "four", "WaitingForCapacity")
+    key = f"{ns}/four"
+    core = client.CoreV1Api(kube)
+    namespace, name = identities.NAMESPACE, "gpusched-operator-settings"
+    core.create_namespaced_pod(
+        namespace,
+        body(
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "schedulerName": "nobody",
+                    "containers": [
+                        {
+                            "name": "operator",
+                            "image": "gpusched:test",
+                            "command": ["gpusched", "operator"],
+                            "args": operator.args,
+                        }
+                    ],
+                },
+            },
+        ),
+    )
+    try:
+        direct = _cli(local_cluster, key, f"--operator=http://127.0.0.1:{operator.explain_port}")
+        local = _cli(local_cluster, key, "--local", "--no-sooner")
+    finally:
+        with suppress(ApiException):
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    settings = local["settings"]
+    assert settings["source"] == f"pod {namespace}/{name}, the only one running the operator"
+    assert settings["problem"] is None
+    assert settings["operatorSet"]["reservations_per_tenant"] == "--reservations-per-tenant=1"
+    reserved = direct["explanation"]["reservation"]
+    assert reserved is not None, direct
+    assert [p["node"] for p in reserved["placement"]] == [node]
+    mine = local["explanation"]["reservation"]
+    assert mine is not None, local
+    assert mine["placement"] == reserved["placement"]
+    assert abs(mine["start"] - reserved["start"]) <= 1
