@@ -169,7 +169,7 @@ def find_operator(api: Requester, namespace: str) -> Found:
     try:
         items = api.request("GET", pods_path(namespace)).get("items") or []
     except ApiError as err:
-        return Found(problem=f"the pods in {namespace} could not be listed ({err})")
+        return Found(problem=f"the pods in {namespace} could not be listed: {err}")
     pods = []
     for item in items:
         argv = operator_argv(item)
@@ -192,7 +192,7 @@ def find_operator(api: Requester, namespace: str) -> Found:
     try:
         leader = (api.request("GET", path).get("spec") or {}).get("holderIdentity") or None
     except ApiError as err:
-        lease_problem = f"the Lease {namespace}/{LEASE_NAME} could not be read ({err})"
+        lease_problem = f"the Lease {namespace}/{LEASE_NAME} could not be read: {err}"
     return Found(pods, leader, None, lease_problem)
 
 
