@@ -206,6 +206,21 @@ def test_the_leading_operator_answers_from_its_last_cycle_as_a_fresh_decision_wo
     assert any(line.startswith("  expected start: ") for line in lines), lines
     assert "  sooner: 2 GPUs per replica instead of 4: now" in "\n".join(lines)
 
+    # Settings given for a decision here do not change the operator's answer: said so.
+    overridden = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            key,
+            f"--kubeconfig={local_cluster.kubeconfig}",
+            f"--operator=http://127.0.0.1:{operator.explain_port}",
+            "--operator-args=--reservations-per-tenant=3",
+            "--no-sooner",
+        ],
+    )
+    assert overridden.exit_code == 0, overridden.output
+    assert "apply where this CLI decides itself (--local)" in overridden.stderr
+
     # No operator behind the name: the CLI decides itself and says why.
     fallback = _cli(local_cluster, key, "--operator-service=none")
     assert "did not answer" in fallback["decidedHere"]

@@ -190,18 +190,34 @@ def explain(
             except asking.NoAnswerError as err:
                 unanswered = f"the operator did not answer ({err})"
         if answer is not None:
+            if operator_args or node_selector:
+                click.echo(
+                    "note: the operator answered from its own settings; --operator-args and "
+                    "--node-selector apply where this CLI decides itself (--local)",
+                    err=True,
+                )
             result = Explanation.from_dict(answer["explanation"])
             status = answer["status"]
             origin = _origin(answer)
             payload = {"answeredBy": answer.get("answeredBy"), "decidedAt": answer["decidedAt"]}
-            if not as_json:
-                click.echo("\n".join(render(result, status, origin)))
-            if sooner and result.decision == "waiting":
+            asked = sooner and result.decision == "waiting"
+            if asked:
+                # Asked before printing: a job the last forecast did not cover gets its start
+                # played forward with this answer (seconds at scale, like the change).
                 try:
-                    result.counterfactual = asking.ask(fetch, key, sooner=True)["counterfactual"]
+                    later = asking.ask(fetch, key, sooner=True)
+                    result.counterfactual = later["counterfactual"]
+                    if later.get("playedBecause"):
+                        result.expected_start = later.get("expectedStart")
+                        result.forecast_at = later.get("forecastAt")
+                        result.played_because = later["playedBecause"]
+                        result.unforecast = None
                 except asking.NoAnswerError as err:
                     result.counterfactual = None
                     payload["soonerError"] = str(err)
+            if not as_json:
+                click.echo("\n".join(render(result, status, origin)))
+            if asked:
                 line = sooner_line(result, payload.get("soonerError"))
                 if line is not None and not as_json:
                     click.echo(line)

@@ -7,7 +7,7 @@ import json
 import math
 import os
 import shlex
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -261,7 +261,7 @@ def simulate(
     if seeds is None:
         if workers is not None:
             raise click.UsageError("--workers runs seeds at once: use it with --seeds")
-        report = _replay(run, seed, out, _command(ctx), tty=None)
+        report = _replay(run, seed, out, _command(ctx), tty=None, of_seeds=False)
         click.echo(f"report: {report}")
         return
     chosen = _seed_list(seeds)
@@ -297,6 +297,13 @@ def simulate(
                 pool.submit(_replay, run, s, where, command, tty=False)
                 for s, where, command in jobs
             ]
+            for done in as_completed(futures):
+                if done.exception() is not None:
+                    # Said at once, not after every other seed's replay: those not started
+                    # are not, those running end first (a process cannot be stopped midway).
+                    for f in futures:
+                        f.cancel()
+                    done.result()
             reports = [f.result() for f in futures]
     runs = {s: _figures_of(report.parent) for s, report in zip(chosen, reports, strict=True)}
     summary = seed_summary.summarise(runs)
@@ -350,10 +357,14 @@ def _figures_of(directory: Path) -> list[Figures]:
     return [Figures.from_json(f) for f in data["figures"]]
 
 
-def _replay(run: _Run, seed: int, out: Path, command: str, *, tty: bool | None) -> Path:
+def _replay(
+    run: _Run, seed: int, out: Path, command: str, *, tty: bool | None, of_seeds: bool = True
+) -> Path:
     """Replay every policy of ``run`` under ``seed`` (and the what-if, if any) and write the
     report into ``out``; the report's path. ``tty``: how progress is drawn (None: as stderr
-    is; False: plain lines, as when several replays share one stderr)."""
+    is; False: plain lines, as when several replays share one stderr); ``of_seeds``: one of
+    several seeds (its lines on stderr name it)."""
+    tag = f" (seed {seed})" if of_seeds else ""
     kind = run.trace if run.trace in ("philly", "openb") else "file"
     try:
         workload, cluster = _inputs(
@@ -408,12 +419,13 @@ def _replay(run: _Run, seed: int, out: Path, command: str, *, tty: bool | None) 
     )
     click.echo(
         f"replaying {len(workload.jobs)} jobs of {workload.name} on {len(cluster.nodes)} nodes "
-        f"({cluster.gpus} GPUs) under {', '.join(run.policies)}, seed {seed}",
+        f"({cluster.gpus} GPUs) under {', '.join(run.policies)}"
+        + (f", seed {seed}" if of_seeds else ""),
         err=True,
     )
 
     def progress(policy: str) -> Progress:
-        return Progress(f"{policy} (seed {seed})", tty=tty)
+        return Progress(f"{policy}{tag}", tty=tty)
 
     def replay_all(w: Workload, c: Cluster) -> list[RunResult]:
         return run_policies(
@@ -463,5 +475,5 @@ def _replay(run: _Run, seed: int, out: Path, command: str, *, tty: bool | None) 
     except OSError as exc:
         raise click.ClickException(f"--out {out}: cannot write the report: {exc}") from None
     for r in results:
-        click.echo(f"{r.policy} (seed {seed}): replayed in {r.cpu_seconds:.0f} CPU-s", err=True)
+        click.echo(f"{r.policy}{tag}: replayed in {r.cpu_seconds:.0f} CPU-s", err=True)
     return report

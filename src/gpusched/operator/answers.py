@@ -4,15 +4,15 @@ Deciding again for one question costs a whole cycle over the cluster (a second a
 jobs) and playing the queue forward seconds more; the leader has both at hand: the cycle it
 last ran, still in the state it left, and the expected starts of its last forecast. So it
 answers in milliseconds and says when that cycle decided. The next cycle decides on a second
-kept pool, so an answer never waits for a cycle (:meth:`AdmissionLoop.last_decision`). A
-waiting job the last forecast gave no start for its current wait (queued since, or beyond the
-jobs it covers) has its start played forward for it alone over that cycle's snapshot: a
-cycle of its own and a play until the job, once per job and cycle, and the answer says so.
+kept pool, so an answer never waits for a cycle (:meth:`AdmissionLoop.last_decision`).
 
-- ``GET /explain/{namespace}/{name}``: the explanation and the job's status as written.
+- ``GET /explain/{namespace}/{name}``: the explanation and the job's status as written. A
+  waiting job the last forecast gave no start for its current wait (queued since, or beyond
+  the jobs it covers) has none here, and ``unforecast`` says why.
 - ``GET /explain/{namespace}/{name}/sooner``: the one change that would start the job markedly
-  sooner; each variant is a cycle and a forecast of its own (seconds at scale) over the last
-  cycle's snapshot, which it only reads, one at a time, holding no pool.
+  sooner, and for such a job its start played forward for it alone (``playedBecause``); each
+  variant and the play are a cycle and a forecast of their own (seconds at scale) over the
+  last cycle's snapshot, which they only read, one at a time, holding no pool.
 
 A replica that does not lead (or has not decided yet) answers 503 with the Lease holder; the
 CLI asks again (the Service picks a replica per request) and otherwise decides itself. The
@@ -107,8 +107,12 @@ class AnswerServer:
             {"reason": "NoCycleYet", "message": "the operator has not finished a cycle yet"},
         )
 
-    async def _from_last_cycle(self, request: web.Request) -> web.Response | _Read:
-        """The job's explanation from the last cycle (or the answer that there is none)."""
+    async def _from_last_cycle(
+        self, request: web.Request, *, play: bool = False
+    ) -> web.Response | _Read:
+        """The job's explanation from the last cycle (or the answer that there is none);
+        ``play``: a waiting job the last forecast gave no start for its current wait gets
+        one played forward for it alone (seconds at scale), else only the reason why not."""
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         async with self.loop.last_decision() as decision:
             if decision is None:
@@ -119,10 +123,12 @@ class AnswerServer:
                 return _not_found(key, decision)
             why = unforecast(decision, key, explanation)
             read = _Read(decision, explanation, status, decision.cycle.jobs.get(key), why)
-        if why is not None:
+        if why is not None and play:
             # Over the snapshot alone, which no later cycle changes: the pool is not held.
             async with self.sooner_slot:
                 await asyncio.to_thread(play_unforecast, decision, key, explanation, why)
+        elif why is not None:
+            explanation.unforecast = why
         return read
 
     async def _explain(self, request: web.Request) -> web.Response:
@@ -145,7 +151,7 @@ class AnswerServer:
 
     async def _sooner(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        read = await self._from_last_cycle(request)
+        read = await self._from_last_cycle(request, play=True)
         if isinstance(read, web.Response):
             return read
         text = None
@@ -161,6 +167,8 @@ class AnswerServer:
             {
                 "counterfactual": text,
                 "expectedStart": read.explanation.expected_start,
+                "forecastAt": read.explanation.forecast_at,
+                "playedBecause": read.explanation.played_because,
                 "decidedAt": read.decision.world.now.isoformat(),
                 "seconds": round(seconds, 4),
             },

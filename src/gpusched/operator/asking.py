@@ -55,6 +55,10 @@ def through_proxy(kube: BlockingApi, namespace: str, service: str, port: str) ->
             return Reply(200, kube.request("GET", root + path, timeout=timeout))
         except ApiError as err:
             return Reply(err.status, {"reason": err.reason, "message": err.message})
+        except TimeoutError:
+            # The operator (or the proxy to it) is slow, not the API server gone: the caller
+            # decides itself rather than report the API server unreachable.
+            return Reply(0, {"reason": "Timeout", "message": f"no answer within {timeout:.0f}s"})
 
     return fetch
 

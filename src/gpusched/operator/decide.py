@@ -228,6 +228,9 @@ class Memo:
     quiet: tuple[dict[str, QuietJob], ...] = field(default_factory=lambda: ({}, {}))
     """Per pool, the jobs the last plans found nothing to do for
     (:func:`~gpusched.core.lifecycle.plan`)."""
+    waiting_since: dict[str, tuple[Settled, datetime | None]] = field(default_factory=dict)
+    """Per job, the settled answer its current wait's start was read from, and that start
+    (read again only when the answer is a new object)."""
     forecast_at: datetime | None = None
     """When the last forecast of expected starts was made."""
     forecast: dict[str, float | None] = field(default_factory=dict)
@@ -476,13 +479,14 @@ class Memo:
         return list(found), list(down)
 
     def with_forecast(
-        self, waiting: Sequence[Waiting], pool: int, statuses: Mapping[str, Settled] = {}
+        self, waiting: Sequence[Waiting], pool: int, statuses: Mapping[str, Settled] | None = None
     ) -> tuple[Waiting, ...]:
         """The cycle's waiting jobs, each without an expected start of its own given the
         last forecast's (the same objects as the pool's last cycle gave, for the jobs whose
         entries are); none for a job whose wait began after that forecast (``statuses``: the
         jobs as settled this cycle): what it said of the job was of an earlier wait."""
         merged, forecast, made_at = self.merged[pool], self.forecast, self.forecast_at
+        statuses = statuses if statuses is not None else {}
         out: list[Waiting] = []
         for w in waiting:
             if w.expected_start is not None or w.reason in _NEVER_STARTS:
@@ -493,7 +497,12 @@ class Memo:
             start = forecast.get(w.job)
             settled = statuses.get(w.job)
             if start is not None and made_at is not None and settled is not None:
-                since = waiting_since(settled.status)
+                known = self.waiting_since.get(w.job)
+                if known is not None and known[0] is settled:
+                    since = known[1]
+                else:
+                    since = waiting_since(settled.status)
+                    self.waiting_since[w.job] = (settled, since)
                 if since is not None and since > made_at:
                     start = None
             found = merged.get(w.job)
@@ -515,6 +524,7 @@ class Memo:
             self.contexts,
             self.context_inputs,
             self.accounted,
+            self.waiting_since,
             *self.merged,
             *self.quiet,
         )

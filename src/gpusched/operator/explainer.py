@@ -165,8 +165,14 @@ def unforecast(decision: Decision, key: str, explanation: Explanation) -> str | 
         return f"{last} was made before it was queued (new, or back from a preemption or a release)"
     if key not in decision.forecast:
         limit = decision.forecast_limit
-        covers = f"the first {limit:,} in admission order" if limit is not None else "all of them"
-        return f"{last} did not cover it: it covers the jobs waiting then, {covers}"
+        if limit is not None and len(decision.forecast) >= limit:
+            return (
+                f"{last} did not cover it: it covers the jobs waiting then, the first "
+                f"{limit:,} in admission order"
+            )
+        # Its wait's record began before, but it was not waiting for GPUs then: its pods were
+        # still leaving a preemption, it was suspended, or its template was still being checked.
+        return f"{last} was made while it did not wait for GPUs yet"
     return None
 
 
@@ -311,6 +317,11 @@ def _expected_lines(e: Explanation) -> list[str]:
         out.append("  expected start: never, as asked (its reason says what to change)")
     elif e.reason == "NoTenant":
         out.append("  expected start: none while no TenantQuota owns its namespace")
+    elif e.unforecast:
+        out.append(
+            f"  expected start: not worked out in this answer: {e.unforecast}; `gpusched "
+            "explain` plays it forward with --sooner (the default), or decides here with --local"
+        )
     elif e.forecast_at is None:
         out.append(
             "  expected start: not forecast yet (the operator forecasts waiting jobs once per "

@@ -79,7 +79,7 @@ def parse_args(argv: Sequence[str], *, drop_unknown: bool = False) -> Parsed:
             if not drop_unknown or len(ignored) >= _MAX_UNKNOWN:
                 raise
             name = err.option_name
-            kept = [a for a in args if a != name and not a.startswith(f"{name}=")]
+            kept = _without_option(args, name)
             if len(kept) == len(args):  # not a token of its own (a cluster of short flags)
                 raise
             ignored.append(name)
@@ -91,6 +91,24 @@ def parse_args(argv: Sequence[str], *, drop_unknown: bool = False) -> Parsed:
             if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
         )
         return Parsed(dict(ctx.params), given, tuple(ignored))
+
+
+def _without_option(args: Sequence[str], name: str) -> list[str]:
+    """``args`` without option ``name``: ``--name=value``, or ``--name`` and the word after it
+    when that is no option (its value: the operator takes no arguments of its own)."""
+    kept: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == name:
+            skip = i + 1 < len(args) and not args[i + 1].startswith("-")
+            continue
+        if a.startswith(f"{name}="):
+            continue
+        kept.append(a)
+    return kept
 
 
 def check_args(argv: Sequence[str]) -> None:
@@ -188,12 +206,28 @@ def find_operator(api: Requester, namespace: str) -> Found:
     if not pods:
         return Found(problem=f"no pod in namespace {namespace} runs `gpusched operator`")
     leader, lease_problem = None, None
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE_NAME}"
+    where = _lease_namespace(pods) or namespace
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{where}/leases/{LEASE_NAME}"
     try:
         leader = (api.request("GET", path).get("spec") or {}).get("holderIdentity") or None
     except ApiError as err:
-        lease_problem = f"the Lease {namespace}/{LEASE_NAME} could not be read: {err}"
+        lease_problem = f"the Lease {where}/{LEASE_NAME} could not be read: {err}"
     return Found(pods, leader, None, lease_problem)
+
+
+def _lease_namespace(pods: Sequence[OperatorPod]) -> str | None:
+    """The namespace of the Lease the live pods' operators hold (their ``--lease-namespace``,
+    or its default; None: none can be read, or they do not agree)."""
+    names = set()
+    for pod in pods:
+        if not pod.live:
+            continue
+        try:
+            parsed = parse_args(pod.argv, drop_unknown=True)
+        except click.ClickException:
+            continue
+        names.add(str(parsed.params["lease_namespace"]))
+    return names.pop() if len(names) == 1 else None
 
 
 def _holds(pod: str, holder: str) -> bool:
@@ -276,7 +310,9 @@ def resolve(
             problem = f"{source}: its arguments could not be read: {err.format_message()}"
             source = None
         else:
-            theirs, ignored = [a for a in argv if not _dropped(a, parsed.ignored)], parsed.ignored
+            theirs, ignored = list(argv), parsed.ignored
+            for name in ignored:
+                theirs = _without_option(theirs, name)
             if ignored:
                 note = (
                     f"options this CLI does not know were left out: {', '.join(ignored)} "
@@ -305,10 +341,6 @@ def resolve(
         overridden={p.name: shown(p, combined.params[p.name]) for p in params if p.name in given},
         ignored=ignored,
     )
-
-
-def _dropped(arg: str, ignored: Sequence[str]) -> bool:
-    return any(arg == name or arg.startswith(f"{name}=") for name in ignored)
 
 
 def discover(

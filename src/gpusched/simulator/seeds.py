@@ -188,9 +188,10 @@ def render(summary: SeedSummary, figures: Sequence[SeedFigure] = FIGURES) -> str
     lines = [
         f"# The same replay under seeds {', '.join(map(str, seeds))}",
         "",
-        "Each seed draws the workload's synthesised priorities anew (another workload of the "
-        "same trace): the range of a figure over the seeds is the least a change of decisions "
-        "must beat to show on it. Each seed's whole report is in `seed-<seed>/`.",
+        "Each seed draws anew what the trace leaves open (on Philly, the synthesised "
+        "priorities: another workload of the same trace; for every trace, the random "
+        "baseline's choices): the range of a figure over the seeds is the least a change of "
+        "decisions must beat to show on it. Each seed's whole report is in `seed-<seed>/`.",
         "",
     ]
     head = ["figure", *(f"seed {s}" for s in seeds), "mean", "range"]

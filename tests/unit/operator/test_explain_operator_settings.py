@@ -424,3 +424,37 @@ def test_explain_refuses_settings_the_operator_would_refuse(flag: str, said: str
     result = CliRunner().invoke(main, ["explain", "team/next", "--local", flag])
     assert result.exit_code == 2, result.output
     assert said in result.output
+
+
+def test_an_unknown_option_given_its_value_as_the_next_word_is_left_out_with_it() -> None:
+    """``--future-knob 3`` (not ``=3``): the value goes with the option, the rest stands."""
+    api = FakeApi([_pod("op", ["--future-knob", "3", "--reservations-per-tenant=2"])])
+    found = discover(api, NS)
+    assert found.config == OperatorConfig(reservations_per_tenant=2)
+    assert found.ignored == ("--future-knob",)
+
+
+def test_the_lease_is_read_where_the_operators_flags_keep_it() -> None:
+    """Operators in ``NS`` holding their Lease in another namespace: the holder is read
+    there, and the leader's settings are the ones decided with."""
+
+    class LeaseElsewhere(FakeApi):
+        def request(
+            self, method: str, path: str, body: Any = None, **options: Any
+        ) -> dict[str, Any]:
+            if path == "/apis/coordination.k8s.io/v1/namespaces/elections/leases/gpusched-operator":
+                return {"spec": {"holderIdentity": "op-b-7"}}
+            return super().request(method, path, body, **options)
+
+    api = LeaseElsewhere(
+        [
+            _pod("op-a", ["--lease-namespace=elections", "--reservations-per-tenant=1"]),
+            _pod(
+                "op-b",
+                ["--lease-namespace=elections", "--reservations-per-tenant=2"],
+                created="2026-11-29T09:00:00Z",
+            ),
+        ]
+    )
+    found = discover(api, NS)
+    assert found.config == OperatorConfig(reservations_per_tenant=2)

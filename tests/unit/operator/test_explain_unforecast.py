@@ -126,17 +126,20 @@ def _world(now: datetime, *waiting: JobFacts) -> World:
     )
 
 
-def _ask(decision: Decision, name: str) -> dict[str, Any]:
-    """The operator's HTTP answer on ``ns/name`` from ``decision`` as its last cycle."""
+def _ask(decision: Decision, name: str, *, sooner: bool = False) -> dict[str, Any]:
+    """The operator's HTTP answer on ``ns/name`` from ``decision`` as its last cycle (with
+    ``sooner``: the slower answer, which plays a job's start forward when it must)."""
     loop = AdmissionLoop(cast(Any, None), Store())
     loop._pool_owner[decision.pool] = loop.last = decision
     server = AnswerServer(loop, OperatorMetrics(), 0)
 
     async def ask() -> web.Response:
         request = make_mocked_request(
-            "GET", f"/explain/ns/{name}", match_info={"namespace": "ns", "name": name}
+            "GET",
+            f"/explain/ns/{name}" + ("/sooner" if sooner else ""),
+            match_info={"namespace": "ns", "name": name},
         )
-        return await server._explain(request)
+        return await (server._sooner if sooner else server._explain)(request)
 
     response = asyncio.run(ask())
     assert response.status == 200
@@ -145,8 +148,16 @@ def _ask(decision: Decision, name: str) -> dict[str, Any]:
     return body
 
 
-def _lines(answer: dict[str, Any]) -> list[str]:
-    return render(Explanation.from_dict(answer["explanation"]), answer["status"])
+def _lines(answer: dict[str, Any], later: dict[str, Any] | None = None) -> list[str]:
+    """What the CLI prints of ``answer``, with the played start of the slower answer ``later``
+    put in as the CLI puts it in."""
+    e = Explanation.from_dict(answer["explanation"])
+    if later is not None and later.get("playedBecause"):
+        e.expected_start = later["expectedStart"]
+        e.forecast_at = later["forecastAt"]
+        e.played_because = later["playedBecause"]
+        e.unforecast = None
+    return render(e, answer["status"])
 
 
 def test_a_job_queued_since_the_last_forecast_gets_the_start_played_for_it() -> None:
@@ -167,11 +178,17 @@ def test_a_job_queued_since_the_last_forecast_gets_the_start_played_for_it() -> 
     assert decision.forecast_at == NOW - timedelta(seconds=30)  # no forecast of its own
     [told] = [w for w in decision.result.waiting if w.job == "ns/back"]
 
-    answer = _ask(decision, "back")
-    explanation = answer["explanation"]
-    assert explanation["expected_start"] == A_ENDS
-    assert "before it was queued" in explanation["played_because"]
-    [line, basis] = [x for x in _lines(answer) if "expected start" in x or "played" in x]
+    # The quick answer plays nothing (milliseconds at any scale) and says why it has no start.
+    quick = _ask(decision, "back")
+    assert quick["explanation"]["expected_start"] is None
+    assert "before it was queued" in quick["explanation"]["unforecast"]
+    [told_line] = [x for x in _lines(quick) if "expected start" in x]
+    assert "not worked out in this answer" in told_line
+    # The slower one (asked with the change that would start it sooner) plays it forward.
+    later = _ask(decision, "back", sooner=True)
+    assert later["expectedStart"] == A_ENDS
+    assert "before it was queued" in later["playedBecause"]
+    [line, basis] = [x for x in _lines(quick, later) if "expected start" in x or "played" in x]
     assert "(in about 50 min)" in line
     assert "played forward now for this job alone" in basis
     # The operator's decision and what it writes stay those of its last forecast.
@@ -190,13 +207,15 @@ def test_a_job_beyond_the_jobs_the_forecast_covers_gets_the_start_played_for_it(
     assert decision.forecast["ns/first"] == A_ENDS
     assert "ns/second" not in decision.forecast
 
-    assert _ask(decision, "first")["explanation"]["played_because"] is None
-    answer = _ask(decision, "second")
-    explanation = answer["explanation"]
-    assert explanation["expected_start"] == B_ENDS
-    assert "did not cover it" in explanation["played_because"]
-    assert "the first 1 in admission order" in explanation["played_because"]
-    assert not any("not forecast yet" in x for x in _lines(answer))
+    assert _ask(decision, "first", sooner=True)["playedBecause"] is None
+    assert _ask(decision, "first")["explanation"]["unforecast"] is None
+    quick = _ask(decision, "second")
+    assert "did not cover it" in quick["explanation"]["unforecast"]
+    later = _ask(decision, "second", sooner=True)
+    assert later["expectedStart"] == B_ENDS
+    assert "did not cover it" in later["playedBecause"]
+    assert "the first 1 in admission order" in later["playedBecause"]
+    assert not any("not forecast yet" in x for x in _lines(quick, later))
 
 
 def test_a_job_queued_again_since_the_forecast_of_its_earlier_wait_is_played_again() -> None:
@@ -228,6 +247,19 @@ def test_a_job_queued_again_since_the_forecast_of_its_earlier_wait_is_played_aga
     [told] = [w for w in decision.result.waiting if w.job == "ns/back"]
     assert told.expected_start is None
 
-    explanation = _ask(decision, "back")["explanation"]
-    assert explanation["expected_start"] == B_ENDS
-    assert "an earlier wait" in explanation["played_because"]
+    later = _ask(decision, "back", sooner=True)
+    assert later["expectedStart"] == B_ENDS
+    assert "an earlier wait" in later["playedBecause"]
+
+
+def test_a_job_that_was_not_waiting_for_gpus_at_the_forecast_is_not_said_beyond_its_limit() -> None:
+    """Its wait's record began before the forecast (a preemption's pods still leaving, a dry
+    run pending), yet the forecast, far from its limit, did not cover it: the answer does not
+    blame the limit."""
+    memo = Memo()
+    decide(_world(NOW - timedelta(seconds=30)), {}, OperatorConfig(), NodeReader(), memo=memo)
+    back = _waiting("back", NOW - timedelta(seconds=60), reason="Requeued")
+    decision = decide(_world(NOW, back), {}, OperatorConfig(), NodeReader(), memo=memo)
+    why = _ask(decision, "back")["explanation"]["unforecast"]
+    assert "did not wait for GPUs yet" in why
+    assert "admission order" not in why

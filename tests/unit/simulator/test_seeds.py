@@ -15,7 +15,9 @@ from click.testing import CliRunner
 
 from gpusched.commands.simulate import simulate
 from gpusched.simulator.figures import Figures
+from gpusched.simulator.model import TraceJob
 from gpusched.simulator.seeds import SeedFigure, summarise
+from gpusched.simulator.trace import write_trace
 
 HOUR = 3600.0
 # Philly's first jobs on three nodes: they queue, so the seed's priorities change the replay.
@@ -172,3 +174,28 @@ def test_bad_seed_options_are_refused_saying_why(
     )
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_a_run_without_seeds_names_no_seed_on_its_lines(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.jsonl"
+    write_trace(
+        (TraceJob("j1", 0.0, 600.0, 1, 1, "team"), TraceJob("j2", 10.0, 600.0, 1, 2, "team")),
+        trace,
+    )
+    result = CliRunner().invoke(
+        simulate,
+        [
+            "--trace",
+            str(trace),
+            "--nodes",
+            "hgx-h100-sxm-8gpu-8nic=1",
+            "--policies",
+            "gpusched,best-fit",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "gpusched: replayed in" in result.stderr
+    assert "(seed" not in result.stderr
+    assert ", seed " not in result.stderr

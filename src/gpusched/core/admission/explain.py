@@ -83,6 +83,10 @@ class Explanation:
     """Set when the expected start was played forward for this job alone, on the snapshot of
     the cycle explained, because the operator's last forecast gave it none for its current
     wait: why it did not (the job queued since, or beyond the jobs it covers)."""
+    unforecast: str | None = None
+    """Set in the operator's quick answer when its last forecast gave the waiting job no start
+    for its current wait and none was played yet: why. The start played forward for the job
+    alone comes with the answer on the change that would start it sooner (seconds at scale)."""
     counterfactual: str | None = None
     """One change to the job that would start it markedly sooner, and how much sooner."""
     never_starts: bool = False
