@@ -17,11 +17,9 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from gpusched.api import keys
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.admission.explain import Explanation
 from gpusched.core.lifecycle import JobFacts
-from gpusched.dev.localcluster.topologies import fixture_objects
 from gpusched.metrics import OperatorMetrics
 from gpusched.operator.answers import AnswerServer
 from gpusched.operator.decide import Decision, Memo, OperatorConfig, decide
@@ -30,6 +28,7 @@ from gpusched.operator.loop import AdmissionLoop
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import Store, World
 from tests.unit.core.lifecycle_testdata import NOW, job, pod, stamp, with_pods
+from tests.unit.operator.node_testdata import h100_node, h100_topology
 
 QUOTA = TenantQuota.model_validate(
     {
@@ -40,26 +39,6 @@ QUOTA = TenantQuota.model_validate(
 STARTED = NOW - timedelta(seconds=600)
 A_ENDS = (NOW + timedelta(seconds=3000)).timestamp()
 B_ENDS = (NOW + timedelta(seconds=6600)).timestamp()
-
-
-def _node(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "resourceVersion": "1", "labels": {keys.GFD_PRODUCT: "H100"}},
-        "spec": {},
-        "status": {
-            "allocatable": {keys.GPU_RESOURCE: "8"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def _topology(name: str) -> dict[str, Any]:
-    spec, status = fixture_objects("hgx-h100-sxm-8gpu-8nic", name)
-    return {
-        "metadata": {"name": name, "resourceVersion": "1"},
-        "spec": spec.to_k8s(),
-        "status": status.to_k8s(),
-    }
 
 
 def _condition(type_: str, value: str, reason: str, at: datetime) -> dict[str, Any]:
@@ -118,8 +97,8 @@ def _world(now: datetime, *waiting: JobFacts) -> World:
         now=now,
         jobs=(_running("a", "n0", 3600), _running("b", "n1", 7200), *waiting),
         quotas=(QUOTA,),
-        nodes=(_node("n0"), _node("n1")),
-        topologies={n: _topology(n) for n in ("n0", "n1")},
+        nodes=(h100_node("n0"), h100_node("n1")),
+        topologies={n: h100_topology(n) for n in ("n0", "n1")},
         priorities={},
         default_priority=0,
         pods=(),

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from gpusched.api import keys
 from gpusched.api.gpujob import GpuJobStatus, JobPhase
 from gpusched.api.tenantquota import TenantQuota
 from gpusched.core.lifecycle import CreatePod, JobFacts, PodFacts, WriteStatus
-from gpusched.dev.localcluster.topologies import fixture_objects
 from gpusched.operator.decide import Decision, OperatorConfig, decide
 from gpusched.operator.nodes import NodeReader
 from gpusched.operator.store import World
 from tests.unit.core.lifecycle_testdata import NOW, admitted_status, job, pod, stamp, with_pods
+from tests.unit.operator.node_testdata import h100_node, h100_topology
 
 CONFIG = OperatorConfig()
 TIMEOUT = timedelta(seconds=CONFIG.lifecycle().pods_ready_timeout)
@@ -29,34 +28,14 @@ QUOTA = TenantQuota.model_validate(
 )
 
 
-def _node(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "resourceVersion": "1", "labels": {keys.GFD_PRODUCT: "H100"}},
-        "spec": {},
-        "status": {
-            "allocatable": {keys.GPU_RESOURCE: "8"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def _topology(name: str) -> dict[str, Any]:
-    spec, status = fixture_objects("hgx-h100-sxm-8gpu-8nic", name)
-    return {
-        "metadata": {"name": name, "resourceVersion": "1"},
-        "spec": spec.to_k8s(),
-        "status": status.to_k8s(),
-    }
-
-
 def _world(now: datetime, jobs: tuple[JobFacts, ...], pods: tuple[PodFacts, ...]) -> World:
     """Nodes n0 and n1 of 8 GPUs each, tenant ``t`` owning ``ns`` with 16 guaranteed."""
     return World(
         now=now,
         jobs=jobs,
         quotas=(QUOTA,),
-        nodes=(_node("n0"), _node("n1")),
-        topologies={n: _topology(n) for n in ("n0", "n1")},
+        nodes=(h100_node("n0"), h100_node("n1")),
+        topologies={n: h100_topology(n) for n in ("n0", "n1")},
         priorities={},
         default_priority=0,
         pods=pods,
