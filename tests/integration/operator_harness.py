@@ -90,11 +90,11 @@ class OperatorProcess:
             # Each test's operator predicts from what it saw itself, not from the run times
             # of earlier tests' jobs on the same cluster (tests of the history pass a name).
             "--runtime-history=",
-            *extra,
             f"--pods-ready-timeout={pods_ready_timeout}",
             "--reservations-per-tenant=1",
             f"--backoff-base={backoff_base}",
             f"--node-selector={POOL_LABEL}={POOL}",
+            *extra,  # last: a test's own settings win
         ]
         self.record = self.cluster.spawn(
             f"gpusched-operator-{self.starts}",

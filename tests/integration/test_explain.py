@@ -326,3 +326,40 @@ def test_explain_local_decides_with_the_settings_of_the_operators_pod(
     assert mine is not None, local
     assert mine["placement"] == reserved["placement"]
     assert abs(mine["start"] - reserved["start"]) <= 1
+
+
+def test_a_job_queued_since_the_last_forecast_is_told_its_start_played_forward(
+    sc: Scenario, local_cluster: LocalCluster, operator: OperatorProcess
+) -> None:
+    """An operator forecasting once an hour: a job queued after its first forecast has no
+    start in the quick answer, which says why; `gpusched explain` asks for the start played
+    forward for it alone (with the change that would start it sooner) and prints it."""
+    sc.nodes(1)
+    _, ns = sc.tenant("unforecast", guaranteed=8)
+    operator.kill()  # the module's operator forecasts every minute
+    hourly = OperatorProcess(local_cluster)
+    # Without a reservation, whose start every cycle works out.
+    hourly.start(extra=["--forecast-interval=3600", "--reservations-per-tenant=0"])
+    try:
+        sc.submit(ns, "filler", 8, maxRuntimeSeconds=7200)
+        sc.wait_phase(ns, "filler", "Running")
+        sc.submit(ns, "late", 4)
+        sc.wait_reason(ns, "late", "WaitingForCapacity")
+        key = f"{ns}/late"
+        url = f"--operator=http://127.0.0.1:{hourly.explain_port}"
+
+        quick = _cli(local_cluster, key, url, "--no-sooner")["explanation"]
+        assert quick["expected_start"] is None
+        assert "made before it was queued" in quick["unforecast"]
+
+        told = _cli(local_cluster, key, url)["explanation"]
+        started = datetime.fromisoformat(sc.status(ns, "filler")["startedAt"]).timestamp()
+        assert abs(told["expected_start"] - (started + 7200)) <= 1, told
+        assert "made before it was queued" in told["played_because"]
+        printed = CliRunner().invoke(
+            main, ["explain", key, f"--kubeconfig={local_cluster.kubeconfig}", url]
+        )
+        assert printed.exit_code == 0, printed.output
+        assert "played forward now for this job alone" in printed.output
+    finally:
+        hourly.kill()
