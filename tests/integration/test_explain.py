@@ -69,6 +69,18 @@ def _cli(cluster: LocalCluster, key: str, *flags: str) -> dict[str, Any]:
     return payload
 
 
+def _four_behind_a_filler(sc: Scenario, tenant: str) -> tuple[str, str, str]:
+    """One node, a tenant guaranteed its 8 GPUs, 6 of them held by a filler that ends 2 h
+    after its start, and a 4-GPU job waiting for them: (node, namespace, the job's key)."""
+    [node] = sc.nodes(1)
+    _, ns = sc.tenant(tenant, guaranteed=8)
+    sc.submit(ns, "filler", 6, maxRuntimeSeconds=7200)
+    sc.wait_phase(ns, "filler", "Running")
+    sc.submit(ns, "four", 4)
+    sc.wait_reason(ns, "four", "WaitingForCapacity")
+    return node, ns, f"{ns}/four"
+
+
 def _host_address() -> str | None:
     """An address of this machine the API server may proxy to (it refuses loopback)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -161,13 +173,7 @@ def test_the_leading_operator_answers_from_its_last_cycle_as_a_fresh_decision_wo
     """The operator's answer (at its URL, and through the API server's proxy to its Service)
     agrees with the CLI's own decision over a fresh read: the reason, the expected start and
     the change that would start the job sooner."""
-    [node] = sc.nodes(1)
-    _, ns = sc.tenant("answers", guaranteed=8)
-    sc.submit(ns, "filler", 6, maxRuntimeSeconds=7200)
-    sc.wait_phase(ns, "filler", "Running")
-    sc.submit(ns, "four", 4)
-    sc.wait_reason(ns, "four", "WaitingForCapacity")
-    key = f"{ns}/four"
+    node, ns, key = _four_behind_a_filler(sc, "answers")
 
     direct = _cli(local_cluster, key, f"--operator=http://127.0.0.1:{operator.explain_port}")
     local = _cli(local_cluster, key, "--local")
@@ -281,13 +287,7 @@ def test_explain_local_decides_with_the_settings_of_the_operators_pod(
     command line of this test's operator process: ``--reservations-per-tenant=1`` and its
     ``--node-selector``), ``explain --local`` decides with those settings, unasked: it shows
     the reservation the operator holds for a blocked job, and says whose settings it used."""
-    [node] = sc.nodes(1)
-    _, ns = sc.tenant("settings", guaranteed=8)
-    sc.submit(ns, "filler", 6, maxRuntimeSeconds=7200)
-    sc.wait_phase(ns, "filler", "Running")
-    sc.submit(ns, "four", 4)
-    sc.wait_reason(ns, "four", "WaitingForCapacity")
-    key = f"{ns}/four"
+    node, _, key = _four_behind_a_filler(sc, "settings")
     core = client.CoreV1Api(kube)
     namespace, name = identities.NAMESPACE, "gpusched-operator-settings"
     core.create_namespaced_pod(
